@@ -1,0 +1,205 @@
+"""Model zoo: the small networks large-batch studies use, all returning logits.
+
+- ``mlp``: Keskar et al. 2017's F1, a fully connected network (default 512-512).
+- ``cnn``: a small convolutional network in the spirit of Keskar's C1 (conv-pool x2, dense).
+- ``resnet``: a small residual network (He et al. 2016) with batch normalization; its
+  ``virtual_batch_size`` gives ghost batch norm (Hoffer et al. 2017), which is how a
+  simulated world of W workers normalizes each worker's share of the global batch apart.
+
+Inputs of rank 1 (signals such as MNIST-1D) use 1-D convolutions, rank 2 or 3 (images) 2-D.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+
+class ModelError(ValueError):
+    """An unknown model name or a bad model option."""
+
+
+def _batch_norm(name: str, virtual_batch_size: int | None) -> tf.keras.layers.Layer:
+    return tf.keras.layers.BatchNormalization(virtual_batch_size=virtual_batch_size, name=name)
+
+
+def _spatial_input(inputs: tf.Tensor, input_shape: tuple[int, ...]) -> tuple[tf.Tensor, int]:
+    """Adds a channel axis where the input has none; returns the tensor and its conv rank."""
+    if len(input_shape) == 1:
+        return tf.keras.layers.Reshape((*input_shape, 1))(inputs), 1
+    if len(input_shape) == 2:
+        return tf.keras.layers.Reshape((*input_shape, 1))(inputs), 2
+    if len(input_shape) == 3:
+        return inputs, 2
+    raise ModelError(f"convolutional models take inputs of rank 1 to 3, got shape {input_shape}")
+
+
+def _conv(rank: int, filters: int, kernel: int, name: str, **kwargs) -> tf.keras.layers.Layer:
+    layer = tf.keras.layers.Conv1D if rank == 1 else tf.keras.layers.Conv2D
+    return layer(filters, kernel, padding="same", name=name, **kwargs)
+
+
+def _max_pool(rank: int, name: str) -> tf.keras.layers.Layer:
+    layer = tf.keras.layers.MaxPooling1D if rank == 1 else tf.keras.layers.MaxPooling2D
+    return layer(2, padding="same", name=name)
+
+
+def _global_pool(rank: int) -> tf.keras.layers.Layer:
+    return tf.keras.layers.GlobalAveragePooling1D() if rank == 1 else tf.keras.layers.GlobalAveragePooling2D()
+
+
+def build_mlp(
+    inputs: tf.Tensor,
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    *,
+    widths: Sequence[int] = (512, 512),
+    batch_norm: bool = False,
+    dropout: float = 0.0,
+    virtual_batch_size: int | None = None,
+) -> tf.Tensor:
+    """Keskar et al. 2017 F1: Flatten, then Dense(w) [+ BN] + ReLU [+ dropout] per width."""
+    x = tf.keras.layers.Flatten(name="flatten")(inputs)
+    for i, width in enumerate(widths):
+        x = tf.keras.layers.Dense(width, use_bias=not batch_norm, name=f"dense_{i}")(x)
+        if batch_norm:
+            x = _batch_norm(f"batch_norm_{i}", virtual_batch_size)(x)
+        x = tf.keras.layers.ReLU(name=f"relu_{i}")(x)
+        if dropout:
+            x = tf.keras.layers.Dropout(dropout, name=f"dropout_{i}")(x)
+    return x
+
+
+def build_cnn(
+    inputs: tf.Tensor,
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    *,
+    filters: Sequence[int] = (32, 64),
+    kernel_size: int = 5,
+    dense: Sequence[int] = (256,),
+    batch_norm: bool = False,
+    dropout: float = 0.0,
+    virtual_batch_size: int | None = None,
+) -> tf.Tensor:
+    """A small C1-like network: per entry of ``filters`` a conv [+ BN] + ReLU + 2x max-pool,
+    then Flatten and one Dense + ReLU per entry of ``dense``."""
+    x, rank = _spatial_input(inputs, input_shape)
+    for i, width in enumerate(filters):
+        x = _conv(rank, width, kernel_size, f"conv_{i}", use_bias=not batch_norm)(x)
+        if batch_norm:
+            x = _batch_norm(f"batch_norm_{i}", virtual_batch_size)(x)
+        x = tf.keras.layers.ReLU(name=f"relu_{i}")(x)
+        x = _max_pool(rank, f"pool_{i}")(x)
+    x = tf.keras.layers.Flatten(name="flatten")(x)
+    for i, width in enumerate(dense):
+        x = tf.keras.layers.Dense(width, activation="relu", name=f"dense_{i}")(x)
+        if dropout:
+            x = tf.keras.layers.Dropout(dropout, name=f"dropout_{i}")(x)
+    return x
+
+
+def build_resnet(
+    inputs: tf.Tensor,
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    *,
+    widths: Sequence[int] = (16, 32, 64),
+    blocks_per_stage: int = 1,
+    virtual_batch_size: int | None = None,
+) -> tf.Tensor:
+    """A small pre-pooling ResNet: a 3x3 stem, then per stage ``blocks_per_stage`` basic
+    blocks (conv-BN-ReLU-conv-BN + shortcut, ReLU); stages after the first halve the
+    resolution; global average pooling at the end. Every BN uses ``virtual_batch_size``."""
+    x, rank = _spatial_input(inputs, input_shape)
+    x = _conv(rank, widths[0], 3, "stem_conv", use_bias=False)(x)
+    x = _batch_norm("stem_batch_norm", virtual_batch_size)(x)
+    x = tf.keras.layers.ReLU(name="stem_relu")(x)
+    for stage, width in enumerate(widths):
+        for block in range(blocks_per_stage):
+            strides = 2 if stage > 0 and block == 0 else 1
+            prefix = f"stage{stage}_block{block}"
+            shortcut = x
+            y = _conv(rank, width, 3, f"{prefix}_conv_a", strides=strides, use_bias=False)(x)
+            y = _batch_norm(f"{prefix}_batch_norm_a", virtual_batch_size)(y)
+            y = tf.keras.layers.ReLU(name=f"{prefix}_relu_a")(y)
+            y = _conv(rank, width, 3, f"{prefix}_conv_b", use_bias=False)(y)
+            y = _batch_norm(f"{prefix}_batch_norm_b", virtual_batch_size)(y)
+            if strides != 1 or shortcut.shape[-1] != width:
+                shortcut = _conv(rank, width, 1, f"{prefix}_projection", strides=strides, use_bias=False)(shortcut)
+                shortcut = _batch_norm(f"{prefix}_projection_batch_norm", virtual_batch_size)(shortcut)
+            x = tf.keras.layers.ReLU(name=f"{prefix}_relu_out")(tf.keras.layers.Add(name=f"{prefix}_add")([y, shortcut]))
+    return _global_pool(rank)(x)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelInfo:
+    """One registry entry: the body builder and what it is."""
+
+    name: str
+    description: str
+    build_body: Callable[..., tf.Tensor]
+
+
+MODELS: dict[str, ModelInfo] = {
+    info.name: info
+    for info in (
+        ModelInfo("mlp", "Keskar F1 fully connected net; options widths, batch_norm, dropout", build_mlp),
+        ModelInfo("cnn", "small C1-like conv net; options filters, kernel_size, dense, batch_norm, dropout", build_cnn),
+        ModelInfo("resnet", "small residual net with BN; options widths, blocks_per_stage", build_resnet),
+    )
+}
+
+
+def build_model(
+    name: str,
+    input_shape: Sequence[int],
+    num_classes: int,
+    *,
+    seed: int | None = None,
+    **options,
+) -> tf.keras.Model:
+    """Builds model ``name`` (a key of ``MODELS``) ending in a Dense layer of logits.
+
+    Args:
+      name: ``mlp``, ``cnn`` or ``resnet``.
+      input_shape: shape of one sample, without the batch axis.
+      num_classes: width of the logits.
+      seed: when given, ``tf.keras.utils.set_random_seed(seed)`` runs first, so the same
+        seed gives the same initial weights in every process.
+      **options: the model's own options, plus ``virtual_batch_size`` for every batch
+        normalization layer (ghost BN).
+    """
+    if name not in MODELS:
+        raise ModelError(f"unknown model {name!r} (allowed: {', '.join(MODELS)})")
+    if seed is not None:
+        tf.keras.utils.set_random_seed(seed)
+    input_shape = tuple(int(d) for d in input_shape)
+    inputs = tf.keras.Input(shape=input_shape, name="inputs")
+    try:
+        body = MODELS[name].build_body(inputs, input_shape, num_classes, **options)
+    except TypeError as error:
+        raise ModelError(f"model {name!r}: bad option ({error})") from None
+    logits = tf.keras.layers.Dense(num_classes, name="logits")(body)
+    return tf.keras.Model(inputs, logits, name=name)
+
+
+def set_virtual_batch_size(model: tf.keras.Model, virtual_batch_size: int | None) -> tf.keras.Model:
+    """A copy of ``model`` (same weights) whose BatchNormalization layers all use
+    ``virtual_batch_size``: ghost batch norm over groups of that many samples.
+
+    Keras stores ghost-BN parameters with extra leading axes of size 1 ((1, 1, C) instead
+    of (C,)), so the weights are reshaped on the way across."""
+
+    def clone(layer: tf.keras.layers.Layer) -> tf.keras.layers.Layer:
+        config = layer.get_config()
+        if isinstance(layer, tf.keras.layers.BatchNormalization):
+            config["virtual_batch_size"] = virtual_batch_size
+        return layer.__class__.from_config(config)
+
+    copy = tf.keras.models.clone_model(model, clone_function=clone)
+    copy.set_weights([np.reshape(value, target.shape) for value, target in zip(model.get_weights(), copy.weights)])
+    return copy

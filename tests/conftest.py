@@ -1,0 +1,31 @@
+"""Shared test set-up: quiet TensorFlow, a private cache dir, helpers to run the CLI."""
+
+import os
+import subprocess
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import pytest
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path_factory, monkeypatch):
+    """Every test gets its own ``$XDG_CACHE_HOME`` so generated datasets never leak between tests."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+
+
+def run_python(code: str, *args: str, cwd=None, timeout=300) -> subprocess.CompletedProcess:
+    """Runs ``code`` in a fresh Python process (the venv's interpreter)."""
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=cwd or REPO_ROOT, timeout=timeout
+    )
+
+
+def run_cli(*args: str, cwd=None, timeout=300) -> subprocess.CompletedProcess:
+    """Runs ``lbtrain ARGS`` as a user would, in a fresh process."""
+    return subprocess.run(
+        [sys.executable, "-m", "lbtrain.cli", *args], capture_output=True, text=True, cwd=cwd or REPO_ROOT, timeout=timeout
+    )
