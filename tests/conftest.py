@@ -29,3 +29,11 @@ def run_cli(*args: str, cwd=None, timeout=300) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "lbtrain.cli", *args], capture_output=True, text=True, cwd=cwd or REPO_ROOT, timeout=timeout
     )
+
+
+def run_horovod(script: str, *args: str, np: int = 2, timeout=300) -> subprocess.CompletedProcess:
+    """Runs ``tests/horovod_jobs/SCRIPT ARGS`` under ``horovodrun -np NP`` with Gloo on this machine."""
+    horovodrun = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+    command = [horovodrun, "-np", str(np), "-H", f"localhost:{np}", "--gloo", sys.executable,
+               os.path.join(REPO_ROOT, "tests", "horovod_jobs", script), *args]
+    return subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT, timeout=timeout)

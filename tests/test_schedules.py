@@ -1,0 +1,284 @@
+"""Every schedule against a NumPy reference at the steps that matter (0, end of warmup,
+around every decay boundary, the end), directly and after a serialization round trip."""
+
+import math
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import run_python
+from lbtrain.schedules import Constant, ScheduleError, Warmup, build_schedule, schedule_values
+
+schedules = tf.keras.optimizers.schedules
+
+
+# ---------------------------------------------------------------- NumPy references
+
+
+def ref_warmup(step, target, warmup, start, after=None, offset=True):
+    if step < warmup:
+        return start + (target - start) * (step + 1) / warmup
+    if after is None:
+        return target
+    return after(step - warmup if offset else step)
+
+
+def ref_exponential(lr, period, rate, staircase=False):
+    return lambda s: lr * rate ** ((s // period) if staircase else s / period)
+
+
+def ref_piecewise(boundaries, values):
+    """Keras semantics: value i while step <= boundary i."""
+    return lambda s: values[sum(s > b for b in boundaries)]
+
+
+def ref_cosine(lr, decay_steps, alpha=0.0):
+    return lambda s: lr * ((1 - alpha) * 0.5 * (1 + math.cos(math.pi * min(s, decay_steps) / decay_steps)) + alpha)
+
+
+def ref_polynomial(lr, decay_steps, end, power=1.0):
+    return lambda s: (lr - end) * (1 - min(s, decay_steps) / decay_steps) ** power + end
+
+
+def round_trip(schedule):
+    """get_config -> from_config, then Keras's serialize -> deserialize (the optimizer's path)."""
+    rebuilt = schedule.__class__.from_config(schedule.get_config())
+    return schedules.deserialize(schedules.serialize(rebuilt))
+
+
+def assert_matches(schedule, reference, steps):
+    for candidate in (schedule, round_trip(schedule)):
+        got = [float(candidate(tf.constant(s, tf.int64))) for s in steps]
+        np.testing.assert_allclose(got, [reference(s) for s in steps], rtol=1e-5, err_msg=type(candidate).__name__)
+
+
+# Each case: (schedule, NumPy reference, the steps that matter). Drives the contract tests.
+CASES = {
+    "constant": (Constant(0.4), lambda s: 0.4, [0, 1, 10**6]),
+    "warmup_alone": (Warmup(3.2, 500, start_lr=0.1), lambda s: ref_warmup(s, 3.2, 500, 0.1), [0, 1, 498, 499, 500, 501, 10**5]),
+    "warmup_from_scaling_factor": (Warmup(3.2, 10, scaling_factor=32), lambda s: ref_warmup(s, 3.2, 10, 0.1), [0, 9, 10]),
+    "warmup_from_zero": (Warmup(1.0, 4), lambda s: ref_warmup(s, 1.0, 4, 0.0), [0, 1, 2, 3, 4]),
+    "warmup_exponential": (
+        Warmup(2.0, 20, after=schedules.ExponentialDecay(2.0, 10, 0.5), start_lr=0.5),
+        lambda s: ref_warmup(s, 2.0, 20, 0.5, ref_exponential(2.0, 10, 0.5)),
+        [0, 19, 20, 21, 25, 30, 40],
+    ),
+    "warmup_exponential_staircase": (
+        Warmup(2.0, 20, after=schedules.ExponentialDecay(2.0, 10, 0.5, staircase=True), start_lr=0.5),
+        lambda s: ref_warmup(s, 2.0, 20, 0.5, ref_exponential(2.0, 10, 0.5, True)),
+        [19, 20, 29, 30, 31, 39, 40],
+    ),
+    "warmup_piecewise": (
+        Warmup(1.0, 10, after=schedules.PiecewiseConstantDecay([99, 199], [1.0, 0.1, 0.01]), start_lr=0.25),
+        lambda s: ref_warmup(s, 1.0, 10, 0.25, ref_piecewise([99, 199], [1.0, 0.1, 0.01])),
+        [0, 9, 10, 108, 109, 110, 208, 209, 210],
+    ),
+    "warmup_piecewise_not_offset": (
+        Warmup(1.0, 10, after=schedules.PiecewiseConstantDecay([99], [1.0, 0.1]), start_lr=0.25, offset_after=False),
+        lambda s: ref_warmup(s, 1.0, 10, 0.25, ref_piecewise([99], [1.0, 0.1]), offset=False),
+        [9, 10, 98, 99, 100, 101],
+    ),
+    "warmup_cosine": (
+        Warmup(0.8, 50, after=schedules.CosineDecay(0.8, 200, alpha=0.1), start_lr=0.1),
+        lambda s: ref_warmup(s, 0.8, 50, 0.1, ref_cosine(0.8, 200, 0.1)),
+        [0, 49, 50, 51, 150, 249, 250, 251, 1000],
+    ),
+    "warmup_polynomial": (
+        Warmup(0.8, 50, after=schedules.PolynomialDecay(0.8, 100, 0.008, power=2.0), start_lr=0.1),
+        lambda s: ref_warmup(s, 0.8, 50, 0.1, ref_polynomial(0.8, 100, 0.008, 2.0)),
+        [0, 49, 50, 51, 100, 149, 150, 151],
+    ),
+    "warmup_nested_warmup": (
+        Warmup(1.0, 5, after=Warmup(2.0, 5, start_lr=1.0), start_lr=0.5),
+        lambda s: ref_warmup(s, 1.0, 5, 0.5, lambda t: ref_warmup(t, 2.0, 5, 1.0)),
+        [0, 4, 5, 9, 10, 11],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_schedule_matches_reference_before_and_after_round_trip(case):
+    schedule, reference, steps = CASES[case]
+    assert_matches(schedule, reference, steps)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_schedule_values_evaluates_every_step_at_once(case):
+    schedule, reference, steps = CASES[case]
+    count = min(max(steps) + 1, 400)
+    np.testing.assert_allclose(schedule_values(schedule, count), [reference(s) for s in range(count)], rtol=1e-5)
+
+
+def test_warmup_first_step_is_never_zero_and_last_warmup_step_is_the_target():
+    schedule = Warmup(3.2, 500)
+    assert float(schedule(0)) == pytest.approx(3.2 / 500, rel=1e-6) and float(schedule(0)) > 0
+    assert float(schedule(499)) == pytest.approx(3.2, rel=1e-7)
+
+
+# ---------------------------------------------------------------- build_schedule
+
+
+def build(spec, **overrides):
+    kwargs = dict(steps_per_epoch=10, base_lr=0.1, base_batch=256, global_batch=8192, total_epochs=20)
+    kwargs.update(overrides)
+    return build_schedule(spec, **kwargs)
+
+
+def test_build_linear_warmup_starts_at_unscaled_lr_and_reaches_scaled_lr():
+    schedule = build({"rule": "linear", "warmup_epochs": 2})
+    assert isinstance(schedule, Warmup)
+    assert float(schedule(0)) == pytest.approx(0.1 + 3.1 / 20, rel=1e-6)
+    assert float(schedule(19)) == pytest.approx(3.2, rel=1e-6)
+    assert float(schedule(20)) == pytest.approx(3.2, rel=1e-6)
+
+
+def test_build_without_warmup_or_decay_is_a_constant_scaled_lr():
+    schedule = build({"rule": "sqrt"})
+    assert isinstance(schedule, Constant)
+    assert float(schedule(12345)) == pytest.approx(0.1 * math.sqrt(32), rel=1e-6)
+
+
+def test_build_explicit_warmup_start():
+    schedule = build({"rule": "linear", "warmup_epochs": 1, "warmup_start": 0.0})
+    assert float(schedule(0)) == pytest.approx(3.2 / 10, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    "decay, reference, steps",
+    [
+        ({"type": "exponential", "rate": 0.5, "period_epochs": 2},
+         lambda s: ref_warmup(s, 3.2, 10, 0.1, ref_exponential(3.2, 20, 0.5)), [0, 9, 10, 11, 30, 50]),
+        ({"type": "exponential", "rate": 0.5, "period_epochs": 2, "staircase": True},
+         lambda s: ref_warmup(s, 3.2, 10, 0.1, ref_exponential(3.2, 20, 0.5, True)), [10, 29, 30, 31, 49, 50]),
+        ({"type": "step", "boundaries": [5, 10], "factor": 0.1},
+         lambda s: ref_warmup(s, 3.2, 10, 0.1, ref_piecewise([49, 99], [3.2, 0.32, 0.032])), [9, 10, 58, 59, 60, 109, 110]),
+        ({"type": "step", "boundaries": [5], "multipliers": [1.0, 0.25]},
+         lambda s: ref_warmup(s, 3.2, 10, 0.1, ref_piecewise([49], [3.2, 0.8])), [59, 60]),
+        ({"type": "cosine", "alpha": 0.01},
+         lambda s: ref_warmup(s, 3.2, 10, 0.1, ref_cosine(3.2, 190, 0.01)), [0, 9, 10, 11, 104, 199, 200]),
+        ({"type": "cosine", "decay_epochs": 5},
+         lambda s: ref_warmup(s, 3.2, 10, 0.1, ref_cosine(3.2, 50)), [10, 35, 60, 61]),
+        ({"type": "polynomial", "end_factor": 0.01, "power": 2.0},
+         lambda s: ref_warmup(s, 3.2, 10, 0.1, ref_polynomial(3.2, 190, 0.032, 2.0)), [9, 10, 11, 100, 199, 200]),
+    ],
+    ids=["exponential", "exponential_staircase", "step_factor", "step_multipliers", "cosine_rest_of_training", "cosine_fixed", "polynomial"],
+)
+def test_build_every_decay_type_after_one_epoch_of_warmup(decay, reference, steps):
+    schedule = build({"rule": "linear", "warmup_epochs": 1, "decay": decay})
+    assert_matches(schedule, reference, steps)
+
+
+def test_build_step_boundary_applies_from_the_first_step_of_that_epoch():
+    schedule = build({"rule": "none", "decay": {"type": "step", "boundaries": [3]}})
+    assert float(schedule(29)) == pytest.approx(0.1) and float(schedule(30)) == pytest.approx(0.01)
+
+
+def test_build_decay_not_offset_counts_from_step_zero():
+    schedule = build({"rule": "linear", "warmup_epochs": 1, "offset_decay": False, "decay": {"type": "cosine"}})
+    assert_matches(schedule, lambda s: ref_warmup(s, 3.2, 10, 0.1, ref_cosine(3.2, 200), offset=False), [9, 10, 100, 200])
+
+
+@pytest.mark.parametrize(
+    "spec, overrides, message",
+    [
+        ({"rule": "cubic"}, {}, r"lr.rule must be one of 'linear', 'sqrt', 'none' or a float exponent, got 'cubic'"),
+        ({"rul": "linear"}, {}, r"lr: unknown key 'rul' \(allowed: rule, warmup_epochs, warmup_start, decay, offset_decay\)"),
+        ({"warmup_epochs": -1}, {}, r"lr.warmup_epochs must be a non-negative number, got -1"),
+        ({"warmup_epochs": 1, "warmup_start": 5.0}, {}, r"lr.warmup_start must be a number in \[0, 3.2\]"),
+        ({"decay": {"type": "cosin"}}, {}, r"lr.decay.type: unknown decay 'cosin' \(allowed: none, exponential, step, cosine, polynomial\)"),
+        ({"decay": {"type": "exponential"}}, {}, r"lr.decay.rate is required"),
+        ({"decay": {"type": "exponential", "rate": 0.5, "every": 2}}, {}, r"lr.decay: unknown key 'every' \(allowed: rate, period_epochs, staircase\)"),
+        ({"decay": {"type": "step", "boundaries": [10, 5]}}, {}, r"lr.decay.boundaries must be strictly increasing"),
+        ({"decay": {"type": "step", "boundaries": [5], "multipliers": [1.0]}}, {}, r"lr.decay.multipliers must be a list of len\(boundaries\) \+ 1 = 2"),
+        ({"decay": {"type": "cosine"}}, {"total_epochs": None}, r"lr.decay.decay_epochs is required"),
+        ({"decay": {"type": "cosine", "alpha": 2}}, {}, r"lr.decay.alpha must be a number in \[0, 1\], got 2"),
+        ({"decay": {"type": "polynomial", "power": 0}}, {}, r"lr.decay.power must be a positive number, got 0"),
+        ({"decay": "cosine"}, {}, r"lr.decay must be a mapping, got str"),
+        ({}, {"base_lr": 0}, r"base_lr must be a positive number, got 0"),
+    ],
+)
+def test_bad_specs_name_the_field(spec, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        build(spec, **overrides)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: Warmup(0.0, 10), r"target_lr must be a positive number, got 0.0"),
+        (lambda: Warmup(1.0, -1), r"warmup_steps must be a non-negative integer, got -1"),
+        (lambda: Warmup(1.0, 10, start_lr=0.1, scaling_factor=2), r"give start_lr or scaling_factor, not both"),
+        (lambda: Warmup(1.0, 10, after=lambda s: 1.0), r"after must be a LearningRateSchedule or None, got function"),
+        (lambda: Warmup(1.0, 10, start_lr=2.0), r"start_lr must be a number in \[0, target_lr=1.0\]"),
+    ],
+)
+def test_bad_warmup_arguments(call, message):
+    with pytest.raises(ScheduleError, match=message):
+        call()
+
+
+# ---------------------------------------------------------------- saved models, Horovod
+
+
+SAVE_AND_TRAIN = textwrap.dedent(
+    """
+    import sys, json
+    import numpy as np, tensorflow as tf
+    import lbtrain
+    from lbtrain.schedules import build_schedule
+    schedule = build_schedule({"rule": "linear", "warmup_epochs": 1, "decay": {"type": "step", "boundaries": [2]}},
+                              steps_per_epoch=3, base_lr=0.05, base_batch=8, global_batch=16, total_epochs=4)
+    model = lbtrain.build_model("mlp", (4,), 3, widths=[5], seed=0)
+    model.compile(optimizer=tf.keras.optimizers.SGD(schedule, momentum=0.9), loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    rng = np.random.default_rng(0)
+    model.fit(rng.standard_normal((16, 4)), rng.integers(0, 3, 16), batch_size=8, epochs=1, verbose=0)
+    model.save(sys.argv[1])
+    print(json.dumps([float(schedule(s)) for s in range(10)]))
+    """
+)
+
+LOAD = textwrap.dedent(
+    """
+    import sys, json
+    import tensorflow as tf
+    import lbtrain
+    model = tf.keras.models.load_model(sys.argv[1])
+    schedule = model.optimizer.learning_rate if not hasattr(model.optimizer, "_learning_rate") else model.optimizer._learning_rate
+    print(json.dumps({"class": type(schedule).__name__, "iterations": int(model.optimizer.iterations.numpy()),
+                      "values": [float(schedule(s)) for s in range(10)]}))
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("suffix", ["model.keras", "savedmodel"])
+def test_saved_model_reloads_schedule_in_a_fresh_process_without_custom_objects(tmp_path, suffix):
+    import json
+
+    path = str(tmp_path / suffix)
+    saved = run_python(SAVE_AND_TRAIN, path)
+    assert saved.returncode == 0, saved.stderr[-2000:]
+    loaded = run_python(LOAD, path)
+    assert loaded.returncode == 0, loaded.stderr[-2000:]
+    result = json.loads(loaded.stdout.strip().splitlines()[-1])
+    assert result["class"] == "Warmup"
+    if suffix.endswith(".keras"):
+        # The .keras format restores optimizer variables at load; the SavedModel format
+        # defers them until the first update, so only here can they be read back.
+        assert result["iterations"] == 2
+    np.testing.assert_allclose(result["values"], json.loads(saved.stdout.strip().splitlines()[-1]), rtol=1e-7)
+
+
+def test_horovod_distributed_optimizer_rebuild_keeps_the_schedule():
+    """hvd.DistributedOptimizer rebuilds the optimizer with from_config(get_config()) (the
+    failure of horovod issue 2386 with custom schedules)."""
+    import horovod.tensorflow.keras as hvd
+
+    hvd.init()
+    schedule = build({"rule": "linear", "warmup_epochs": 1, "decay": {"type": "cosine"}})
+    wrapped = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(schedule, momentum=0.9))
+    rebuilt = wrapped._learning_rate
+    assert isinstance(rebuilt, Warmup) and isinstance(rebuilt.after, schedules.CosineDecay)
+    np.testing.assert_allclose(schedule_values(rebuilt, 200), schedule_values(schedule, 200), rtol=1e-7)
