@@ -13,6 +13,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from lbtrain.callbacks import LearningRateLogger, LearningRateWarmup  # noqa: E402
 from lbtrain.data import DATASETS, Dataset, DatasetError, load_dataset, make_input_pipeline, steps_per_epoch  # noqa: E402
 from lbtrain.models import MODELS, ModelError, build_model, set_virtual_batch_size  # noqa: E402
+from lbtrain.optimizers import LAMB, LARS  # noqa: E402
 from lbtrain.scaling import global_batch_size, scale_learning_rate, scaling_exponent, scaling_factor  # noqa: E402
 from lbtrain.schedules import (  # noqa: E402
     DECAYS,
@@ -33,6 +34,8 @@ __all__ = [
     "DECAYS",
     "Dataset",
     "DatasetError",
+    "LAMB",
+    "LARS",
     "LearningRateLogger",
     "LearningRateWarmup",
     "MODELS",

@@ -1,0 +1,93 @@
+"""LAMB: layer-wise adaptive moments (You et al. 2019, "Large Batch Optimization for Deep
+Learning: Training BERT in 76 minutes", arXiv:1904.00962, Algorithm 2)."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import tensorflow as tf
+
+from lbtrain.optimizers._layerwise import DEFAULT_EXCLUDE, LayerwiseAdaptiveOptimizer, _check_number, trust_ratio
+
+
+@tf.keras.utils.register_keras_serializable(package="lbtrain")
+class LAMB(LayerwiseAdaptiveOptimizer):
+    """Adam moments, decoupled weight decay and a per-variable trust ratio.
+
+    Per variable ``w`` with gradient ``g`` at step ``t`` (1-based)::
+
+        m = beta_1 * m + (1 - beta_1) * g
+        v = beta_2 * v + (1 - beta_2) * g**2
+        r = (m / (1 - beta_1**t)) / (sqrt(v / (1 - beta_2**t)) + epsilon)
+        u = r + wd * w                      (wd = 0 where excluded from weight decay)
+        trust = ||w|| / ||u||               (1 where a norm is 0 or excluded from adaptation)
+        w = w - lr * trust * u
+
+    Args:
+      learning_rate: a float or any ``LearningRateSchedule``.
+      beta_1, beta_2: moment decay rates in [0, 1).
+      epsilon: added to the denominator of ``r`` (> 0).
+      weight_decay: ``wd`` >= 0.
+      exclude_from_weight_decay: regexes on variable names with no weight decay; by default
+        biases and normalization parameters.
+      exclude_from_layer_adaptation: regexes on variable names whose trust ratio is 1 (their
+        update is plain Adam with decay); None means the same list as weight decay.
+      **kwargs: the base optimizer's arguments.
+    """
+
+    def __init__(
+        self,
+        learning_rate=1e-3,
+        beta_1: float = 0.9,
+        beta_2: float = 0.999,
+        epsilon: float = 1e-6,
+        weight_decay: float = 0.01,
+        exclude_from_weight_decay: Iterable[str] | None = DEFAULT_EXCLUDE,
+        exclude_from_layer_adaptation: Iterable[str] | None = None,
+        name: str = "LAMB",
+        **kwargs,
+    ):
+        super().__init__(
+            learning_rate=learning_rate,
+            weight_decay=weight_decay,
+            exclude_from_weight_decay=exclude_from_weight_decay,
+            exclude_from_layer_adaptation=exclude_from_layer_adaptation,
+            name=name,
+            **kwargs,
+        )
+        self.beta_1 = _check_number("LAMB", "beta_1", beta_1, low=0, low_inclusive=True, high=1)
+        self.beta_2 = _check_number("LAMB", "beta_2", beta_2, low=0, low_inclusive=True, high=1)
+        self.epsilon = _check_number("LAMB", "epsilon", epsilon, low=0, low_inclusive=False)
+
+    def build(self, var_list):
+        super().build(var_list)
+        if hasattr(self, "_built") and self._built:
+            return
+        self._first_moments = [self.add_variable_from_reference(variable, "m") for variable in var_list]
+        self._second_moments = [self.add_variable_from_reference(variable, "v") for variable in var_list]
+        self._built = True
+
+    def update_step(self, gradient, variable):
+        dtype = variable.dtype
+        lr = tf.cast(self.learning_rate, dtype)
+        step = tf.cast(self.iterations + 1, dtype)
+        index = self._index_dict[self._var_key(variable)]
+        first, second = self._first_moments[index], self._second_moments[index]
+        gradient = tf.convert_to_tensor(gradient)
+
+        first.assign(self.beta_1 * first + (1 - self.beta_1) * gradient)
+        second.assign(self.beta_2 * second + (1 - self.beta_2) * tf.square(gradient))
+        first_hat = first / (1 - tf.pow(tf.constant(self.beta_1, dtype), step))
+        second_hat = second / (1 - tf.pow(tf.constant(self.beta_2, dtype), step))
+        update = first_hat / (tf.sqrt(second_hat) + self.epsilon)
+        if self._decays(variable):
+            update += self.weight_decay * variable
+        step_size = lr
+        if self._adapts(variable):
+            step_size = lr * trust_ratio(tf.norm(variable), tf.norm(update))
+        variable.assign_sub(step_size * update)
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update({"beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon})
+        return config

@@ -1,0 +1,130 @@
+"""LARS: layer-wise adaptive rate scaling (You, Gitman, Ginsburg 2017, "Large Batch Training
+of Convolutional Networks", arXiv:1708.03888, Algorithm 1)."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import tensorflow as tf
+
+from lbtrain.optimizers._layerwise import DEFAULT_EXCLUDE, LayerwiseAdaptiveOptimizer, _check_number, trust_ratio
+
+
+@tf.keras.utils.register_keras_serializable(package="lbtrain")
+class LARS(LayerwiseAdaptiveOptimizer):
+    """Momentum SGD whose step is scaled per variable by a trust ratio.
+
+    Per variable ``w`` with gradient ``g``, weight decay ``wd`` (0 where the variable's name
+    matches ``exclude_from_weight_decay``) and learning rate ``lr``::
+
+        g'    = g + wd * w
+        trust = eta * ||w|| / (||g|| + wd * ||w|| + epsilon)     (Algorithm 1, eq. 6)
+
+    with ``trust = 1`` where a norm is 0 or the name matches ``exclude_from_layer_adaptation``.
+
+    Classic momentum (``classic_momentum=True``, as the paper)::
+
+        v = m * v + lr * trust * g'
+        w = w - v                                  (nesterov: w = w - (m * v + lr * trust * g'))
+
+    Non-classic momentum (the LR and trust ratio applied after the momentum, as in TF's
+    Model Garden)::
+
+        v = m * v + g'
+        u = v                                      (nesterov: u = m * v + g')
+        trust' = eta * ||w|| / (||u|| + epsilon)   (1 where a norm is 0 or excluded)
+        w = w - lr * trust' * u
+
+    Args:
+      learning_rate: a float or any ``LearningRateSchedule`` (the global LR of the paper).
+      momentum: ``m`` in [0, 1).
+      weight_decay: ``wd`` >= 0, coupled into the gradient as in the paper.
+      eta: the trust coefficient (> 0).
+      epsilon: added to the trust ratio's denominator (>= 0).
+      nesterov: Nesterov momentum.
+      classic_momentum: see above.
+      exclude_from_weight_decay: regexes on variable names that get no weight decay;
+        by default biases and batch-norm parameters.
+      exclude_from_layer_adaptation: regexes on variable names whose trust ratio is 1;
+        None means the same list as ``exclude_from_weight_decay``.
+      **kwargs: the base optimizer's arguments (``clipnorm``, ``global_clipnorm``, ...).
+
+    Example::
+
+        model.compile(optimizer=LARS(build_schedule(...), momentum=0.9, weight_decay=5e-4), ...)
+    """
+
+    def __init__(
+        self,
+        learning_rate=0.1,
+        momentum: float = 0.9,
+        weight_decay: float = 1e-4,
+        eta: float = 1e-3,
+        epsilon: float = 0.0,
+        nesterov: bool = False,
+        classic_momentum: bool = True,
+        exclude_from_weight_decay: Iterable[str] | None = DEFAULT_EXCLUDE,
+        exclude_from_layer_adaptation: Iterable[str] | None = None,
+        name: str = "LARS",
+        **kwargs,
+    ):
+        super().__init__(
+            learning_rate=learning_rate,
+            weight_decay=weight_decay,
+            exclude_from_weight_decay=exclude_from_weight_decay,
+            exclude_from_layer_adaptation=exclude_from_layer_adaptation,
+            name=name,
+            **kwargs,
+        )
+        self.momentum = _check_number("LARS", "momentum", momentum, low=0, low_inclusive=True, high=1)
+        self.eta = _check_number("LARS", "eta", eta, low=0, low_inclusive=False)
+        self.epsilon = _check_number("LARS", "epsilon", epsilon, low=0, low_inclusive=True)
+        self.nesterov = bool(nesterov)
+        self.classic_momentum = bool(classic_momentum)
+
+    def build(self, var_list):
+        super().build(var_list)
+        if hasattr(self, "_built") and self._built:
+            return
+        self.momentums = [self.add_variable_from_reference(variable, "m") for variable in var_list]
+        self._built = True
+
+    def update_step(self, gradient, variable):
+        dtype = variable.dtype
+        lr = tf.cast(self.learning_rate, dtype)
+        momentum = tf.constant(self.momentum, dtype)
+        velocity = self.momentums[self._index_dict[self._var_key(variable)]]
+        gradient = tf.convert_to_tensor(gradient)
+        weight_decay = self.weight_decay if self._decays(variable) else 0.0
+        decayed = gradient + weight_decay * variable if weight_decay else gradient
+        adapts = self._adapts(variable)
+
+        if self.classic_momentum:
+            step_size = lr
+            if adapts:
+                weight_norm = tf.norm(variable)
+                denominator = tf.norm(gradient) + weight_decay * weight_norm + self.epsilon
+                step_size = lr * trust_ratio(weight_norm, denominator, self.eta)
+            velocity.assign(momentum * velocity + step_size * decayed)
+            update = momentum * velocity + step_size * decayed if self.nesterov else velocity
+            variable.assign_sub(update)
+        else:
+            velocity.assign(momentum * velocity + decayed)
+            update = momentum * velocity + decayed if self.nesterov else velocity
+            step_size = lr
+            if adapts:
+                step_size = lr * trust_ratio(tf.norm(variable), tf.norm(update) + self.epsilon, self.eta)
+            variable.assign_sub(step_size * update)
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update(
+            {
+                "momentum": self.momentum,
+                "eta": self.eta,
+                "epsilon": self.epsilon,
+                "nesterov": self.nesterov,
+                "classic_momentum": self.classic_momentum,
+            }
+        )
+        return config

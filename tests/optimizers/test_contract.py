@@ -1,0 +1,147 @@
+"""The contract every lbtrain optimizer keeps, driven by one registry: full serialization
+(exclude lists and schedule included), Keras save/load in a fresh process, Horovod's
+rebuild, XLA, and a real `horovodrun -np 2` run."""
+
+import copy
+import json
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import run_horovod, run_python
+from lbtrain.models import build_model
+from lbtrain.optimizers import LAMB, LARS
+from lbtrain.schedules import Warmup
+from reference import gradient_steps, run_keras, variable_set
+
+# Each entry builds an optimizer with non-default settings from a learning rate.
+OPTIMIZERS = {
+    "lars": lambda lr: LARS(lr, momentum=0.8, weight_decay=5e-4, eta=0.01, nesterov=True,
+                            exclude_from_weight_decay=[r"bias", r"logits"], exclude_from_layer_adaptation=[r"bias"]),
+    "lars_non_classic": lambda lr: LARS(lr, classic_momentum=False, epsilon=1e-6, exclude_from_weight_decay=[r"gamma"]),
+    "lamb": lambda lr: LAMB(lr, beta_1=0.85, weight_decay=0.02, exclude_from_weight_decay=[r"bias"],
+                            exclude_from_layer_adaptation=[r"logits"]),
+}
+LEARNING_RATES = {"float": lambda: 0.05, "schedule": lambda: Warmup(0.05, 3, start_lr=0.01)}
+
+
+def updates_equal(first, second, steps=4):
+    weights = variable_set()
+    grads = gradient_steps(weights, steps)
+    a, b = run_keras(first, weights, grads), run_keras(second, weights, grads)
+    for name in weights:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+@pytest.mark.parametrize("learning_rate", LEARNING_RATES)
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_config_round_trip_keeps_everything(name, learning_rate):
+    optimizer = OPTIMIZERS[name](LEARNING_RATES[learning_rate]())
+    config = optimizer.get_config()
+    rebuilt = type(optimizer).from_config(copy.deepcopy(config))  # Keras's from_config edits its argument
+    assert rebuilt.get_config() == config
+    assert rebuilt._exclude_from_weight_decay_names == optimizer._exclude_from_weight_decay_names
+    assert rebuilt.exclude_from_layer_adaptation_names == optimizer.exclude_from_layer_adaptation_names
+    via_keras = tf.keras.optimizers.deserialize(tf.keras.optimizers.serialize(optimizer))
+    assert type(via_keras) is type(optimizer) and via_keras.get_config() == config
+    updates_equal(OPTIMIZERS[name](LEARNING_RATES[learning_rate]()), rebuilt)
+
+
+def test_default_layer_adaptation_mask_follows_weight_decay_mask_through_config():
+    optimizer = LARS(exclude_from_weight_decay=[r"logits"])
+    assert optimizer.exclude_from_layer_adaptation_names == [r"logits"]
+    assert LARS.from_config(optimizer.get_config()).exclude_from_layer_adaptation_names == [r"logits"]
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_horovod_distributed_optimizer_rebuild_keeps_exclude_lists_and_schedule(name):
+    """Model Garden's LARS loses its exclude lists exactly here: hvd rebuilds from get_config()."""
+    import horovod.tensorflow.keras as hvd
+
+    hvd.init()
+    optimizer = OPTIMIZERS[name](Warmup(0.05, 3, start_lr=0.01))
+    wrapped = hvd.DistributedOptimizer(optimizer)
+    assert isinstance(wrapped, type(optimizer)) and isinstance(wrapped._learning_rate, Warmup)
+    assert wrapped.get_config() == optimizer.get_config()
+    updates_equal(OPTIMIZERS[name](Warmup(0.05, 3, start_lr=0.01)), wrapped)
+
+
+def fit_steps(optimizer, *, jit_compile, steps=3):
+    model = build_model("cnn", (8, 8, 1), 3, filters=[4], dense=[8], batch_norm=True, seed=0)
+    model.compile(optimizer=optimizer, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  jit_compile=jit_compile)
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((8 * steps, 8, 8, 1)).astype(np.float32), rng.integers(0, 3, 8 * steps)
+    model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+    return model.get_weights()
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_xla_compiled_train_step_matches_the_plain_one(name):
+    plain = fit_steps(OPTIMIZERS[name](Warmup(0.05, 2)), jit_compile=False)
+    compiled = fit_steps(OPTIMIZERS[name](Warmup(0.05, 2)), jit_compile=True)
+    for a, b in zip(plain, compiled):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+SAVE_LOAD = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np, tensorflow as tf
+    import lbtrain
+    from lbtrain.optimizers import LAMB, LARS
+    mode, path, name = sys.argv[1:4]
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((24, 6)).astype(np.float32), rng.integers(0, 3, 24)
+    if mode == "save":
+        schedule = lbtrain.Warmup(0.05, 3, start_lr=0.01, after=tf.keras.optimizers.schedules.CosineDecay(0.05, 10))
+        optimizer = {"lars": lambda: LARS(schedule, exclude_from_weight_decay=[r"logits"], exclude_from_layer_adaptation=[r"bias"]),
+                     "lamb": lambda: LAMB(schedule, exclude_from_weight_decay=[r"bias"], exclude_from_layer_adaptation=[r"logits"])}[name]()
+        model = lbtrain.build_model("mlp", (6,), 3, widths=[8], batch_norm=True, seed=0)
+        model.compile(optimizer=optimizer, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.fit(x[:16], y[:16], batch_size=8, shuffle=False, verbose=0)
+        model.save(path)
+    else:
+        model = tf.keras.models.load_model(path)
+    model.fit(x[16:], y[16:], batch_size=8, shuffle=False, verbose=0)
+    config = model.optimizer.get_config()
+    print(json.dumps({"class": type(model.optimizer).__name__, "iterations": int(model.optimizer.iterations.numpy()),
+                      "schedule": config["learning_rate"]["registered_name"],
+                      "exclude": [config["exclude_from_weight_decay"], config["exclude_from_layer_adaptation"]],
+                      "weights": [w.tolist() for w in model.get_weights()]}))
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["lars", "lamb"])
+def test_saved_model_resumes_identically_in_a_fresh_process(tmp_path, name):
+    path = str(tmp_path / "model.keras")
+    results = {}
+    for mode in ("save", "load"):
+        result = run_python(SAVE_LOAD, mode, path, name)
+        assert result.returncode == 0, result.stderr[-3000:]
+        results[mode] = json.loads(result.stdout.strip().splitlines()[-1])
+    saved, loaded = results["save"], results["load"]
+    assert loaded["class"] == saved["class"] == name.upper()
+    assert loaded["schedule"] == "lbtrain>Warmup" and loaded["iterations"] == saved["iterations"] == 3
+    assert loaded["exclude"] == saved["exclude"] != [list(r) for r in ([], [])]
+    for a, b in zip(saved["weights"], loaded["weights"]):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.slow
+def test_lars_under_horovodrun_matches_one_process_with_the_global_batch(tmp_path):
+    out = tmp_path / "weights.npz"
+    result = run_horovod("lars_two_ranks.py", str(out))
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    weights = np.load(out)
+    names = sorted({key.split(":")[1] for key in weights.files})
+    for layer in names:
+        rank0, rank1, single = (weights[f"{who}:{layer}"] for who in ("rank0", "rank1", "single"))
+        np.testing.assert_array_equal(rank0, rank1)
+        np.testing.assert_allclose(rank0, single, atol=1e-5)
+    initial = weights["initial:0"]
+    assert not np.allclose(initial, weights["rank0:0"])
