@@ -38,7 +38,7 @@ data:
 	@sh scripts/install_fashion_mnist.sh
 
 run: setup
-	$(BIN)/python scripts/smoke.py
+	$(BIN)/lbtrain run experiments/quickstart.yaml
 
 test: setup
 	$(BIN)/python -m pytest -q

@@ -3,9 +3,13 @@
 lbtrain's own runs keep the learning rate in a schedule object (``lbtrain.schedules``);
 ``LearningRateWarmup`` is for models compiled with a float learning rate, the way Horovod's
 examples warm up, and ``LearningRateLogger`` records the rate actually applied either way.
+The trainer adds ``Throughput``, ``DivergenceGuard`` and ``GeneralizationGap`` to every run.
 """
 
 from __future__ import annotations
+
+import math
+import time
 
 import tensorflow as tf
 
@@ -96,3 +100,95 @@ class LearningRateLogger(tf.keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None and self.rates:
             logs["lr"] = self.rates[-1]
+
+
+class Throughput(tf.keras.callbacks.Callback):
+    """Global samples per second of each epoch's training steps, into ``logs["samples_per_second"]``.
+
+    Timed from the start of the epoch to the start of validation (or the epoch's end when
+    there is none), so validation and checkpointing are not counted; the first epoch
+    includes tracing. No per-step hook: it costs the training loop nothing.
+    """
+
+    def __init__(self, global_batch: int):
+        super().__init__()
+        self.global_batch = global_batch
+        self._epoch_start = 0.0
+        self._elapsed: float | None = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_start = time.perf_counter()
+        self._elapsed = None
+
+    def on_test_begin(self, logs=None):
+        if self._elapsed is None:
+            self._elapsed = time.perf_counter() - self._epoch_start
+
+    def on_epoch_end(self, epoch, logs=None):
+        elapsed = self._elapsed if self._elapsed is not None else time.perf_counter() - self._epoch_start
+        if logs is not None and elapsed > 0:
+            logs["samples_per_second"] = self.params["steps"] * self.global_batch / elapsed
+
+
+class DivergenceGuard(tf.keras.callbacks.Callback):
+    """Stops training when the loss diverges and says why (``reason``; None while healthy).
+
+    Diverged means a NaN/inf training loss, or an epoch's loss above ``factor`` times the
+    first epoch's. With ``every_step`` (one process) the step loss is checked after every
+    step. With several processes only the epoch loss is checked, after Horovod's
+    ``MetricAverageCallback`` has averaged it over ranks: every rank then takes the same
+    decision at the same point, and none is left waiting in an allreduce (a NaN gradient on
+    one rank reaches every rank's weights through the average anyway). A collective per step
+    would cost more than the step itself on small models.
+    """
+
+    def __init__(self, factor: float = 10.0, every_step: bool = True, first_epoch_loss: float | None = None):
+        super().__init__()
+        if not factor > 1:
+            raise ValueError(f"factor must be > 1, got {factor!r}")
+        self.factor = factor
+        self.every_step = every_step
+        self.first_epoch_loss = first_epoch_loss
+        self.reason: str | None = None
+        self._epoch = 0
+
+    def _stop(self, reason: str) -> None:
+        self.reason = reason
+        self.model.stop_training = True
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not self.every_step or self.reason is not None:
+            return
+        loss = float((logs or {}).get("loss", 0.0))
+        if not math.isfinite(loss):
+            self._stop(f"loss became {loss} at epoch {self._epoch + 1}, step {batch + 1}")
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.reason is not None:
+            return
+        loss = float((logs or {}).get("loss", math.nan))
+        if not math.isfinite(loss):
+            self._stop(f"loss became {loss} in epoch {epoch + 1}")
+        elif self.first_epoch_loss is None:
+            self.first_epoch_loss = loss
+        elif loss > self.factor * self.first_epoch_loss:
+            self._stop(
+                f"loss {loss:.4g} at epoch {epoch + 1} exceeds {self.factor:g} x the first epoch's {self.first_epoch_loss:.4g}"
+            )
+
+
+class GeneralizationGap(tf.keras.callbacks.Callback):
+    """Per epoch, the gap between training and validation (Keskar et al. 2017):
+    ``logs["gap_accuracy"] = accuracy - val_accuracy`` and ``logs["gap_loss"] = val_loss - loss``.
+
+    Training figures are Keras's running means over the epoch (in training mode), so this
+    is the live signal; the trainer's final gap comes from a full evaluation of both sets.
+    """
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None and "val_accuracy" in logs and "accuracy" in logs:
+            logs["gap_accuracy"] = float(logs["accuracy"]) - float(logs["val_accuracy"])
+            logs["gap_loss"] = float(logs["val_loss"]) - float(logs["loss"])

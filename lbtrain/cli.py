@@ -7,6 +7,7 @@ and exits with code 2 (argparse's convention for usage errors).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Sequence
 
@@ -25,20 +26,80 @@ def _datasets_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train_command(args: argparse.Namespace) -> int:
+    from lbtrain.config import load_run_config
+    from lbtrain.distributed import configure_threads, current_world
+    from lbtrain.results import write_run
+    from lbtrain.trainer import train
+
+    config = load_run_config(args.config)
+    configure_threads(args.threads, args.threads)
+    world = current_world(config.training.world_size, config.training.micro_batches)
+    verbose = 1 if world.is_root and sys.stdout.isatty() else 0
+    result = train(config, world, run_dir=args.run_dir, resume=args.resume, verbose=verbose)
+    if world.is_root:
+        if args.run_dir:
+            write_run(args.run_dir, result)
+        metrics = result.metrics
+        print(
+            f"{result.status}: world {result.world_size} x {config.training.per_worker_batch} = batch {result.global_batch}, "
+            f"lr {result.learning_rate:.4g}, train acc {metrics.get('train_accuracy', float('nan')):.4f}, "
+            f"test acc {metrics.get('test_accuracy', float('nan')):.4f}, {result.samples_per_second:.0f} samples/s"
+            + (f" ({result.reason})" if result.reason else "")
+        )
+    return 0
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    from lbtrain.config import load_experiment
+    from lbtrain.runner import expand, run_experiment, summary_table
+
+    experiment = load_experiment(args.experiment, args.set)
+    planned = expand(experiment)
+    if args.dry_run:
+        print(f"{experiment.name}: {len(planned)} runs ({experiment.mode}) -> {experiment.results_dir}")
+        for run in planned:
+            settings = run.config.training
+            print(f"  {run.run_id}  {run.label}  world {settings.world_size} x {settings.per_worker_batch}  "
+                  f"{run.config.optimizer.name}  rule {run.config.lr.rule}  seed {settings.seed}")
+        return 0
+    print(f"{experiment.name}: {len(planned)} runs ({experiment.mode}) -> {experiment.results_dir}", flush=True)
+    rows = run_experiment(experiment, fresh=args.fresh, progress=lambda line: print(line, flush=True))
+    print(summary_table(rows))
+    print(f"wrote {experiment.results_dir / 'summary.csv'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lbtrain", description="Large-batch training studies with Keras and Horovod.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     datasets = commands.add_parser("datasets", help="list datasets, their sizes and where each loads from here")
     datasets.set_defaults(handler=_datasets_command)
+    run = commands.add_parser("run", help="run an experiment YAML: every grid point, resumable; results in results/<name>/")
+    run.add_argument("experiment", help="an experiment YAML, e.g. experiments/quickstart.yaml")
+    run.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", help="override a field, e.g. --set training.epochs=1")
+    run.add_argument("--dry-run", action="store_true", help="list the runs without training")
+    run.add_argument("--fresh", action="store_true", help="delete this experiment's previous runs and start over")
+    run.set_defaults(handler=_run_command)
+    train = commands.add_parser(
+        "train", help="train one resolved run config here: in a Horovod world under horovodrun/mpirun, simulated otherwise"
+    )
+    train.add_argument("config", help="a run config YAML (data, model, optimizer, lr, training)")
+    train.add_argument("--run-dir", help="where rank 0 writes checkpoints, config.yaml, history.csv, metrics.json")
+    train.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --run-dir")
+    train.add_argument("--threads", type=int, help="TensorFlow intra- and inter-op threads per process")
+    train.set_defaults(handler=_train_command)
     return parser
 
 
 def user_errors() -> tuple[type[Exception], ...]:
     """Exception types that mean bad input, reported in one line with exit code 2."""
+    from lbtrain.config import ConfigError
     from lbtrain.data import DatasetError
     from lbtrain.models import ModelError
+    from lbtrain.schedules import ScheduleError
 
-    return (DatasetError, ModelError)
+    return (ConfigError, DatasetError, ModelError, ScheduleError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -48,6 +109,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except user_errors() as error:
         print(f"lbtrain: error: {error}", file=sys.stderr)
         return USAGE_ERROR
+    except BrokenPipeError:
+        # The reader went away (`lbtrain run x.yaml --dry-run | head`): stop quietly.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -15,13 +15,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gzip
+import io
 import os
-import tempfile
 import zlib
 from pathlib import Path
 from typing import Callable, NamedTuple
 
 import numpy as np
+
+from lbtrain.files import write_atomic
 
 DEBIAN_DATASET_ROOT = Path("/usr/share/datasets")
 
@@ -247,10 +249,9 @@ def _generate_mnist1d(num_samples: int, generator_seed: int, path: Path) -> None
         data = make_dataset(args)
     finally:
         np.random.set_state(state)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npz", delete=False) as tmp:
-        np.savez(tmp, x=data["x"], y=data["y"], x_test=data["x_test"], y_test=data["y_test"])
-    os.replace(tmp.name, path)
+    arrays = io.BytesIO()
+    np.savez(arrays, x=data["x"], y=data["y"], x_test=data["x_test"], y_test=data["y_test"])
+    write_atomic(path, arrays.getvalue())
 
 
 def _locate_mnist1d() -> str:

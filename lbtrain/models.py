@@ -14,8 +14,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Sequence
 
-import numpy as np
 import tensorflow as tf
+
+from lbtrain.layers import GhostBatchNormalization
 
 
 class ModelError(ValueError):
@@ -23,7 +24,9 @@ class ModelError(ValueError):
 
 
 def _batch_norm(name: str, virtual_batch_size: int | None) -> tf.keras.layers.Layer:
-    return tf.keras.layers.BatchNormalization(virtual_batch_size=virtual_batch_size, name=name)
+    if virtual_batch_size is None:
+        return tf.keras.layers.BatchNormalization(name=name)
+    return GhostBatchNormalization(virtual_batch_size, name=name)
 
 
 def _spatial_input(inputs: tf.Tensor, input_shape: tuple[int, ...]) -> tuple[tf.Tensor, int]:
@@ -154,6 +157,14 @@ MODELS: dict[str, ModelInfo] = {
 }
 
 
+def model_info(name: str) -> ModelInfo:
+    """The registry entry for ``name``; an unknown name lists the valid ones."""
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise ModelError(f"unknown model {name!r} (allowed: {', '.join(MODELS)})") from None
+
+
 def build_model(
     name: str,
     input_shape: Sequence[int],
@@ -173,33 +184,36 @@ def build_model(
       **options: the model's own options, plus ``virtual_batch_size`` for every batch
         normalization layer (ghost BN).
     """
-    if name not in MODELS:
-        raise ModelError(f"unknown model {name!r} (allowed: {', '.join(MODELS)})")
+    info = model_info(name)
     if seed is not None:
         tf.keras.utils.set_random_seed(seed)
     input_shape = tuple(int(d) for d in input_shape)
     inputs = tf.keras.Input(shape=input_shape, name="inputs")
     try:
-        body = MODELS[name].build_body(inputs, input_shape, num_classes, **options)
+        body = info.build_body(inputs, input_shape, num_classes, **options)
     except TypeError as error:
         raise ModelError(f"model {name!r}: bad option ({error})") from None
     logits = tf.keras.layers.Dense(num_classes, name="logits")(body)
     return tf.keras.Model(inputs, logits, name=name)
 
 
-def set_virtual_batch_size(model: tf.keras.Model, virtual_batch_size: int | None) -> tf.keras.Model:
-    """A copy of ``model`` (same weights) whose BatchNormalization layers all use
-    ``virtual_batch_size``: ghost batch norm over groups of that many samples.
-
-    Keras stores ghost-BN parameters with extra leading axes of size 1 ((1, 1, C) instead
-    of (C,)), so the weights are reshaped on the way across."""
+def set_virtual_batch_size(model: tf.keras.Model, virtual_batch_size: int) -> tf.keras.Model:
+    """A copy of ``model`` (same weights) whose batch-norm layers normalize groups of
+    ``virtual_batch_size`` samples (ghost BN): every ``BatchNormalization`` over the last axis
+    becomes a ``GhostBatchNormalization`` with the same name, momentum, epsilon and weights."""
 
     def clone(layer: tf.keras.layers.Layer) -> tf.keras.layers.Layer:
         config = layer.get_config()
-        if isinstance(layer, tf.keras.layers.BatchNormalization):
-            config["virtual_batch_size"] = virtual_batch_size
+        if isinstance(layer, (tf.keras.layers.BatchNormalization, GhostBatchNormalization)):
+            axis = config.get("axis", -1)
+            if axis not in (-1, [-1], len(layer.input_shape) - 1, [len(layer.input_shape) - 1]):
+                raise ModelError(f"layer {layer.name}: ghost batch norm needs channels on the last axis, got axis {axis}")
+            return GhostBatchNormalization(
+                virtual_batch_size, momentum=config["momentum"], epsilon=config["epsilon"],
+                center=config["center"], scale=config["scale"], name=layer.name,
+            )
         return layer.__class__.from_config(config)
 
     copy = tf.keras.models.clone_model(model, clone_function=clone)
-    copy.set_weights([np.reshape(value, target.shape) for value, target in zip(model.get_weights(), copy.weights)])
+    copy.set_weights(model.get_weights())
     return copy

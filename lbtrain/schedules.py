@@ -188,6 +188,8 @@ def _decay_length(spec, steps_per_epoch, decay_epochs, path) -> int:
     epochs = spec["decay_epochs"] if spec["decay_epochs"] is not None else decay_epochs
     if epochs is None:
         raise ScheduleError(f"{path}.decay_epochs is required when the total number of epochs is not known")
+    if spec["decay_epochs"] is None and epochs <= 0:
+        raise ScheduleError(f"{path}: no epochs are left to decay over after warmup ({epochs:g}); set decay_epochs or train longer")
     steps = epochs_to_steps(_check_positive(f"{path}.decay_epochs", epochs), steps_per_epoch)
     if steps < 1:
         raise ScheduleError(f"{path}.decay_epochs is shorter than one step ({epochs} epochs)")

@@ -3,6 +3,7 @@ import pytest
 import tensorflow as tf
 
 from lbtrain.data import load_dataset
+from lbtrain.layers import GhostBatchNormalization
 from lbtrain.models import MODELS, ModelError, build_model, set_virtual_batch_size
 
 # The input shapes of the datasets each model suits: images (28x28x1) and signals (40,).
@@ -41,8 +42,9 @@ def test_mlp_widths_and_seed_give_same_initial_weights():
 
 def test_resnet_batch_norm_layers_take_the_virtual_batch_size():
     model = build_model("resnet", (8, 8, 1), 4, widths=[4, 8], virtual_batch_size=2)
-    norms = [layer for layer in model.layers if isinstance(layer, tf.keras.layers.BatchNormalization)]
+    norms = [layer for layer in model.layers if isinstance(layer, GhostBatchNormalization)]
     assert len(norms) == 6 and {layer.virtual_batch_size for layer in norms} == {2}
+    assert not any(isinstance(layer, tf.keras.layers.BatchNormalization) for layer in model.layers)
 
 
 def test_ghost_batch_norm_normalizes_each_workers_interleaved_share():

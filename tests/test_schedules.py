@@ -193,6 +193,7 @@ def test_build_decay_not_offset_counts_from_step_zero():
         ({"decay": {"type": "step", "boundaries": [10, 5]}}, {}, r"lr.decay.boundaries must be strictly increasing"),
         ({"decay": {"type": "step", "boundaries": [5], "multipliers": [1.0]}}, {}, r"lr.decay.multipliers must be a list of len\(boundaries\) \+ 1 = 2"),
         ({"decay": {"type": "cosine"}}, {"total_epochs": None}, r"lr.decay.decay_epochs is required"),
+        ({"warmup_epochs": 20, "decay": {"type": "cosine"}}, {}, r"lr.decay: no epochs are left to decay over after warmup \(0\)"),
         ({"decay": {"type": "cosine", "alpha": 2}}, {}, r"lr.decay.alpha must be a number in \[0, 1\], got 2"),
         ({"decay": {"type": "polynomial", "power": 0}}, {}, r"lr.decay.power must be a positive number, got 0"),
         ({"decay": "cosine"}, {}, r"lr.decay must be a mapping, got str"),

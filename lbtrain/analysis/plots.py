@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 from typing import Mapping
@@ -12,6 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
+from lbtrain.files import write_atomic  # noqa: E402
 from lbtrain.schedules import LearningRateSchedule, schedule_values  # noqa: E402
 
 
@@ -26,12 +28,12 @@ def plot_schedules(
     """Draws ``lr(step)`` for steps 0..steps-1, one line per label, into one PNG at ``path``.
 
     Returns the path written (its folder is created; the file is replaced atomically)."""
+
     if steps < 1:
         raise ValueError(f"steps must be a positive integer, got {steps!r}")
     if not schedules:
         raise ValueError("schedules must name at least one schedule")
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     figure, axes = plt.subplots(figsize=(7, 4))
     try:
         for label, schedule in schedules.items():
@@ -44,9 +46,9 @@ def plot_schedules(
         axes.grid(alpha=0.3)
         axes.legend()
         figure.tight_layout()
-        partial = path.with_name(path.name + ".partial.png")
-        figure.savefig(partial, dpi=100)
-        os.replace(partial, path)
+        image = io.BytesIO()
+        figure.savefig(image, format="png", dpi=100)
+        write_atomic(path, image.getvalue())
     finally:
         plt.close(figure)
     return path

@@ -1,0 +1,29 @@
+"""Atomic file writes: a reader (or a rerun after a kill) sees the old file or the new one,
+never half of one."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def write_atomic(path: str | os.PathLike, content: str | bytes) -> Path:
+    """Writes ``content`` to a temporary file beside ``path``, flushes it, then renames it over
+    ``path`` (``os.replace`` is atomic on POSIX). Creates the parent folder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = "wb" if isinstance(content, bytes) else "w"
+    with tempfile.NamedTemporaryFile(mode, dir=path.parent, prefix=f".{path.name}.", suffix=".partial", delete=False) as handle:
+        handle.write(content)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(handle.name, path)
+    return path
+
+
+def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
+    """``data`` as indented JSON, written atomically (NaN/inf must already be replaced)."""
+    return write_atomic(path, json.dumps(data, indent=2, allow_nan=False) + "\n")

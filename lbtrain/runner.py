@@ -1,0 +1,274 @@
+"""Runs an experiment: expands its grid into runs, trains each one, writes the summary.
+
+``expand`` turns an ``ExperimentConfig`` into ``PlannedRun``s with stable ids (a hash of the
+resolved run config, after a readable prefix). ``run_experiment`` trains the runs that have no
+``metrics.json`` yet (so a killed experiment resumes where it stopped; an interrupted run
+continues from its last epoch checkpoint), in this process for ``mode: simulated`` or under
+``horovodrun -np W`` for ``mode: horovod``, records diverged and failed runs and goes on, then
+writes ``summary.csv``.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import io
+import itertools
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from lbtrain.config import GRID_SHORTHANDS, ConfigError, ExperimentConfig, RunConfig, deep_merge, known_field_path, run_config_from_dict
+from lbtrain.files import write_atomic
+from lbtrain.results import is_finished, read_run, write_run
+from lbtrain.trainer import RunResult
+
+RUNS_FOLDER = "runs"
+SUMMARY_FILE = "summary.csv"
+SUMMARY_COLUMNS = (
+    "run_id", "label", "status", "world_size", "per_worker_batch", "global_batch", "rule", "warmup_epochs", "optimizer",
+    "seed", "learning_rate", "epochs", "train_accuracy", "test_accuracy", "gap_accuracy", "train_loss", "test_loss",
+    "gap_loss", "validation_accuracy", "total_steps", "samples_per_second", "wall_time_seconds", "reason",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedRun:
+    """One grid point: its id, a human label and the resolved config."""
+
+    run_id: str
+    label: str
+    config: RunConfig
+
+
+def run_id(config: RunConfig, label: str) -> str:
+    """``<label>-w<W>-s<seed>-<hash>``: the hash (10 hex digits of SHA-256 over the canonical
+    JSON of the resolved config) makes the id stable and unique; the prefix makes it readable."""
+    digest = hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True).encode()).hexdigest()[:10]
+    slug = re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-") or "run"
+    return f"{slug}-w{config.training.world_size}-s{config.training.seed}-{digest}"
+
+
+def _nested(path: str, value: Any) -> dict[str, Any]:
+    parts = path.split(".")
+    nested: Any = value
+    for part in reversed(parts):
+        nested = {part: nested}
+    return nested
+
+
+def _grid_axes(grid: dict[str, Any]) -> tuple[list[tuple[str, list[Any]]], list[dict[str, Any]]]:
+    """The crossed lists as (field path, values) and the variants (each with a label)."""
+    axes, variants = [], [{"label": ""}]
+    for key, values in grid.items():
+        if key == "variants":
+            if not isinstance(values, list) or not values or not all(isinstance(v, dict) for v in values):
+                raise ConfigError("grid.variants must be a non-empty list of mappings (label plus field paths)")
+            variants = values
+            continue
+        path = GRID_SHORTHANDS.get(key, key)
+        if not known_field_path(path) or "." not in path:
+            raise ConfigError(f"grid.{key}: no such field (use world_sizes, seeds, variants or a path such as lr.rule)")
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"grid.{key} must be a non-empty list, got {values!r}")
+        axes.append((path, values))
+    for index, variant in enumerate(variants):
+        for path in variant:
+            if path != "label" and (not known_field_path(path) or "." not in path):
+                raise ConfigError(f"grid.variants[{index}].{path}: no such field")
+    return axes, variants
+
+
+def _point_label(variant: dict[str, Any], point: dict[str, Any]) -> str:
+    if variant.get("label"):
+        return str(variant["label"])
+    shown = {path: value for path, value in point.items() if path not in ("training.world_size", "training.seed")}
+    return "-".join(f"{path.rsplit('.', 1)[-1]}={value}" for path, value in shown.items()) or "base"
+
+
+def expand(experiment: ExperimentConfig) -> list[PlannedRun]:
+    """Every run of the experiment, in grid order (variants outermost, then the lists in the
+    order written). Each is validated; a bad one is a ``ConfigError`` naming its grid point."""
+    axes, variants = _grid_axes(experiment.grid)
+    planned, seen = [], set()
+    for variant in variants:
+        overrides = {path: value for path, value in variant.items() if path != "label"}
+        for values in itertools.product(*(values for _, values in axes)):
+            point = dict(zip((path for path, _ in axes), values))
+            data = experiment.base_run()
+            for path, value in {**point, **overrides}.items():
+                data = deep_merge(data, _nested(path, value))
+            label = _point_label(variant, point)
+            where = ", ".join(f"{path}={value}" for path, value in point.items())
+            try:
+                config = run_config_from_dict(data)
+            except ConfigError as error:
+                raise ConfigError(f"{error} (grid point {label}{': ' + where if where else ''})") from None
+            identifier = run_id(config, label)
+            if identifier not in seen:
+                seen.add(identifier)
+                planned.append(PlannedRun(identifier, label, config))
+    return planned
+
+
+def summary_row(planned: PlannedRun, result: RunResult) -> dict[str, Any]:
+    """One line of ``summary.csv``."""
+    config, metrics = planned.config, result.metrics
+    return {
+        "run_id": planned.run_id,
+        "label": planned.label,
+        "status": result.status,
+        "world_size": config.training.world_size,
+        "per_worker_batch": config.training.per_worker_batch,
+        "global_batch": config.training.world_size * config.training.per_worker_batch,
+        "rule": config.lr.rule,
+        "warmup_epochs": config.lr.warmup_epochs,
+        "optimizer": config.optimizer.name,
+        "seed": config.training.seed,
+        "learning_rate": result.learning_rate,
+        "epochs": config.training.epochs,
+        "train_accuracy": metrics.get("train_accuracy"),
+        "test_accuracy": metrics.get("test_accuracy"),
+        "gap_accuracy": result.generalization_gap.get("accuracy"),
+        "train_loss": metrics.get("train_loss"),
+        "test_loss": metrics.get("test_loss"),
+        "gap_loss": result.generalization_gap.get("loss"),
+        "validation_accuracy": metrics.get("validation_accuracy"),
+        "total_steps": result.total_steps,
+        "samples_per_second": result.samples_per_second,
+        "wall_time_seconds": result.wall_time_seconds,
+        "reason": result.reason or "",
+    }
+
+
+def summary_csv(rows: list[dict[str, Any]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=SUMMARY_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({key: ("" if value is None else value) for key, value in row.items()} for row in rows)
+    return buffer.getvalue()
+
+
+def _number(value: Any, digits: int = 4) -> str:
+    return "-" if value is None or (isinstance(value, float) and not math.isfinite(value)) else f"{value:.{digits}f}"
+
+
+def summary_table(rows: list[dict[str, Any]]) -> str:
+    """The summary as an aligned text table for the terminal."""
+    header = f"{'world':>5} {'batch':>6} {'recipe':<18} {'optimizer':<9} {'lr':>8} {'train acc':>9} {'test acc':>8} {'gap':>7}  status"
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        lines.append(
+            f"{row['world_size']:>5} {row['global_batch']:>6} {row['label'][:18]:<18} {row['optimizer']:<9} "
+            f"{row['learning_rate']:>8.4g} {_number(row['train_accuracy']):>9} {_number(row['test_accuracy']):>8} "
+            f"{_number(row['gap_accuracy'], 3):>7}  {row['status']}"
+        )
+    return "\n".join(lines)
+
+
+def _train_simulated(planned: PlannedRun, run_dir: Path) -> RunResult:
+    from lbtrain.distributed import SimulatedWorld
+    from lbtrain.trainer import train
+
+    settings = planned.config.training
+    try:
+        return train(planned.config, SimulatedWorld(settings.world_size, settings.micro_batches), run_dir=run_dir, resume=True)
+    except Exception as error:  # a failed run is recorded, the experiment goes on
+        return RunResult.failed(planned.config, error)
+
+
+def horovodrun_path() -> str | None:
+    """The launcher: ``$HOROVODRUN`` if set (a wrapper script, say), else the ``horovodrun``
+    beside this Python (the venv), else on PATH; None if there is none."""
+    if os.environ.get("HOROVODRUN"):
+        chosen = os.environ["HOROVODRUN"]
+        return chosen if Path(chosen).is_file() or shutil.which(chosen) else None
+    beside = Path(sys.executable).parent / "horovodrun"
+    return str(beside) if beside.is_file() else shutil.which("horovodrun")
+
+
+def _train_horovod(planned: PlannedRun, run_dir: Path, experiment: ExperimentConfig) -> RunResult:
+    import yaml
+
+    world_size = planned.config.training.world_size
+    config_path = write_atomic(run_dir / "launch.yaml", yaml.safe_dump(planned.config.to_dict(), sort_keys=False))
+    lbtrain = Path(sys.executable).parent / "lbtrain"
+    command = [
+        horovodrun_path(), "-np", str(world_size), "-H", experiment.horovod.hosts or f"localhost:{world_size}",
+        *experiment.horovod.args,
+        str(lbtrain) if lbtrain.is_file() else "lbtrain", "train", str(config_path), "--run-dir", str(run_dir), "--resume",
+    ]
+    completed = subprocess.run(command, capture_output=True, text=True)
+    if completed.returncode == 0 and is_finished(run_dir):
+        return read_run(run_dir)
+    lines = [line for line in (completed.stderr + completed.stdout).splitlines() if line.strip()]
+    errors = [line for line in lines if "Error" in line or "error" in line]
+    return RunResult.failed(planned.config, f"horovodrun exited with {completed.returncode}: {(errors or lines or ['no output'])[-1].strip()}")
+
+
+def _remove_partial_files(folder: Path) -> None:
+    """Temporary files of atomic writes a kill interrupted (``.NAME.*.partial``)."""
+    if folder.is_dir():
+        for stale in folder.rglob(".*.partial"):
+            stale.unlink(missing_ok=True)
+
+
+def _duration(seconds: float) -> str:
+    minutes, seconds = divmod(int(round(seconds)), 60)
+    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
+
+
+def run_experiment(
+    experiment: ExperimentConfig,
+    *,
+    fresh: bool = False,
+    progress: Callable[[str], None] = print,
+) -> list[dict[str, Any]]:
+    """Trains every unfinished run of ``experiment`` and writes ``summary.csv``; returns its rows.
+
+    Runs that finished ``ok`` or ``diverged`` are skipped; ``failed`` ones are tried again;
+    ``fresh`` deletes the experiment's previous runs first. One progress line per run (with
+    elapsed time and an ETA from the mean time of the runs trained so far, counting every
+    run still ahead)."""
+    planned = expand(experiment)
+    if experiment.mode == "horovod" and horovodrun_path() is None:
+        raise ConfigError("mode: horovod needs horovodrun, which is not installed here or at $HOROVODRUN (use mode: simulated)")
+    runs_dir = experiment.results_dir / RUNS_FOLDER
+    if fresh and runs_dir.exists():
+        shutil.rmtree(runs_dir)
+    _remove_partial_files(experiment.results_dir)
+    started, trained_seconds, trained = time.perf_counter(), 0.0, 0
+    rows = []
+    for index, run in enumerate(planned, start=1):
+        run_dir = runs_dir / run.run_id
+        previous = read_run(run_dir) if is_finished(run_dir) else None
+        if previous is not None and previous.status != "failed":
+            result, note = previous, "done before, skipped"
+        else:
+            run_started = time.perf_counter()
+            if experiment.mode == "horovod":
+                result = _train_horovod(run, run_dir, experiment)
+            else:
+                result = _train_simulated(run, run_dir)
+            write_run(run_dir, result)
+            seconds = time.perf_counter() - run_started
+            trained_seconds, trained = trained_seconds + seconds, trained + 1
+            remaining = len(planned) - index
+            note = f"{_duration(seconds)}, elapsed {_duration(time.perf_counter() - started)}, ETA {_duration(remaining * trained_seconds / trained)}"
+        row = summary_row(run, result)
+        rows.append(row)
+        outcome = f"test acc {_number(row['test_accuracy'])}, gap {_number(row['gap_accuracy'], 3)}"
+        if result.status != "ok":
+            outcome = f"{outcome}: {result.reason}"
+        progress(f"[{index}/{len(planned)}] {run.label} w{row['world_size']} x {row['per_worker_batch']} seed {row['seed']}: "
+                 f"{result.status}, {outcome} ({note})")
+    write_atomic(experiment.results_dir / SUMMARY_FILE, summary_csv(rows))
+    return rows

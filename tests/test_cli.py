@@ -1,0 +1,101 @@
+"""The command line as a user meets it: bad input is one line on stderr, exit code 2, no
+traceback and nothing written under results/."""
+
+import re
+
+import pytest
+import yaml
+
+from conftest import run_cli
+from lbtrain.cli import main
+
+GOOD = {
+    "name": "cli",
+    "data": {"dataset": "mnist1d", "train_subset": 128, "options": {"num_samples": 300}},
+    "model": {"name": "mlp", "options": {"widths": [8]}},
+    "training": {"per_worker_batch": 16, "epochs": 1},
+    "grid": {"world_sizes": [1, 2]},
+}
+
+
+def experiment_file(tmp_path, **changes):
+    data = {**GOOD, "output_dir": str(tmp_path / "results"), **changes}
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def merge(section, **values):
+    return {section: {**GOOD.get(section, {}), **values}}
+
+
+BAD_INPUTS = {
+    "missing file": (lambda tmp: [str(tmp / "nope.yaml")], r"nope.yaml: file not found"),
+    "invalid yaml": (lambda tmp: [str(_text(tmp, "name: [oops"))], r"exp.yaml: invalid YAML"),
+    "unknown key": (lambda tmp: [str(experiment_file(tmp, epochs=3))], r"epochs: unknown key"),
+    "wrong type": (lambda tmp: [str(experiment_file(tmp, **merge("training", epochs="two")))], r"training.epochs: Input should be a valid integer \(got 'two'\)"),
+    "zero lr": (lambda tmp: [str(experiment_file(tmp, lr={"base_lr": 0}))], r"lr.base_lr: Input should be greater than 0 \(got 0\)"),
+    "negative batch": (lambda tmp: [str(experiment_file(tmp, **merge("training", per_worker_batch=-4)))], r"training.per_worker_batch: Input should be greater than 0 \(got -4\)"),
+    "unknown rule": (lambda tmp: [str(experiment_file(tmp, lr={"rule": "cube"}))], r"lr.rule: rule must be one of 'linear', 'sqrt', 'none' or a float exponent, got 'cube'"),
+    "unknown optimizer": (lambda tmp: [str(experiment_file(tmp, optimizer={"name": "rmsprop"}))], r"optimizer.name: Input should be 'sgd', 'momentum', 'adam', 'lars' or 'lamb' \(got 'rmsprop'\)"),
+    "unknown dataset": (lambda tmp: [str(experiment_file(tmp, data={"dataset": "imagenet"}))], r"data.dataset: unknown dataset 'imagenet' \(allowed: fashion_mnist, mnist, mnist1d, synthetic\)"),
+    "unknown model": (lambda tmp: [str(experiment_file(tmp, model={"name": "vit"}))], r"model.name: unknown model 'vit' \(allowed: mlp, cnn, resnet\)"),
+    "world size zero": (lambda tmp: [str(experiment_file(tmp, grid={"world_sizes": [1, 0]}))], r"training.world_size: Input should be greater than 0 \(got 0\)"),
+    "world size fraction": (lambda tmp: [str(experiment_file(tmp, grid={"world_sizes": [2.5]}))], r"training.world_size: Input should be a valid integer \(got 2.5\)"),
+    "set unknown path": (lambda tmp: [str(experiment_file(tmp)), "--set", "training.epoch=2"], r"--set training.epoch: no such field"),
+}
+
+
+def _text(tmp, content):
+    path = tmp / "exp.yaml"
+    path.write_text(content)
+    return path
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, case):
+    arguments, message = BAD_INPUTS[case]
+    assert main(["run", *arguments(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lbtrain: error: "), captured.err
+    assert re.search(message, lines[0]), lines[0]
+    assert not (tmp_path / "results").exists()
+
+
+def test_mode_horovod_without_horovodrun_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HOROVODRUN", str(tmp_path / "no-such-launcher"))
+    assert main(["run", str(experiment_file(tmp_path, mode="horovod"))]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "lbtrain: error: mode: horovod needs horovodrun, which is not installed here or at $HOROVODRUN (use mode: simulated)")
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_real_process_shows_no_traceback(tmp_path):
+    result = run_cli("run", str(experiment_file(tmp_path, lr={"rule": "cube"})))
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("lbtrain: error: lr.rule:") and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_dry_run_lists_runs_and_writes_nothing(tmp_path, capsys):
+    assert main(["run", str(experiment_file(tmp_path)), "--dry-run", "--set", "grid.seeds=[0, 1]"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"cli: 4 runs (simulated) -> {tmp_path / 'results' / 'cli'}"
+    assert len(out) == 5 and "world 2 x 16" in out[-1]
+    assert not (tmp_path / "results").exists()
+
+
+def test_run_prints_progress_and_the_summary_table(tmp_path, capsys):
+    assert main(["run", str(experiment_file(tmp_path))]) == 0
+    out = capsys.readouterr().out
+    assert "[1/2] base w1 x 16 seed 0: ok" in out and "[2/2] base w2 x 16 seed 0: ok" in out
+    assert "world  batch recipe" in out and (tmp_path / "results" / "cli" / "summary.csv").is_file()
+
+
+def test_train_command_writes_the_run_directory(tmp_path, capsys):
+    run = tmp_path / "run.yaml"
+    run.write_text(yaml.safe_dump({key: GOOD[key] for key in ("data", "model", "training")}))
+    assert main(["train", str(run), "--run-dir", str(tmp_path / "run")]) == 0
+    assert capsys.readouterr().out.startswith("ok: world 1 x 16 = batch 16")
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["checkpoints", "config.yaml", "history.csv", "metrics.json"]

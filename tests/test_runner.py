@@ -1,0 +1,157 @@
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from conftest import REPO_ROOT
+from lbtrain.config import ConfigError, ExperimentConfig
+from lbtrain.results import read_run
+from lbtrain.runner import expand, run_experiment
+
+
+def experiment(tmp_path, **changes):
+    data = {
+        "name": "tiny",
+        "output_dir": str(tmp_path / "results"),
+        "data": {"dataset": "mnist1d", "train_subset": 256, "options": {"num_samples": 500}},
+        "model": {"name": "mlp", "options": {"widths": [16]}},
+        "optimizer": {"name": "momentum"},
+        "lr": {"base_lr": 0.05, "base_batch": 16},
+        "training": {"per_worker_batch": 16, "epochs": 1},
+        "grid": {"world_sizes": [1, 2], "variants": [{"label": "none", "lr.rule": "none"}, {"label": "linear", "lr.rule": "linear"}]},
+    }
+    data.update(changes)
+    return ExperimentConfig.model_validate(data)
+
+
+def test_expand_crosses_variants_with_lists_in_order_with_stable_unique_ids(tmp_path):
+    planned = expand(experiment(tmp_path, grid={"world_sizes": [1, 2, 4], "seeds": [0, 1],
+                                                "variants": [{"label": "none", "lr.rule": "none"}, {"label": "Linear+WU", "lr.rule": "linear", "lr.warmup_epochs": 0.5}]}))
+    assert len(planned) == 12
+    assert [(p.label, p.config.training.world_size, p.config.training.seed) for p in planned[:3]] == [("none", 1, 0), ("none", 1, 1), ("none", 2, 0)]
+    assert planned[6].config.lr.rule == "linear" and planned[6].config.lr.warmup_epochs == 0.5
+    assert planned[6].run_id.startswith("linear-wu-w1-s0-")
+    assert len({p.run_id for p in planned}) == 12
+    assert [p.run_id for p in planned] == [p.run_id for p in expand(experiment(tmp_path, grid={"world_sizes": [1, 2, 4], "seeds": [0, 1],
+        "variants": [{"label": "none", "lr.rule": "none"}, {"label": "Linear+WU", "lr.rule": "linear", "lr.warmup_epochs": 0.5}]}))]
+
+
+def test_changing_one_value_changes_only_the_ids_it_touches(tmp_path):
+    before = {p.label + str(p.config.training.world_size): p.run_id for p in expand(experiment(tmp_path))}
+    after = {p.label + str(p.config.training.world_size): p.run_id
+             for p in expand(experiment(tmp_path, grid={"world_sizes": [1, 2], "variants": [
+                 {"label": "none", "lr.rule": "none"}, {"label": "linear", "lr.rule": "linear", "lr.base_lr": 0.1}]}))}
+    assert before["none1"] == after["none1"] and before["none2"] == after["none2"]
+    assert before["linear1"] != after["linear1"]
+
+
+def test_any_field_path_can_be_a_grid_axis(tmp_path):
+    planned = expand(experiment(tmp_path, grid={"training.per_worker_batch": [8, 16], "optimizer.name": ["momentum", "lars"]}))
+    assert [(p.config.training.per_worker_batch, p.config.optimizer.name) for p in planned] == [(8, "momentum"), (8, "lars"), (16, "momentum"), (16, "lars")]
+    assert planned[1].label == "per_worker_batch=8-name=lars"
+
+
+@pytest.mark.parametrize(
+    "grid, message",
+    [
+        ({"world_size": [1]}, r"grid.world_size: no such field"),
+        ({"world_sizes": 4}, r"grid.world_sizes must be a non-empty list, got 4"),
+        ({"world_sizes": [0, 2]}, r"training.world_size: Input should be greater than 0 \(got 0\) \(grid point base: training.world_size=0\)"),
+        ({"world_sizes": [1.5]}, r"training.world_size: Input should be a valid integer"),
+        ({"variants": [{"label": "x", "lr.rul": "none"}]}, r"grid.variants\[0\].lr.rul: no such field"),
+        ({"lr.rule": ["linear", "cubic"]}, r"lr.rule: rule must be one of .* \(grid point rule=cubic: lr.rule=cubic\)"),
+    ],
+)
+def test_bad_grids_name_the_point(tmp_path, grid, message):
+    with pytest.raises(ConfigError, match=message):
+        expand(experiment(tmp_path, grid=grid))
+
+
+def read_summary(path):
+    with open(path) as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_run_writes_every_run_and_a_summary_then_skips_finished_runs(tmp_path):
+    exp = experiment(tmp_path)
+    lines = []
+    rows = run_experiment(exp, progress=lines.append)
+    assert [row["status"] for row in rows] == ["ok"] * 4
+    summary = read_summary(tmp_path / "results" / "tiny" / "summary.csv")
+    assert [row["run_id"] for row in summary] == [p.run_id for p in expand(exp)]
+    assert [float(row["learning_rate"]) for row in summary] == pytest.approx([0.05, 0.05, 0.05, 0.1])
+    for row in summary:
+        run_dir = tmp_path / "results" / "tiny" / "runs" / row["run_id"]
+        assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoints", "config.yaml", "history.csv", "metrics.json"]
+        assert yaml.safe_load((run_dir / "config.yaml").read_text())["training"]["world_size"] == int(row["world_size"])
+        assert float(row["test_accuracy"]) == pytest.approx(read_run(run_dir).metrics["test_accuracy"])
+    assert lines[0].startswith("[1/4] none w1 x 16 seed 0: ok, test acc") and "ETA" in lines[0]
+
+    again = []
+    assert run_experiment(exp, progress=again.append) == rows
+    assert all("done before, skipped" in line for line in again)
+
+
+def test_diverged_and_failed_runs_are_recorded_and_the_rest_finish(tmp_path):
+    exp = experiment(tmp_path, grid={"world_sizes": [2], "variants": [
+        {"label": "huge", "lr.base_lr": 1.0e6, "lr.rule": "none"},
+        {"label": "fails", "data.train_subset": 16},
+        {"label": "fine", "lr.rule": "sqrt"}]})
+    rows = run_experiment(exp, progress=lambda line: None)
+    assert [row["status"] for row in rows] == ["diverged", "failed", "ok"]
+    assert "loss became nan" in rows[0]["reason"] or "exceeds" in rows[0]["reason"]
+    assert rows[1]["reason"] == "DatasetError: 16 training samples are fewer than one global batch (2 workers x 16); use a larger dataset or smaller batch"
+    assert read_summary(tmp_path / "results" / "tiny" / "summary.csv")[1]["status"] == "failed"
+
+
+def test_fresh_deletes_previous_runs(tmp_path):
+    exp = experiment(tmp_path, grid={"world_sizes": [1]})
+    run_experiment(exp, progress=lambda line: None)
+    stale = tmp_path / "results" / "tiny" / "runs" / "stale-run"
+    stale.mkdir()
+    run_experiment(exp, fresh=True, progress=lambda line: None)
+    assert not stale.exists()
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill_completes_every_run_once_without_partial_files(tmp_path):
+    exp_path = tmp_path / "exp.yaml"
+    exp = experiment(tmp_path, grid={"world_sizes": [1, 2], "seeds": [0, 1, 2]}, training={"per_worker_batch": 16, "epochs": 2})
+    exp_path.write_text(yaml.safe_dump(exp.model_dump()))
+    runs = tmp_path / "results" / "tiny" / "runs"
+    command = [sys.executable, "-m", "lbtrain.cli", "run", str(exp_path)]
+    process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list(runs.glob("*/metrics.json"))) < 2:
+        time.sleep(0.2)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    finished_before = len(list(runs.glob("*/metrics.json")))
+    assert 2 <= finished_before < 6
+
+    result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.count("done before, skipped") == finished_before
+    summary = read_summary(tmp_path / "results" / "tiny" / "summary.csv")
+    assert len(summary) == 6 and len({row["run_id"] for row in summary}) == 6
+    assert {row["status"] for row in summary} == {"ok"}
+    assert sorted(p.name for p in runs.iterdir()) == sorted(row["run_id"] for row in summary)
+    assert not list((tmp_path / "results").rglob("*.partial"))
+
+
+@pytest.mark.slow
+def test_mode_horovod_runs_world_sizes_one_and_two_for_real(tmp_path):
+    exp = experiment(tmp_path, mode="horovod", grid={"world_sizes": [1, 2]})
+    simulated = run_experiment(experiment(tmp_path, name="tiny-sim", grid={"world_sizes": [1, 2]}), progress=lambda line: None)
+    rows = run_experiment(exp, progress=lambda line: None)
+    assert [row["status"] for row in rows] == ["ok", "ok"]
+    for real, sim in zip(rows, simulated):
+        assert real["total_steps"] == sim["total_steps"]
+        assert real["test_accuracy"] == pytest.approx(sim["test_accuracy"], abs=2e-3)
+    run_dir = tmp_path / "results" / "tiny" / "runs" / rows[1]["run_id"]
+    assert read_run(run_dir).world_size == 2

@@ -1,0 +1,106 @@
+import json
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from lbtrain.config import run_config_from_dict
+from lbtrain.distributed import SimulatedWorld
+from lbtrain.schedules import build_schedule
+from lbtrain.trainer import RunResult, train
+
+
+def config(**sections):
+    spec = {
+        "data": {"dataset": "mnist1d", "train_subset": 256, "validation_split": 0.25, "options": {"num_samples": 500}},
+        "model": {"name": "mlp", "options": {"widths": [32]}},
+        "optimizer": {"name": "momentum"},
+        "lr": {"base_lr": 0.05, "base_batch": 16, "rule": "sqrt", "warmup_epochs": 1, "decay": {"type": "cosine"}},
+        "training": {"world_size": 4, "per_worker_batch": 8, "epochs": 2, "seed": 1},
+    }
+    for section, values in sections.items():
+        spec[section] = {**spec[section], **values}
+    return run_config_from_dict(spec)
+
+
+def test_result_holds_scaled_lr_steps_metrics_gap_and_history():
+    run = config()
+    result = train(run, SimulatedWorld(4))
+    assert result.status == "ok" and result.reason is None
+    assert (result.world_size, result.global_batch, result.steps_per_epoch, result.total_steps) == (4, 32, 6, 12)
+    assert result.learning_rate == pytest.approx(0.05 * math.sqrt(2))
+    assert set(result.metrics) == {f"{split}_{m}" for split in ("train", "test", "validation") for m in ("loss", "accuracy")}
+    assert result.generalization_gap["accuracy"] == pytest.approx(result.metrics["train_accuracy"] - result.metrics["test_accuracy"])
+    assert result.generalization_gap["loss"] == pytest.approx(result.metrics["test_loss"] - result.metrics["train_loss"])
+    assert [row["epoch"] for row in result.history] == [1, 2]
+    schedule = build_schedule(run.lr.schedule_spec(), steps_per_epoch=6, base_lr=0.05, base_batch=16, global_batch=32, total_epochs=2)
+    # logs["lr"] is the rate applied at each epoch's last step.
+    np.testing.assert_allclose([row["lr"] for row in result.history], [float(schedule(5)), float(schedule(11))], rtol=1e-6)
+    for row in result.history:
+        assert row["gap_accuracy"] == pytest.approx(row["accuracy"] - row["val_accuracy"])
+        assert row["samples_per_second"] > 0
+    assert json.loads(json.dumps(result.to_dict()))["metrics"] == result.metrics
+
+
+def test_same_config_twice_gives_the_same_metrics_and_history():
+    first, second = train(config(), SimulatedWorld(4)), train(config(), SimulatedWorld(4))
+    assert first.metrics == second.metrics
+    for a, b in zip(first.history, second.history):
+        assert {k: v for k, v in a.items() if k != "samples_per_second"} == {k: v for k, v in b.items() if k != "samples_per_second"}
+    for a, b in zip(first.model.get_weights(), second.model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+class StopAfterFirstEpoch(tf.keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        raise KeyboardInterrupt("killed after epoch 1")
+
+
+def test_resume_after_a_kill_at_epoch_one_ends_like_an_uninterrupted_run(tmp_path):
+    run = config(training={"epochs": 3}, optimizer={"name": "lars", "params": {"eta": 0.01}})
+    uninterrupted = train(run, SimulatedWorld(4))
+    with pytest.raises(KeyboardInterrupt):
+        train(run, SimulatedWorld(4), run_dir=tmp_path, callbacks=[StopAfterFirstEpoch()])
+    assert tf.train.latest_checkpoint(str(tmp_path / "checkpoints")).endswith("ckpt-1")
+    resumed = train(run, SimulatedWorld(4), run_dir=tmp_path, resume=True)
+    assert resumed.total_steps == uninterrupted.total_steps == 18
+    for a, b in zip(uninterrupted.model.get_weights(), resumed.model.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    assert [row["epoch"] for row in resumed.history] == [1, 2, 3]
+    assert resumed.metrics["test_accuracy"] == pytest.approx(uninterrupted.metrics["test_accuracy"], abs=1e-6)
+
+
+def test_resume_of_a_finished_run_trains_no_more(tmp_path):
+    run = config(training={"epochs": 1}, lr={"warmup_epochs": 0.5})
+    first = train(run, SimulatedWorld(4), run_dir=tmp_path)
+    again = train(run, SimulatedWorld(4), run_dir=tmp_path, resume=True)
+    assert again.total_steps == first.total_steps == 6
+    assert again.metrics == pytest.approx(first.metrics)
+
+
+def test_huge_learning_rate_is_recorded_as_diverged_not_raised():
+    result = train(config(lr={"base_lr": 1e6, "warmup_epochs": 0, "decay": None}), SimulatedWorld(4))
+    assert result.status == "diverged"
+    assert result.reason.startswith("loss became nan at epoch 1, step") or "exceeds" in result.reason
+    assert result.total_steps < 12
+    data = result.to_dict()
+    json.dumps(data, allow_nan=False)
+    assert RunResult.from_dict(data).status == "diverged"
+
+
+def test_world_size_must_match_the_config():
+    with pytest.raises(ValueError, match="training.world_size is 4 but the world has 2 workers"):
+        train(config(), SimulatedWorld(2))
+
+
+def test_tensorboard_logs_on_request(tmp_path):
+    train(config(training={"epochs": 1, "tensorboard": True}, lr={"decay": None}), SimulatedWorld(4), run_dir=tmp_path)
+    assert any((tmp_path / "tensorboard").rglob("*.v2"))
+
+
+def test_failed_result_keeps_the_error_on_one_line():
+    result = RunResult.failed(config(), ValueError("bad\nthing"))
+    assert result.status == "failed" and result.reason == "ValueError: bad thing"
+    with pytest.raises(ValueError, match="status must be one of ok, diverged, failed"):
+        RunResult(config={}, status="crashed")
