@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from lbtrain.config import ConfigError
 from lbtrain.layers import GhostBatchNormalization
 from lbtrain.models import set_virtual_batch_size
 
@@ -202,7 +203,7 @@ def current_world(world_size: int, micro_batches: int = 1) -> World:
         return SimulatedWorld(world_size, micro_batches)
     world = HorovodWorld()
     if world.size != world_size:
-        raise ValueError(f"training.world_size is {world_size} but the launcher started {world.size} processes")
+        raise ConfigError(f"training.world_size is {world_size} but the launcher started {world.size} processes")
     return world
 
 

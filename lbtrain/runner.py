@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from lbtrain.config import GRID_SHORTHANDS, ConfigError, ExperimentConfig, RunConfig, deep_merge, known_field_path, run_config_from_dict
 from lbtrain.files import write_atomic
-from lbtrain.results import is_finished, read_run, write_run
+from lbtrain.results import CONFIG_FILE, is_finished, read_run, write_run
 from lbtrain.trainer import RunResult
 
 RUNS_FOLDER = "runs"
@@ -199,7 +199,7 @@ def _train_horovod(planned: PlannedRun, run_dir: Path, experiment: ExperimentCon
     import yaml
 
     world_size = planned.config.training.world_size
-    config_path = write_atomic(run_dir / "launch.yaml", yaml.safe_dump(planned.config.to_dict(), sort_keys=False))
+    config_path = write_atomic(run_dir / CONFIG_FILE, yaml.safe_dump(planned.config.to_dict(), sort_keys=False))
     lbtrain = Path(sys.executable).parent / "lbtrain"
     command = [
         horovodrun_path(), "-np", str(world_size), "-H", experiment.horovod.hosts or f"localhost:{world_size}",

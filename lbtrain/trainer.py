@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from lbtrain.callbacks import DivergenceGuard, GeneralizationGap, LearningRateLogger, Throughput
 from lbtrain.config import RunConfig
-from lbtrain.data import load_dataset, make_input_pipeline, steps_per_epoch
+from lbtrain.data import Dataset, load_dataset, make_input_pipeline, steps_per_epoch
 from lbtrain.distributed import World
 from lbtrain.models import build_model
 from lbtrain.optimizers import build_optimizer
@@ -136,6 +136,17 @@ def evaluate(model: tf.keras.Model, x: np.ndarray, y: np.ndarray, world: World, 
     return {"loss": float(totals[0] / totals[2]), "accuracy": float(totals[1] / totals[2])}
 
 
+def _final_metrics(model: tf.keras.Model, data: Dataset, world: World, batch: int) -> dict[str, float]:
+    """``{split}_loss`` and ``{split}_accuracy`` on the full train, test and (if any) validation sets."""
+    splits = {"train": (data.x_train, data.y_train), "test": (data.x_test, data.y_test),
+              "validation": (data.x_validation, data.y_validation)}
+    return {
+        f"{split}_{name}": value
+        for split, (x, y) in splits.items() if len(x)
+        for name, value in evaluate(model, x, y, world, batch).items()
+    }
+
+
 def train(
     config: RunConfig,
     world: World,
@@ -196,8 +207,7 @@ def train(
 
     first_loss = previous_history[0].get("loss") if previous_history else None
     guard = DivergenceGuard(settings.divergence_factor, every_step=shards == 1, first_epoch_loss=first_loss)
-    logger = LearningRateLogger()
-    run_callbacks = [*world.callbacks(), logger, Throughput(global_batch), GeneralizationGap(), guard]
+    run_callbacks = [*world.callbacks(), LearningRateLogger(), Throughput(global_batch), GeneralizationGap(), guard]
     if run_dir is not None and settings.checkpoint:
         run_callbacks.append(_RunCheckpoint(run_dir / CHECKPOINT_FOLDER, state, guard, previous_history, world))
     if run_dir is not None and settings.tensorboard and world.is_root:
@@ -225,12 +235,7 @@ def train(
             for i, epoch_index in enumerate(keras_history.epoch)
         ]
 
-    metrics = {}
-    for split, (x, y) in {"train": (data.x_train, data.y_train), "test": (data.x_test, data.y_test),
-                          "validation": (data.x_validation, data.y_validation)}.items():
-        if len(x):
-            for name, value in evaluate(model, x, y, world, settings.eval_batch).items():
-                metrics[f"{split}_{name}"] = value
+    metrics = _final_metrics(model, data, world, settings.eval_batch)
     throughputs = [row["samples_per_second"] for row in history if "samples_per_second" in row]
     return RunResult(
         config=config.to_dict(),
