@@ -175,14 +175,17 @@ def summary_table(rows: list[dict[str, Any]]) -> str:
 
 
 def _train_simulated(planned: PlannedRun, run_dir: Path) -> RunResult:
+    """Trains (or resumes) one run in this process and writes it; an exception is a failed run."""
     from lbtrain.distributed import SimulatedWorld
     from lbtrain.trainer import train
 
     settings = planned.config.training
     try:
-        return train(planned.config, SimulatedWorld(settings.world_size, settings.micro_batches), run_dir=run_dir, resume=True)
+        result = train(planned.config, SimulatedWorld(settings.world_size, settings.micro_batches), run_dir=run_dir, resume=True)
     except Exception as error:  # a failed run is recorded, the experiment goes on
-        return RunResult.failed(planned.config, error)
+        result = RunResult.failed(planned.config, error)
+    write_run(run_dir, result)
+    return result
 
 
 def horovodrun_path() -> str | None:
@@ -195,7 +198,22 @@ def horovodrun_path() -> str | None:
     return str(beside) if beside.is_file() else shutil.which("horovodrun")
 
 
+_WORKER_LINE = re.compile(r"^\[\d+\]<std(?:err|out)>:(.*)$")
+_EXCEPTION_LINE = re.compile(r"^(?:[\w.]+(?:Error|Exception|Interrupt)|lbtrain: error): ")
+
+
+def _worker_error(output: str) -> str:
+    """The error a worker died with (``[rank]<stderr>:KindError: ...`` or lbtrain's one-line
+    ``lbtrain: error: ...``), else the job's last line."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    worker_lines = [match.group(1).strip() for match in map(_WORKER_LINE.match, lines) if match]
+    exceptions = [line for line in worker_lines if _EXCEPTION_LINE.match(line)]
+    return (exceptions or lines or ["no output"])[-1]
+
+
 def _train_horovod(planned: PlannedRun, run_dir: Path, experiment: ExperimentConfig) -> RunResult:
+    """Runs ``lbtrain train`` under horovodrun (its rank 0 writes the run); a non-zero exit is a
+    failed run, written here with the last error line of the job's output."""
     import yaml
 
     world_size = planned.config.training.world_size
@@ -208,10 +226,10 @@ def _train_horovod(planned: PlannedRun, run_dir: Path, experiment: ExperimentCon
     ]
     completed = subprocess.run(command, capture_output=True, text=True)
     if completed.returncode == 0 and is_finished(run_dir):
-        return read_run(run_dir)
-    lines = [line for line in (completed.stderr + completed.stdout).splitlines() if line.strip()]
-    errors = [line for line in lines if "Error" in line or "error" in line]
-    return RunResult.failed(planned.config, f"horovodrun exited with {completed.returncode}: {(errors or lines or ['no output'])[-1].strip()}")
+        return read_run(run_dir)  # rank 0 of `lbtrain train` wrote the run
+    result = RunResult.failed(planned.config, f"horovodrun exited with {completed.returncode}: {_worker_error(completed.stdout + completed.stderr)}")
+    write_run(run_dir, result)
+    return result
 
 
 def _remove_partial_files(folder: Path) -> None:
@@ -258,7 +276,6 @@ def run_experiment(
                 result = _train_horovod(run, run_dir, experiment)
             else:
                 result = _train_simulated(run, run_dir)
-            write_run(run_dir, result)
             seconds = time.perf_counter() - run_started
             trained_seconds, trained = trained_seconds + seconds, trained + 1
             remaining = len(planned) - index

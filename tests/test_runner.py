@@ -155,3 +155,14 @@ def test_mode_horovod_runs_world_sizes_one_and_two_for_real(tmp_path):
         assert real["test_accuracy"] == pytest.approx(sim["test_accuracy"], abs=2e-3)
     run_dir = tmp_path / "results" / "tiny" / "runs" / rows[1]["run_id"]
     assert read_run(run_dir).world_size == 2
+
+
+@pytest.mark.slow
+def test_mode_horovod_records_a_failing_job_with_its_error(tmp_path):
+    exp = experiment(tmp_path, mode="horovod", grid={"world_sizes": [2]}, data={"dataset": "mnist1d", "train_subset": 16,
+                                                                            "options": {"num_samples": 500}})
+    rows = run_experiment(exp, progress=lambda line: None)
+    assert rows[0]["status"] == "failed"
+    assert rows[0]["reason"].startswith("horovodrun exited with 1: ")
+    assert "16 training samples are fewer than one global batch" in rows[0]["reason"]
+    assert read_run(tmp_path / "results" / "tiny" / "runs" / rows[0]["run_id"]).status == "failed"
