@@ -70,6 +70,52 @@ def _run_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sweep_command(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from lbtrain.config import ConfigError, load_experiment
+    from lbtrain.distributed import HorovodWorld, launched_by_horovod
+    from lbtrain.sweep import check_sweepable, open_study, optimize, optimize_distributed, storage_url, world_sizes, write_outputs
+
+    experiment = load_experiment(args.experiment, args.set)
+    check_sweepable(experiment)
+    trials = args.trials or experiment.sweep.trials
+    storage = args.storage or storage_url(experiment)
+    sizes = world_sizes(experiment)
+    if launched_by_horovod():
+        world = HorovodWorld()
+        if sizes != [world.size]:
+            raise ConfigError(f"grid.world_sizes is {sizes} but horovodrun started {world.size} processes: sweep one world size per job")
+        study = optimize_distributed(experiment, world, trials, storage)
+        if not world.is_root:
+            return 0
+        print(f"{study.study_name}: {len(study.trials)} trials", flush=True)
+    elif args.workers > 1:
+        for world_size in sizes:
+            open_study(experiment, world_size, storage)
+        command = [sys.executable, "-m", "lbtrain.cli", "sweep", args.experiment, "--trials", str(trials), "--storage", storage,
+                   "--worker", *(item for pair in (("--set", value) for value in args.set) for item in pair)]
+        workers = [subprocess.Popen(command) for _ in range(args.workers)]
+        if any(worker.wait() for worker in workers):
+            print("lbtrain: error: a sweep worker failed (see its output above)", file=sys.stderr)
+            return 1
+    else:
+        for world_size in sizes:
+            study = optimize(experiment, world_size, trials, storage)
+            print(f"{study.study_name}: {len(study.trials)} trials", flush=True)
+    if args.worker:
+        return 0
+    rows, fit = write_outputs(experiment, storage)
+    for row in rows:
+        best = row.get("best_validation_accuracy")
+        print(f"world {row['world_size']:>3}: {row['complete']} complete, {row['pruned']} pruned"
+              + (f", best validation {best:.4f} (test {row['best_test_accuracy']:.4f}) at lr {row['best_learning_rate']:.4g}" if best is not None else ""))
+    if fit is not None:
+        print(fit.describe())
+    print(f"wrote {experiment.results_dir / 'sweep_summary.csv'} (studies in {storage})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lbtrain", description="Large-batch training studies with Keras and Horovod.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -81,6 +127,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dry-run", action="store_true", help="list the runs without training")
     run.add_argument("--fresh", action="store_true", help="delete this experiment's previous runs and start over")
     run.set_defaults(handler=_run_command)
+    sweep = commands.add_parser("sweep", help="tune the experiment's search space with Optuna, one study per world size")
+    sweep.add_argument("experiment", help="an experiment YAML with a search section")
+    sweep.add_argument("--trials", type=int, help="finished trials per world size (default sweep.trials); a rerun tops up")
+    sweep.add_argument("--storage", help="an SQLAlchemy URL (default sqlite:///results/<name>/optuna.db)")
+    sweep.add_argument("--workers", type=int, default=1, help="processes sharing the studies")
+    sweep.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", help="override a field")
+    sweep.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    sweep.set_defaults(handler=_sweep_command)
     train = commands.add_parser(
         "train", help="train one resolved run config here: in a Horovod world under horovodrun/mpirun, simulated otherwise"
     )

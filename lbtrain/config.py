@@ -200,6 +200,54 @@ class HorovodLaunchConfig(_Strict):
     args: list[str] = Field(default_factory=list)
 
 
+class SearchParam(_Strict):
+    """One dimension of an Optuna search space: ``float``/``int`` between ``low`` and ``high``
+    (``log`` scale, ``step``), or ``categorical`` over ``choices``."""
+
+    type: Literal["float", "int", "categorical"]
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    step: float | None = None
+    choices: list[Any] | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "SearchParam":
+        if self.type == "categorical":
+            if not self.choices:
+                raise ValueError("categorical needs a non-empty choices list")
+            if self.low is not None or self.high is not None or self.log or self.step is not None:
+                raise ValueError("categorical takes choices only (no low, high, log, step)")
+            return self
+        if self.choices is not None:
+            raise ValueError(f"{self.type} takes low and high, not choices")
+        if self.low is None or self.high is None or not self.low < self.high:
+            raise ValueError(f"{self.type} needs low < high, got low={self.low}, high={self.high}")
+        if self.log and self.low <= 0:
+            raise ValueError(f"log scale needs low > 0, got {self.low}")
+        if self.log and self.step is not None:
+            raise ValueError("log and step cannot be combined")
+        if self.type == "int" and not (float(self.low).is_integer() and float(self.high).is_integer()):
+            raise ValueError(f"int needs whole low and high, got {self.low}, {self.high}")
+        return self
+
+
+class SweepConfig(_Strict):
+    """How ``lbtrain sweep`` tunes: trials per world size (finished ones, pruned included), the
+    seeded TPE sampler, the pruner fed every epoch's validation accuracy, and the storage
+    (default ``sqlite:///<output_dir>/<name>/optuna.db``; any SQLAlchemy URL). Heartbeats let a
+    rerun fail and retry trials a killed process left RUNNING after ``grace_seconds``."""
+
+    trials: int = Field(default=20, gt=0)
+    sampler_seed: int = 0
+    pruner: Literal["median", "none"] = "median"
+    pruner_startup_trials: int = Field(default=2, ge=0)
+    pruner_warmup_epochs: int = Field(default=0, ge=0)
+    storage: str | None = None
+    heartbeat_seconds: int = Field(default=10, gt=0)
+    grace_seconds: int = Field(default=30, gt=0)
+
+
 class ExperimentConfig(_Strict):
     """One study: a base run, a grid of changes to it, where results go and how runs start.
 
@@ -220,6 +268,16 @@ class ExperimentConfig(_Strict):
     lr: dict[str, Any] = Field(default_factory=dict)
     training: dict[str, Any] = Field(default_factory=dict)
     grid: dict[str, Any] = Field(default_factory=dict)
+    search: dict[str, SearchParam] = Field(default_factory=dict)
+    sweep: SweepConfig = Field(default_factory=SweepConfig)
+
+    @field_validator("search")
+    @classmethod
+    def _search_paths(cls, search: dict[str, SearchParam]) -> dict[str, SearchParam]:
+        for path in search:
+            if "." not in path or not known_field_path(path):
+                raise ValueError(f"{path!r} is no field path (use e.g. lr.base_lr, lr.warmup_epochs, optimizer.name)")
+        return search
 
     def base_run(self) -> dict[str, Any]:
         """The run every grid point starts from, as plain data."""

@@ -1,0 +1,356 @@
+"""Optuna sweeps: one study per world size, tuning the recipe the experiment's ``search`` names.
+
+Each study (``<experiment>-w<W>``) maximizes the final *validation* accuracy (the test set is
+only read for the best trial's report), samples with a seeded TPE sampler, and prunes with a
+median pruner fed every epoch's validation accuracy. A diverged trial is pruned with its reason
+as the user attribute ``reason``. Studies live in SQLite (``results/<name>/optuna.db``) or any
+SQLAlchemy URL, so several processes or machines can share them; a rerun tops each study up to
+``trials`` finished trials, and heartbeats let it fail and retry trials a killed process left
+RUNNING. The summary fits the tuned learning rate against the global batch,
+``lr* ~ B ** alpha``: is the tuned LR linear (alpha 1) or sqrt (alpha 0.5) in the batch?
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+import tensorflow as tf
+
+from lbtrain.config import ConfigError, ExperimentConfig, SearchParam, deep_merge, run_config_from_dict
+from lbtrain.distributed import SimulatedWorld, World
+from lbtrain.files import write_atomic, write_json_atomic
+from lbtrain.scaling import scale_learning_rate
+from lbtrain.trainer import train
+
+# Heartbeats and the matplotlib plots are marked experimental in Optuna; lbtrain relies on them.
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+OBJECTIVE = "validation_accuracy"
+FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+
+
+def study_name(experiment: ExperimentConfig, world_size: int) -> str:
+    return f"{experiment.name}-w{world_size}"
+
+
+def storage_url(experiment: ExperimentConfig) -> str:
+    """The experiment's storage: its ``sweep.storage`` or SQLite in its results folder."""
+    return experiment.sweep.storage or f"sqlite:///{(experiment.results_dir / 'optuna.db').resolve()}"
+
+
+def world_sizes(experiment: ExperimentConfig) -> list[int]:
+    """The world sizes swept: ``grid.world_sizes``, else the base run's world size."""
+    sizes = experiment.grid.get("world_sizes", [experiment.training.get("world_size", 1)])
+    if not isinstance(sizes, list) or not all(isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in sizes):
+        raise ConfigError(f"grid.world_sizes must be a list of positive integers, got {sizes!r}")
+    return sizes
+
+
+def open_study(experiment: ExperimentConfig, world_size: int, storage: str | None = None) -> optuna.Study:
+    """Creates or loads the study of one world size."""
+    settings = experiment.sweep
+    url = storage or storage_url(experiment)
+    if url.startswith("sqlite:///"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    rdb = optuna.storages.RDBStorage(
+        url,
+        heartbeat_interval=settings.heartbeat_seconds,
+        grace_period=settings.grace_seconds,
+        heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=3),
+    )
+    pruner = (
+        optuna.pruners.MedianPruner(n_startup_trials=settings.pruner_startup_trials, n_warmup_steps=settings.pruner_warmup_epochs)
+        if settings.pruner == "median" else optuna.pruners.NopPruner()
+    )
+    return optuna.create_study(
+        study_name=study_name(experiment, world_size), storage=rdb, direction="maximize",
+        sampler=optuna.samplers.TPESampler(seed=settings.sampler_seed + world_size), pruner=pruner, load_if_exists=True,
+    )
+
+
+def suggest(trial: optuna.trial.BaseTrial, search: dict[str, SearchParam]) -> dict[str, Any]:
+    """One value per searched field path."""
+    values = {}
+    for path, param in search.items():
+        if param.type == "categorical":
+            values[path] = trial.suggest_categorical(path, param.choices)
+        elif param.type == "int":
+            values[path] = trial.suggest_int(path, int(param.low), int(param.high), step=int(param.step or 1), log=param.log)
+        else:
+            values[path] = trial.suggest_float(path, param.low, param.high, step=param.step, log=param.log)
+    return values
+
+
+def trial_run(experiment: ExperimentConfig, world_size: int, params: dict[str, Any]):
+    """The run config of one trial: the base run at ``world_size`` with ``params`` applied."""
+    data = deep_merge(experiment.base_run(), {"training": {"world_size": world_size}})
+    for path, value in params.items():
+        section, *rest = path.split(".")
+        nested: Any = value
+        for part in reversed(rest):
+            nested = {part: nested}
+        data = deep_merge(data, {section: nested})
+    return run_config_from_dict(data)
+
+
+class _PruningCallback(tf.keras.callbacks.Callback):
+    """Reports each epoch's validation accuracy to the trial and stops the fit when the
+    pruner says so (the objective then raises ``TrialPruned``)."""
+
+    def __init__(self, trial: optuna.trial.Trial):
+        super().__init__()
+        self.trial, self.pruned_at = trial, None
+
+    def on_epoch_end(self, epoch, logs=None):
+        value = (logs or {}).get("val_accuracy")
+        if value is None or not math.isfinite(value):
+            return
+        self.trial.report(float(value), epoch)
+        if self.trial.should_prune():
+            self.pruned_at = epoch + 1
+            self.model.stop_training = True
+
+
+def check_sweepable(experiment: ExperimentConfig) -> None:
+    """A sweep needs something to search and a validation split to score on."""
+    if not experiment.search:
+        raise ConfigError("search: name at least one field to tune, e.g. lr.base_lr: {type: float, low: 0.01, high: 1, log: true}")
+    if not experiment.data.get("validation_split"):
+        raise ConfigError("data.validation_split must be > 0 for a sweep: trials are scored on validation, never on test")
+
+
+def objective(experiment: ExperimentConfig, world_size: int):
+    """The function a study optimizes for one world size."""
+
+    def run_trial(trial: optuna.trial.Trial) -> float:
+        config = trial_run(experiment, world_size, suggest(trial, experiment.search))
+        pruning = _PruningCallback(trial)
+        result = train(config, SimulatedWorld(world_size, config.training.micro_batches), callbacks=[pruning])
+        trial.set_user_attr("epochs_run", len(result.history))
+        trial.set_user_attr("test_accuracy", result.metrics.get("test_accuracy"))
+        trial.set_user_attr("learning_rate", result.learning_rate)
+        if result.status == "diverged":
+            trial.set_user_attr("reason", result.reason)
+            raise optuna.TrialPruned(result.reason)
+        if pruning.pruned_at is not None:
+            trial.set_user_attr("reason", f"pruned by the {experiment.sweep.pruner} pruner after epoch {pruning.pruned_at}")
+            raise optuna.TrialPruned()
+        return float(result.metrics[OBJECTIVE])
+
+    return run_trial
+
+
+def finished_trials(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=FINISHED))
+
+
+def _report_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+    outcome = f"validation {trial.value:.4f}" if trial.value is not None else trial.user_attrs.get("reason", trial.state.name.lower())
+    print(f"[{study.study_name} trial {trial.number}] {trial.state.name.lower()}: {outcome} {trial.params}", flush=True)
+
+
+def optimize(experiment: ExperimentConfig, world_size: int, trials: int, storage: str | None = None) -> optuna.Study:
+    """Runs trials of one world size's study until it has ``trials`` finished ones (across
+    every process sharing the storage), printing one line per trial."""
+    study = open_study(experiment, world_size, storage)
+    remaining = trials - finished_trials(study)
+    if remaining > 0:
+        study.optimize(
+            objective(experiment, world_size), n_trials=remaining,
+            callbacks=[optuna.study.MaxTrialsCallback(trials, states=FINISHED), _report_trial], gc_after_trial=True,
+        )
+    return study
+
+
+class _CollectivePruning(tf.keras.callbacks.Callback):
+    """Under Horovod: rank 0 reports the (rank-averaged) validation accuracy and asks the
+    pruner; every rank receives the decision and stops together."""
+
+    def __init__(self, trial: optuna.trial.Trial | None, world: World):
+        super().__init__()
+        self.trial, self.world, self.pruned_at = trial, world, None
+
+    def on_epoch_end(self, epoch, logs=None):
+        prune = False
+        value = (logs or {}).get("val_accuracy")
+        if self.trial is not None and value is not None and math.isfinite(value):
+            self.trial.report(float(value), epoch)
+            prune = self.trial.should_prune()
+        if self.world.broadcast_object(prune):
+            self.pruned_at = epoch + 1
+            self.model.stop_training = True
+
+
+def optimize_distributed(experiment: ExperimentConfig, world: World, trials: int, storage: str | None = None) -> optuna.Study | None:
+    """The sweep of a Horovod job (world size = the job's size): rank 0 alone talks to the
+    storage, asks for each trial and broadcasts its parameters; every rank trains; rank 0 tells
+    the result. Returns the study on rank 0, None elsewhere."""
+    study = open_study(experiment, world.size, storage) if world.is_root else None
+    while True:
+        trial = params = None
+        if world.is_root and finished_trials(study) < trials:
+            trial = study.ask()
+            params = suggest(trial, experiment.search)
+        params = world.broadcast_object(params)
+        if params is None:
+            return study
+        config = trial_run(experiment, world.size, params)
+        pruning = _CollectivePruning(trial, world)
+        result = train(config, world, callbacks=[pruning])
+        if not world.is_root:
+            continue
+        trial.set_user_attr("test_accuracy", result.metrics.get("test_accuracy"))
+        trial.set_user_attr("epochs_run", len(result.history))
+        if result.status == "diverged" or pruning.pruned_at is not None:
+            reason = result.reason or f"pruned by the {experiment.sweep.pruner} pruner after epoch {pruning.pruned_at}"
+            trial.set_user_attr("reason", reason)
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        else:
+            study.tell(trial, float(result.metrics[OBJECTIVE]))
+        _report_trial(study, study.trials[trial.number])
+
+
+@dataclasses.dataclass(frozen=True)
+class ScalingFit:
+    """``log lr* = intercept + alpha * log B`` fitted by least squares, with a 95% interval."""
+
+    alpha: float
+    alpha_low: float
+    alpha_high: float
+    points: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON (an undefined interval, from two points, is null)."""
+        bound = lambda value: None if math.isnan(value) else value  # noqa: E731
+        return {"alpha": self.alpha, "alpha_95_low": bound(self.alpha_low), "alpha_95_high": bound(self.alpha_high),
+                "points": self.points}
+
+    def describe(self) -> str:
+        interval = "" if math.isnan(self.alpha_low) else f" (95% CI {self.alpha_low:.2f} to {self.alpha_high:.2f})"
+        return f"tuned lr ~ global_batch ** {self.alpha:.2f}{interval}: 1 is the linear rule, 0.5 the sqrt rule"
+
+
+def fit_lr_exponent(global_batches: list[int], learning_rates: list[float]) -> ScalingFit | None:
+    """The exponent of the tuned LR in the global batch, with a 95% t-interval (none for two
+    points); None for fewer than two distinct batches."""
+    from scipy import stats
+
+    batches, rates = np.log(np.asarray(global_batches, float)), np.log(np.asarray(learning_rates, float))
+    if len(set(global_batches)) < 2:
+        return None
+    fit = stats.linregress(batches, rates)
+    if len(batches) < 3:
+        return ScalingFit(float(fit.slope), math.nan, math.nan, len(batches))
+    half = stats.t.ppf(0.975, len(batches) - 2) * fit.stderr
+    return ScalingFit(float(fit.slope), float(fit.slope - half), float(fit.slope + half), len(batches))
+
+
+def summary_rows(experiment: ExperimentConfig, storage: str | None = None) -> list[dict[str, Any]]:
+    """One row per world size: trial counts, best validation accuracy, its test accuracy,
+    its parameters and the learning rate it trained with."""
+    rows = []
+    for world_size in world_sizes(experiment):
+        study = open_study(experiment, world_size, storage)
+        complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        row = {
+            "world_size": world_size,
+            "study": study.study_name,
+            "complete": len(complete),
+            "pruned": len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.PRUNED,))),
+        }
+        if complete:
+            best = study.best_trial
+            config = trial_run(experiment, world_size, best.params)
+            row.update({
+                "global_batch": config.training.world_size * config.training.per_worker_batch,
+                "best_validation_accuracy": best.value,
+                "best_test_accuracy": best.user_attrs.get("test_accuracy"),
+                "best_learning_rate": scale_learning_rate(config.lr.base_lr, config.lr.base_batch,
+                                                          config.training.world_size * config.training.per_worker_batch, config.lr.rule),
+                **{f"param:{key}": value for key, value in best.params.items()},
+            })
+        rows.append(row)
+    return rows
+
+
+def write_summary(experiment: ExperimentConfig, rows: list[dict[str, Any]]) -> Path:
+    """``sweep_summary.csv``: the rows of ``summary_rows``, columns in first-seen order."""
+    import csv
+    import io
+
+    columns: list[str] = []
+    for row in rows:
+        columns += [key for key in row if key not in columns]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return write_atomic(experiment.results_dir / "sweep_summary.csv", buffer.getvalue())
+
+
+def lr_fit(rows: list[dict[str, Any]]) -> ScalingFit | None:
+    tuned = [row for row in rows if "best_learning_rate" in row]
+    return fit_lr_exponent([row["global_batch"] for row in tuned], [row["best_learning_rate"] for row in tuned])
+
+
+def write_figures(experiment: ExperimentConfig, storage: str | None = None) -> list[Path]:
+    """Optuna's optimization history and parameter importances per study, as PNG."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from optuna.visualization import matplotlib as optuna_plots
+
+    written = []
+    for world_size in world_sizes(experiment):
+        study = open_study(experiment, world_size, storage)
+        complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        plots = [("history", optuna_plots.plot_optimization_history)]
+        if len(complete) >= 2 and len(experiment.search) >= 2:
+            plots.append(("importances", optuna_plots.plot_param_importances))
+        for label, plot in plots if complete else []:
+            axes = plot(study)
+            image = io.BytesIO()
+            axes.figure.savefig(image, format="png", dpi=90, bbox_inches="tight")
+            plt.close(axes.figure)
+            written.append(write_atomic(experiment.results_dir / "figures" / f"sweep_{label}_w{world_size}.png", image.getvalue()))
+    return written
+
+
+def write_outputs(experiment: ExperimentConfig, storage: str | None = None) -> tuple[list[dict[str, Any]], ScalingFit | None]:
+    """Writes ``sweep_summary.csv``, ``sweep_fit.json`` and the figures; returns rows and fit."""
+    rows = summary_rows(experiment, storage)
+    write_summary(experiment, rows)
+    fit = lr_fit(rows)
+    write_json_atomic(experiment.results_dir / "sweep_fit.json", None if fit is None else fit.to_dict())
+    write_figures(experiment, storage)
+    return rows, fit
+
+
+__all__ = [
+    "ScalingFit",
+    "check_sweepable",
+    "fit_lr_exponent",
+    "lr_fit",
+    "open_study",
+    "optimize",
+    "optimize_distributed",
+    "storage_url",
+    "study_name",
+    "suggest",
+    "summary_rows",
+    "trial_run",
+    "world_sizes",
+    "write_figures",
+    "write_outputs",
+    "write_summary",
+]

@@ -1,0 +1,199 @@
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import optuna
+import pytest
+import yaml
+
+from conftest import REPO_ROOT
+from lbtrain.config import ConfigError, ExperimentConfig, load_experiment
+from lbtrain.sweep import check_sweepable, fit_lr_exponent, open_study, optimize, storage_url, summary_rows, trial_run
+from lbtrain.cli import main
+
+FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+
+
+def sweep_spec(tmp_path, **changes):
+    spec = {
+        "name": "tiny",
+        "output_dir": str(tmp_path / "results"),
+        "data": {"dataset": "mnist1d", "train_subset": 320, "validation_split": 0.25, "options": {"num_samples": 500}},
+        "model": {"name": "mlp", "options": {"widths": [16]}},
+        "training": {"per_worker_batch": 16, "epochs": 2},
+        "lr": {"base_batch": 16, "rule": "none"},
+        "grid": {"world_sizes": [1, 2]},
+        "search": {"lr.base_lr": {"type": "float", "low": 0.001, "high": 1.0, "log": True},
+                   "optimizer.name": {"type": "categorical", "choices": ["momentum", "adam"]}},
+        "sweep": {"trials": 4, "pruner": "none"},
+    }
+    spec.update(changes)
+    return spec
+
+
+def write_spec(tmp_path, spec):
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_tiny_sweep_on_sqlite_writes_studies_summary_and_figures(tmp_path, capsys):
+    path = write_spec(tmp_path, sweep_spec(tmp_path))
+    assert main(["sweep", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "[tiny-w1 trial 0] complete: validation" in out and "tuned lr ~ global_batch **" in out
+    results = tmp_path / "results" / "tiny"
+    storage = f"sqlite:///{results / 'optuna.db'}"
+    for world_size in (1, 2):
+        study = optuna.load_study(study_name=f"tiny-w{world_size}", storage=storage)
+        complete = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+        assert len(complete) == 4
+        assert study.best_value == max(t.value for t in complete)
+        assert 0.0 <= study.best_trial.user_attrs["test_accuracy"] <= 1.0
+        assert set(study.best_params) == {"lr.base_lr", "optimizer.name"}
+        assert (results / "figures" / f"sweep_history_w{world_size}.png").stat().st_size > 1000
+    summary = (results / "sweep_summary.csv").read_text().splitlines()
+    assert summary[0].startswith("world_size,study,complete,pruned,global_batch,best_validation_accuracy,best_test_accuracy")
+    assert len(summary) == 3 and summary[2].startswith("2,tiny-w2,4,0,32,")
+    assert yaml.safe_load((results / "sweep_fit.json").read_text())["points"] == 2
+
+
+def test_rerun_tops_up_to_the_requested_trials(tmp_path):
+    experiment = ExperimentConfig.model_validate(sweep_spec(tmp_path, grid={"world_sizes": [1]}))
+    optimize(experiment, 1, 2)
+    study = optimize(experiment, 1, 3)
+    assert len(study.get_trials(states=FINISHED)) == 3
+
+
+def test_diverging_trials_are_pruned_with_their_reason(tmp_path):
+    experiment = ExperimentConfig.model_validate(sweep_spec(
+        tmp_path, grid={"world_sizes": [1]}, search={"lr.base_lr": {"type": "float", "low": 1.0e5, "high": 1.0e6}},
+        optimizer={"name": "momentum"}))
+    study = optimize(experiment, 1, 2)
+    pruned = study.get_trials(states=(optuna.trial.TrialState.PRUNED,))
+    assert len(pruned) == 2
+    assert all(t.user_attrs["reason"].startswith("loss became nan") or "exceeds" in t.user_attrs["reason"] for t in pruned)
+
+
+def test_median_pruner_stops_a_clearly_bad_trial_after_its_first_epoch(tmp_path):
+    experiment = ExperimentConfig.model_validate(sweep_spec(
+        tmp_path, grid={"world_sizes": [1]}, training={"per_worker_batch": 16, "epochs": 3},
+        search={"lr.base_lr": {"type": "float", "low": 1e-7, "high": 1.0, "log": True}}, optimizer={"name": "adam"},
+        sweep={"trials": 3, "pruner": "median", "pruner_startup_trials": 2}))
+    study = open_study(experiment, 1)
+    for rate in (0.01, 0.01, 1e-7):
+        study.enqueue_trial({"lr.base_lr": rate})
+    optimize(experiment, 1, 3)
+    trials = open_study(experiment, 1).get_trials()
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 2 + [optuna.trial.TrialState.PRUNED]
+    assert trials[2].user_attrs["reason"] == "pruned by the median pruner after epoch 1"
+    assert trials[2].user_attrs["epochs_run"] == 1
+
+
+def test_trial_run_applies_params_to_the_base_run(tmp_path):
+    experiment = ExperimentConfig.model_validate(sweep_spec(tmp_path))
+    config = trial_run(experiment, 2, {"lr.base_lr": 0.3, "optimizer.name": "lars"})
+    assert (config.lr.base_lr, config.optimizer.name, config.training.world_size) == (0.3, "lars", 2)
+    assert storage_url(experiment) == f"sqlite:///{(tmp_path / 'results' / 'tiny' / 'optuna.db').resolve()}"
+
+
+@pytest.mark.parametrize(
+    "search, message",
+    [
+        ({"lr.base": {"type": "float", "low": 0.1, "high": 1}}, r"search: 'lr.base' is no field path"),
+        ({"lr.base_lr": {"type": "float", "low": 0, "high": 1, "log": True}}, r"search.lr.base_lr: log scale needs low > 0, got 0.0"),
+        ({"lr.base_lr": {"type": "float", "low": 2, "high": 1}}, r"search.lr.base_lr: float needs low < high, got low=2.0, high=1.0"),
+        ({"optimizer.name": {"type": "categorical"}}, r"search.optimizer.name: categorical needs a non-empty choices list"),
+        ({"optimizer.name": {"type": "choice", "choices": ["sgd"]}}, r"search.optimizer.name.type: Input should be 'float', 'int' or 'categorical'"),
+        ({"lr.warmup_epochs": {"type": "int", "low": 0, "high": 2.5}}, r"search.lr.warmup_epochs: int needs whole low and high"),
+        ({"lr.base_lr": {"type": "float", "low": 0.1, "high": 1, "choices": [1]}}, r"float takes low and high, not choices"),
+    ],
+)
+def test_bad_search_specs_are_one_line_errors(tmp_path, search, message):
+    with pytest.raises(ConfigError, match=message):
+        load_experiment(write_spec(tmp_path, sweep_spec(tmp_path, search=search)))
+
+
+def test_a_sweep_needs_a_validation_split_and_a_search(tmp_path, capsys):
+    spec = sweep_spec(tmp_path)
+    spec["data"] = {**spec["data"], "validation_split": 0.0}
+    assert main(["sweep", str(write_spec(tmp_path, spec))]) == 2
+    assert "data.validation_split must be > 0 for a sweep" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="search: name at least one field to tune"):
+        check_sweepable(ExperimentConfig.model_validate(sweep_spec(tmp_path, search={})))
+    assert not (tmp_path / "results").exists()
+
+
+def test_fitted_exponent_recovers_sqrt_and_linear_scaling():
+    batches = [128, 256, 512, 1024, 2048]
+    sqrt = fit_lr_exponent(batches, [0.1 * (b / 128) ** 0.5 for b in batches])
+    assert sqrt.alpha == pytest.approx(0.5) and sqrt.alpha_high - sqrt.alpha_low < 1e-9
+    noise = np.random.default_rng(0).lognormal(0, 0.1, len(batches))
+    linear = fit_lr_exponent(batches, [0.1 * (b / 128) * n for b, n in zip(batches, noise)])
+    assert linear.alpha_low < 1.0 < linear.alpha_high and linear.points == 5
+    assert math.isnan(fit_lr_exponent([128, 256], [0.1, 0.2]).alpha_low)
+    assert fit_lr_exponent([128], [0.1]) is None
+
+
+def count_finished(storage, name):
+    if not os.path.exists(storage.removeprefix("sqlite:///")):
+        return 0
+    try:
+        return len(optuna.load_study(study_name=name, storage=storage).get_trials(states=FINISHED))
+    except KeyError:
+        return 0
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill_fails_the_stale_trial_and_completes_the_study(tmp_path):
+    spec = sweep_spec(tmp_path, grid={"world_sizes": [1]}, training={"per_worker_batch": 16, "epochs": 4},
+                      sweep={"trials": 4, "pruner": "none", "heartbeat_seconds": 1, "grace_seconds": 2})
+    path = write_spec(tmp_path, spec)
+    storage = f"sqlite:///{(tmp_path / 'results' / 'tiny' / 'optuna.db').resolve()}"
+    command = [sys.executable, "-m", "lbtrain.cli", "sweep", str(path)]
+    process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and count_finished(storage, "tiny-w1") < 1:
+        time.sleep(0.3)
+    time.sleep(1.0)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    before = count_finished(storage, "tiny-w1")
+    assert 1 <= before < 4
+    time.sleep(3)
+    result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    study = optuna.load_study(study_name="tiny-w1", storage=storage)
+    states = [t.state for t in study.get_trials()]
+    assert states.count(optuna.trial.TrialState.COMPLETE) == 4
+    assert optuna.trial.TrialState.RUNNING not in states
+
+
+@pytest.mark.slow
+def test_two_workers_share_one_study(tmp_path, capsys):
+    path = write_spec(tmp_path, sweep_spec(tmp_path, grid={"world_sizes": [1]}))
+    assert main(["sweep", str(path), "--workers", "2", "--trials", "4"]) == 0
+    storage = f"sqlite:///{(tmp_path / 'results' / 'tiny' / 'optuna.db').resolve()}"
+    trials = optuna.load_study(study_name="tiny-w1", storage=storage).get_trials()
+    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert 4 <= len(complete) <= 5 and len({t.number for t in trials}) == len(trials)
+    assert "world   1: " in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_horovodrun_two_ranks_sweep_two_trials(tmp_path):
+    path = write_spec(tmp_path, sweep_spec(tmp_path, grid={"world_sizes": [2]}, sweep={"trials": 2, "pruner": "median"}))
+    horovodrun = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+    lbtrain = os.path.join(os.path.dirname(sys.executable), "lbtrain")
+    result = subprocess.run([horovodrun, "-np", "2", "-H", "localhost:2", "--gloo", lbtrain, "sweep", str(path)],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    storage = f"sqlite:///{(tmp_path / 'results' / 'tiny' / 'optuna.db').resolve()}"
+    study = optuna.load_study(study_name="tiny-w2", storage=storage)
+    assert [t.state for t in study.get_trials()] == [optuna.trial.TrialState.COMPLETE] * 2
+    assert "[0]<stdout>:world   2: 2 complete, 0 pruned" in result.stdout
+    assert "[1]<stdout>:world" not in result.stdout and "[1]<stdout>:[tiny-w2" not in result.stdout
