@@ -234,13 +234,14 @@ class SearchParam(_Strict):
 
 class SweepConfig(_Strict):
     """How ``lbtrain sweep`` tunes: trials per world size (finished ones, pruned included), the
-    seeded TPE sampler, the pruner fed every epoch's validation accuracy, and the storage
+    seeded TPE sampler, the pruner fed every epoch's validation accuracy (``median``, or
+    ``successive_halving``: asynchronous successive halving, Li et al. 2020), and the storage
     (default ``sqlite:///<output_dir>/<name>/optuna.db``; any SQLAlchemy URL). Heartbeats let a
     rerun fail and retry trials a killed process left RUNNING after ``grace_seconds``."""
 
     trials: int = Field(default=20, gt=0)
     sampler_seed: int = 0
-    pruner: Literal["median", "none"] = "median"
+    pruner: Literal["median", "successive_halving", "none"] = "median"
     pruner_startup_trials: int = Field(default=2, ge=0)
     pruner_warmup_epochs: int = Field(default=0, ge=0)
     storage: str | None = None

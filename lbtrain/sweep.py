@@ -65,10 +65,13 @@ def open_study(experiment: ExperimentConfig, world_size: int, storage: str | Non
         grace_period=settings.grace_seconds,
         heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=3),
     )
-    pruner = (
-        optuna.pruners.MedianPruner(n_startup_trials=settings.pruner_startup_trials, n_warmup_steps=settings.pruner_warmup_epochs)
-        if settings.pruner == "median" else optuna.pruners.NopPruner()
-    )
+    pruners = {
+        "median": lambda: optuna.pruners.MedianPruner(
+            n_startup_trials=settings.pruner_startup_trials, n_warmup_steps=settings.pruner_warmup_epochs),
+        "successive_halving": lambda: optuna.pruners.SuccessiveHalvingPruner(min_resource=settings.pruner_warmup_epochs + 1),
+        "none": optuna.pruners.NopPruner,
+    }
+    pruner = pruners[settings.pruner]()
     return optuna.create_study(
         study_name=study_name(experiment, world_size), storage=rdb, direction="maximize",
         sampler=optuna.samplers.TPESampler(seed=settings.sampler_seed + world_size), pruner=pruner, load_if_exists=True,

@@ -197,3 +197,11 @@ def test_horovodrun_two_ranks_sweep_two_trials(tmp_path):
     assert [t.state for t in study.get_trials()] == [optuna.trial.TrialState.COMPLETE] * 2
     assert "[0]<stdout>:world   2: 2 complete, 0 pruned" in result.stdout
     assert "[1]<stdout>:world" not in result.stdout and "[1]<stdout>:[tiny-w2" not in result.stdout
+
+
+@pytest.mark.parametrize("pruner, kind", [("median", optuna.pruners.MedianPruner),
+                                          ("successive_halving", optuna.pruners.SuccessiveHalvingPruner),
+                                          ("none", optuna.pruners.NopPruner)])
+def test_pruner_choice(tmp_path, pruner, kind):
+    experiment = ExperimentConfig.model_validate(sweep_spec(tmp_path, sweep={"pruner": pruner}))
+    assert isinstance(open_study(experiment, 1).pruner, kind)
