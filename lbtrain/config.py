@@ -297,6 +297,14 @@ def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def nested(path: str, value: Any) -> dict[str, Any]:
+    """``nested("lr.decay.type", "cosine") == {"lr": {"decay": {"type": "cosine"}}}``."""
+    result: Any = value
+    for part in reversed(path.split(".")):
+        result = {part: result}
+    return result
+
+
 def _read_yaml_mapping(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text())
@@ -368,11 +376,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             value = yaml.safe_load(raw)
         except yaml.YAMLError:
             raise ConfigError(f"--set {path}: value {raw!r} is not valid YAML") from None
-        parts = path.split(".")
-        nested: Any = value
-        for part in reversed(parts[1:]):
-            nested = {part: nested}
-        data = deep_merge(data, {parts[0]: nested})
+        data = deep_merge(data, nested(path, value))
     return data
 
 

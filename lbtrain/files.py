@@ -3,11 +3,13 @@ never half of one."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 
 def write_atomic(path: str | os.PathLike, content: str | bytes) -> Path:
@@ -27,3 +29,16 @@ def write_atomic(path: str | os.PathLike, content: str | bytes) -> Path:
 def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
     """``data`` as indented JSON, written atomically (NaN/inf must already be replaced)."""
     return write_atomic(path, json.dumps(data, indent=2, allow_nan=False) + "\n")
+
+
+def csv_text(rows: list[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """``rows`` as CSV text; columns as given, else in the order keys first appear. None is ''."""
+    if columns is None:
+        columns = []
+        for row in rows:
+            columns += [key for key in row if key not in columns]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(columns), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({key: ("" if value is None else value) for key, value in row.items()} for row in rows)
+    return buffer.getvalue()

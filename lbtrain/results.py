@@ -8,14 +8,12 @@ finished exactly when its ``metrics.json`` exists, so a killed experiment resume
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from pathlib import Path
 
 import yaml
 
-from lbtrain.files import write_atomic, write_json_atomic
+from lbtrain.files import csv_text, write_atomic, write_json_atomic
 from lbtrain.trainer import RunResult
 
 CONFIG_FILE = "config.yaml"
@@ -25,14 +23,7 @@ METRICS_FILE = "metrics.json"
 
 def history_csv(history: list[dict]) -> str:
     """Per-epoch rows as CSV, columns in first-seen order (``epoch`` first)."""
-    columns: list[str] = []
-    for row in history:
-        columns += [key for key in row if key not in columns]
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(history)
-    return buffer.getvalue()
+    return csv_text(history)
 
 
 def write_run(run_dir: str | Path, result: RunResult) -> Path:

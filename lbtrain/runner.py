@@ -10,10 +10,8 @@ writes ``summary.csv``.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import hashlib
-import io
 import itertools
 import json
 import math
@@ -26,8 +24,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from lbtrain.config import GRID_SHORTHANDS, ConfigError, ExperimentConfig, RunConfig, deep_merge, known_field_path, run_config_from_dict
-from lbtrain.files import write_atomic
+from lbtrain.config import (
+    GRID_SHORTHANDS, ConfigError, ExperimentConfig, RunConfig, deep_merge, known_field_path, nested, run_config_from_dict,
+)
+from lbtrain.files import csv_text, write_atomic
 from lbtrain.results import CONFIG_FILE, is_finished, read_run, write_run
 from lbtrain.trainer import RunResult
 
@@ -55,14 +55,6 @@ def run_id(config: RunConfig, label: str) -> str:
     digest = hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True).encode()).hexdigest()[:10]
     slug = re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-") or "run"
     return f"{slug}-w{config.training.world_size}-s{config.training.seed}-{digest}"
-
-
-def _nested(path: str, value: Any) -> dict[str, Any]:
-    parts = path.split(".")
-    nested: Any = value
-    for part in reversed(parts):
-        nested = {part: nested}
-    return nested
 
 
 def _grid_axes(grid: dict[str, Any]) -> tuple[list[tuple[str, list[Any]]], list[dict[str, Any]]]:
@@ -105,7 +97,7 @@ def expand(experiment: ExperimentConfig) -> list[PlannedRun]:
             point = dict(zip((path for path, _ in axes), values))
             data = experiment.base_run()
             for path, value in {**point, **overrides}.items():
-                data = deep_merge(data, _nested(path, value))
+                data = deep_merge(data, nested(path, value))
             label = _point_label(variant, point)
             where = ", ".join(f"{path}={value}" for path, value in point.items())
             try:
@@ -150,11 +142,7 @@ def summary_row(planned: PlannedRun, result: RunResult) -> dict[str, Any]:
 
 
 def summary_csv(rows: list[dict[str, Any]]) -> str:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=SUMMARY_COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows({key: ("" if value is None else value) for key, value in row.items()} for row in rows)
-    return buffer.getvalue()
+    return csv_text(rows, SUMMARY_COLUMNS)
 
 
 def _number(value: Any, digits: int = 4) -> str:

@@ -22,9 +22,9 @@ import numpy as np
 import optuna
 import tensorflow as tf
 
-from lbtrain.config import ConfigError, ExperimentConfig, SearchParam, deep_merge, run_config_from_dict
+from lbtrain.config import ConfigError, ExperimentConfig, SearchParam, deep_merge, nested, run_config_from_dict
 from lbtrain.distributed import SimulatedWorld, World
-from lbtrain.files import write_atomic, write_json_atomic
+from lbtrain.files import csv_text, write_atomic, write_json_atomic
 from lbtrain.scaling import scale_learning_rate
 from lbtrain.trainer import train
 
@@ -93,13 +93,9 @@ def suggest(trial: optuna.trial.BaseTrial, search: dict[str, SearchParam]) -> di
 
 def trial_run(experiment: ExperimentConfig, world_size: int, params: dict[str, Any]):
     """The run config of one trial: the base run at ``world_size`` with ``params`` applied."""
-    data = deep_merge(experiment.base_run(), {"training": {"world_size": world_size}})
+    data = deep_merge(experiment.base_run(), nested("training.world_size", world_size))
     for path, value in params.items():
-        section, *rest = path.split(".")
-        nested: Any = value
-        for part in reversed(rest):
-            nested = {part: nested}
-        data = deep_merge(data, {section: nested})
+        data = deep_merge(data, nested(path, value))
     return run_config_from_dict(data)
 
 
@@ -285,17 +281,7 @@ def summary_rows(experiment: ExperimentConfig, storage: str | None = None) -> li
 
 def write_summary(experiment: ExperimentConfig, rows: list[dict[str, Any]]) -> Path:
     """``sweep_summary.csv``: the rows of ``summary_rows``, columns in first-seen order."""
-    import csv
-    import io
-
-    columns: list[str] = []
-    for row in rows:
-        columns += [key for key in row if key not in columns]
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return write_atomic(experiment.results_dir / "sweep_summary.csv", buffer.getvalue())
+    return write_atomic(experiment.results_dir / "sweep_summary.csv", csv_text(rows))
 
 
 def lr_fit(rows: list[dict[str, Any]]) -> ScalingFit | None:
