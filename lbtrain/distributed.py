@@ -24,7 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from lbtrain.config import ConfigError
-from lbtrain.layers import GhostBatchNormalization
+from lbtrain.layers import is_batch_norm
 from lbtrain.models import set_virtual_batch_size
 
 # Set by horovodrun (Gloo), mpirun (Open MPI) and MPICH/Intel MPI respectively.
@@ -93,7 +93,7 @@ class SimulatedWorld(World):
         return self.size * per_worker_batch
 
     def prepare_model(self, model: tf.keras.Model, per_worker_batch: int) -> tf.keras.Model:
-        has_batch_norm = any(isinstance(layer, (tf.keras.layers.BatchNormalization, GhostBatchNormalization)) for layer in model.layers)
+        has_batch_norm = any(is_batch_norm(layer) for layer in model.layers)
         if self.size > 1 and has_batch_norm:
             model = set_virtual_batch_size(model, per_worker_batch)
         if self.micro_batches > 1:

@@ -101,3 +101,8 @@ class GhostBatchNormalization(tf.keras.layers.Layer):
             "center": self.center,
             "scale": self.scale,
         }
+
+
+def is_batch_norm(layer: tf.keras.layers.Layer) -> bool:
+    """Keras's BatchNormalization or lbtrain's ghost version."""
+    return isinstance(layer, (tf.keras.layers.BatchNormalization, GhostBatchNormalization))

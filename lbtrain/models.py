@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 import tensorflow as tf
 
-from lbtrain.layers import GhostBatchNormalization
+from lbtrain.layers import GhostBatchNormalization, is_batch_norm
 
 
 class ModelError(ValueError):
@@ -204,7 +204,7 @@ def set_virtual_batch_size(model: tf.keras.Model, virtual_batch_size: int) -> tf
 
     def clone(layer: tf.keras.layers.Layer) -> tf.keras.layers.Layer:
         config = layer.get_config()
-        if isinstance(layer, (tf.keras.layers.BatchNormalization, GhostBatchNormalization)):
+        if is_batch_norm(layer):
             axis = config.get("axis", -1)
             if axis not in (-1, [-1], len(layer.input_shape) - 1, [len(layer.input_shape) - 1]):
                 raise ModelError(f"layer {layer.name}: ghost batch norm needs channels on the last axis, got axis {axis}")

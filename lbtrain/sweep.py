@@ -100,21 +100,35 @@ def trial_run(experiment: ExperimentConfig, world_size: int, params: dict[str, A
 
 
 class _PruningCallback(tf.keras.callbacks.Callback):
-    """Reports each epoch's validation accuracy to the trial and stops the fit when the
-    pruner says so (the objective then raises ``TrialPruned``)."""
+    """Each epoch, the rank holding the trial (rank 0; the only one in a simulated world)
+    reports the validation accuracy (rank-averaged under Horovod) and asks the pruner; the
+    decision is broadcast so every rank stops together."""
 
-    def __init__(self, trial: optuna.trial.Trial):
+    def __init__(self, trial: optuna.trial.Trial | None, world: World):
         super().__init__()
-        self.trial, self.pruned_at = trial, None
+        self.trial, self.world, self.pruned_at = trial, world, None
 
     def on_epoch_end(self, epoch, logs=None):
+        prune = False
         value = (logs or {}).get("val_accuracy")
-        if value is None or not math.isfinite(value):
-            return
-        self.trial.report(float(value), epoch)
-        if self.trial.should_prune():
+        if self.trial is not None and value is not None and math.isfinite(value):
+            self.trial.report(float(value), epoch)
+            prune = self.trial.should_prune()
+        if self.world.broadcast_object(prune):
             self.pruned_at = epoch + 1
             self.model.stop_training = True
+
+
+def _record_result(trial: optuna.trial.Trial, result, pruning: _PruningCallback, pruner: str) -> float | None:
+    """Stores what a trial's run produced as user attributes; returns the objective value, or
+    None when the trial is to be pruned (diverged, or stopped by the pruner: reason stored)."""
+    trial.set_user_attr("epochs_run", len(result.history))
+    trial.set_user_attr("test_accuracy", result.metrics.get("test_accuracy"))
+    trial.set_user_attr("learning_rate", result.learning_rate)
+    if result.status == "diverged" or pruning.pruned_at is not None:
+        trial.set_user_attr("reason", result.reason or f"pruned by the {pruner} pruner after epoch {pruning.pruned_at}")
+        return None
+    return float(result.metrics[OBJECTIVE])
 
 
 def check_sweepable(experiment: ExperimentConfig) -> None:
@@ -130,18 +144,12 @@ def objective(experiment: ExperimentConfig, world_size: int):
 
     def run_trial(trial: optuna.trial.Trial) -> float:
         config = trial_run(experiment, world_size, suggest(trial, experiment.search))
-        pruning = _PruningCallback(trial)
-        result = train(config, SimulatedWorld(world_size, config.training.micro_batches), callbacks=[pruning])
-        trial.set_user_attr("epochs_run", len(result.history))
-        trial.set_user_attr("test_accuracy", result.metrics.get("test_accuracy"))
-        trial.set_user_attr("learning_rate", result.learning_rate)
-        if result.status == "diverged":
-            trial.set_user_attr("reason", result.reason)
-            raise optuna.TrialPruned(result.reason)
-        if pruning.pruned_at is not None:
-            trial.set_user_attr("reason", f"pruned by the {experiment.sweep.pruner} pruner after epoch {pruning.pruned_at}")
-            raise optuna.TrialPruned()
-        return float(result.metrics[OBJECTIVE])
+        world = SimulatedWorld(world_size, config.training.micro_batches)
+        pruning = _PruningCallback(trial, world)
+        value = _record_result(trial, train(config, world, callbacks=[pruning]), pruning, experiment.sweep.pruner)
+        if value is None:
+            raise optuna.TrialPruned(trial.user_attrs["reason"])
+        return value
 
     return run_trial
 
@@ -168,25 +176,6 @@ def optimize(experiment: ExperimentConfig, world_size: int, trials: int, storage
     return study
 
 
-class _CollectivePruning(tf.keras.callbacks.Callback):
-    """Under Horovod: rank 0 reports the (rank-averaged) validation accuracy and asks the
-    pruner; every rank receives the decision and stops together."""
-
-    def __init__(self, trial: optuna.trial.Trial | None, world: World):
-        super().__init__()
-        self.trial, self.world, self.pruned_at = trial, world, None
-
-    def on_epoch_end(self, epoch, logs=None):
-        prune = False
-        value = (logs or {}).get("val_accuracy")
-        if self.trial is not None and value is not None and math.isfinite(value):
-            self.trial.report(float(value), epoch)
-            prune = self.trial.should_prune()
-        if self.world.broadcast_object(prune):
-            self.pruned_at = epoch + 1
-            self.model.stop_training = True
-
-
 def optimize_distributed(experiment: ExperimentConfig, world: World, trials: int, storage: str | None = None) -> optuna.Study | None:
     """The sweep of a Horovod job (world size = the job's size): rank 0 alone talks to the
     storage, asks for each trial and broadcasts its parameters; every rank trains; rank 0 tells
@@ -201,18 +190,15 @@ def optimize_distributed(experiment: ExperimentConfig, world: World, trials: int
         if params is None:
             return study
         config = trial_run(experiment, world.size, params)
-        pruning = _CollectivePruning(trial, world)
+        pruning = _PruningCallback(trial, world)
         result = train(config, world, callbacks=[pruning])
         if not world.is_root:
             continue
-        trial.set_user_attr("test_accuracy", result.metrics.get("test_accuracy"))
-        trial.set_user_attr("epochs_run", len(result.history))
-        if result.status == "diverged" or pruning.pruned_at is not None:
-            reason = result.reason or f"pruned by the {experiment.sweep.pruner} pruner after epoch {pruning.pruned_at}"
-            trial.set_user_attr("reason", reason)
+        value = _record_result(trial, result, pruning, experiment.sweep.pruner)
+        if value is None:
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         else:
-            study.tell(trial, float(result.metrics[OBJECTIVE]))
+            study.tell(trial, value)
         _report_trial(study, study.trials[trial.number])
 
 
