@@ -1,3 +1,4 @@
+import datetime
 import math
 import os
 import signal
@@ -148,9 +149,21 @@ def count_finished(storage, name):
         return 0
 
 
+def running_for(storage, name, seconds):
+    """Whether a trial of the study has been RUNNING for at least ``seconds``."""
+    if not os.path.exists(storage.removeprefix("sqlite:///")):
+        return False
+    try:
+        trials = optuna.load_study(study_name=name, storage=storage).get_trials(states=(optuna.trial.TrialState.RUNNING,))
+    except KeyError:
+        return False
+    now = datetime.datetime.now()
+    return any((now - t.datetime_start).total_seconds() >= seconds for t in trials)
+
+
 @pytest.mark.slow
 def test_resume_after_sigkill_fails_the_stale_trial_and_completes_the_study(tmp_path):
-    spec = sweep_spec(tmp_path, grid={"world_sizes": [1]}, training={"per_worker_batch": 16, "epochs": 4},
+    spec = sweep_spec(tmp_path, grid={"world_sizes": [1]}, training={"per_worker_batch": 16, "epochs": 15},
                       sweep={"trials": 4, "pruner": "none", "heartbeat_seconds": 1, "grace_seconds": 2})
     path = write_spec(tmp_path, spec)
     storage = f"sqlite:///{(tmp_path / 'results' / 'tiny' / 'optuna.db').resolve()}"
@@ -159,7 +172,10 @@ def test_resume_after_sigkill_fails_the_stale_trial_and_completes_the_study(tmp_
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and count_finished(storage, "tiny-w1") < 1:
         time.sleep(0.3)
-    time.sleep(1.0)
+    # Kill while a trial trains, after its heartbeat started (Optuna never treats a RUNNING
+    # trial without any heartbeat as stale: a kill in the first instant of a trial leaves it).
+    while time.monotonic() < deadline and not running_for(storage, "tiny-w1", seconds=1.0):
+        time.sleep(0.1)
     process.send_signal(signal.SIGKILL)
     process.wait()
     before = count_finished(storage, "tiny-w1")
