@@ -2,6 +2,7 @@ import datetime
 import math
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -140,25 +141,34 @@ def test_fitted_exponent_recovers_sqrt_and_linear_scaling():
     assert fit_lr_exponent([128], [0.1]) is None
 
 
-def count_finished(storage, name):
-    if not os.path.exists(storage.removeprefix("sqlite:///")):
-        return 0
+def trial_rows(storage, name):
+    """(state, seconds since start) of each trial, read through a read-only SQLite connection.
+
+    Polling with ``optuna.load_study`` would let the test create Optuna's tables while the
+    sweep under test creates them too: a race that can crash the sweep.
+    """
+    path = storage.removeprefix("sqlite:///")
+    if not os.path.exists(path):
+        return []
     try:
-        return len(optuna.load_study(study_name=name, storage=storage).get_trials(states=FINISHED))
-    except KeyError:
-        return 0
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5) as connection:
+            rows = connection.execute(
+                "SELECT trials.state, trials.datetime_start FROM trials JOIN studies USING (study_id)"
+                " WHERE studies.study_name = ?", (name,)).fetchall()
+    except sqlite3.OperationalError:
+        return []
+    now = datetime.datetime.now()
+    return [(state, (now - datetime.datetime.fromisoformat(start)).total_seconds() if start else 0.0)
+            for state, start in rows]
+
+
+def count_finished(storage, name):
+    return sum(state in ("COMPLETE", "PRUNED") for state, _ in trial_rows(storage, name))
 
 
 def running_for(storage, name, seconds):
     """Whether a trial of the study has been RUNNING for at least ``seconds``."""
-    if not os.path.exists(storage.removeprefix("sqlite:///")):
-        return False
-    try:
-        trials = optuna.load_study(study_name=name, storage=storage).get_trials(states=(optuna.trial.TrialState.RUNNING,))
-    except KeyError:
-        return False
-    now = datetime.datetime.now()
-    return any((now - t.datetime_start).total_seconds() >= seconds for t in trials)
+    return any(state == "RUNNING" and age >= seconds for state, age in trial_rows(storage, name))
 
 
 @pytest.mark.slow
@@ -168,7 +178,9 @@ def test_resume_after_sigkill_fails_the_stale_trial_and_completes_the_study(tmp_
     path = write_spec(tmp_path, spec)
     storage = f"sqlite:///{(tmp_path / 'results' / 'tiny' / 'optuna.db').resolve()}"
     command = [sys.executable, "-m", "lbtrain.cli", "sweep", str(path)]
-    process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = tmp_path / "killed_sweep.log"
+    with log.open("w") as output:
+        process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=output, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and count_finished(storage, "tiny-w1") < 1:
         time.sleep(0.3)
@@ -176,6 +188,7 @@ def test_resume_after_sigkill_fails_the_stale_trial_and_completes_the_study(tmp_
     # trial without any heartbeat as stale: a kill in the first instant of a trial leaves it).
     while time.monotonic() < deadline and not running_for(storage, "tiny-w1", seconds=1.0):
         time.sleep(0.1)
+    assert process.poll() is None, "the sweep ended before it was killed:\n" + log.read_text()[-2000:]
     process.send_signal(signal.SIGKILL)
     process.wait()
     before = count_finished(storage, "tiny-w1")
