@@ -3,7 +3,8 @@
 lbtrain's own runs keep the learning rate in a schedule object (``lbtrain.schedules``);
 ``LearningRateWarmup`` is for models compiled with a float learning rate, the way Horovod's
 examples warm up, and ``LearningRateLogger`` records the rate actually applied either way.
-The trainer adds ``Throughput``, ``DivergenceGuard`` and ``GeneralizationGap`` to every run.
+The trainer adds ``Throughput``, ``DivergenceGuard`` and ``GeneralizationGap`` to every run,
+and ``GradientNoiseScale`` when the run's ``analysis.noise_scale`` asks for it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import math
 import time
 
+import numpy as np
 import tensorflow as tf
 
 
@@ -192,3 +194,104 @@ class GeneralizationGap(tf.keras.callbacks.Callback):
         if logs is not None and "val_accuracy" in logs and "accuracy" in logs:
             logs["gap_accuracy"] = float(logs["accuracy"]) - float(logs["val_accuracy"])
             logs["gap_loss"] = float(logs["val_loss"]) - float(logs["loss"])
+
+
+class GradientNoiseScale(tf.keras.callbacks.Callback):
+    """McCandlish et al. 2018 ("An Empirical Model of Large-Batch Training", app. A.1): the
+    simple gradient noise scale ``B_simple = tr(Sigma) / |G|^2``, from two batch sizes.
+
+    Every ``every`` steps each worker takes the gradient ``g_r`` of the loss on its own fresh
+    batch of ``B_small = per_worker_batch`` training samples; their mean is the gradient of the
+    global batch ``B_big = world_size * per_worker_batch``. Since ``E|g_B|^2 = |G|^2 + tr(Sigma)/B``::
+
+        |G_small|^2 = mean_r |g_r|^2          |G_big|^2 = |mean_r g_r|^2
+        |G|^2 = (B_big |G_big|^2 - B_small |G_small|^2) / (B_big - B_small)
+        S     = (|G_small|^2 - |G_big|^2) / (1 / B_small - 1 / B_big)
+
+    are unbiased estimates of ``|G|^2`` and ``S = tr(Sigma)``; each is averaged with a
+    bias-corrected exponential moving average (``decay``) and ``B_simple`` is their ratio. Each
+    epoch logs ``noise_scale`` (B_simple), ``noise_trace`` (S) and ``gradient_norm_sq`` (|G|^2).
+
+    Under Horovod each rank computes its own ``g_r`` and one allreduce averages ``|g_r|^2`` and
+    ``g_r``; a simulated world computes all ``world_size`` of them in turn. Worker r's batch is
+    drawn by ``numpy.random.default_rng([seed, measurement, r])`` in both, so the two agree. In a
+    world of one worker the per-worker batch is split into two halves (``B_small = B/2``).
+    Gradients are taken in training mode (as the train step does); batch-norm statistics are
+    restored afterwards, so training is unchanged.
+    """
+
+    def __init__(self, x, y, world, per_worker_batch: int, every: int = 10, decay: float = 0.95, seed: int = 0):
+        super().__init__()
+        if not isinstance(every, int) or every < 1:
+            raise ValueError(f"every must be a positive integer, got {every!r}")
+        if not 0 <= decay < 1:
+            raise ValueError(f"decay must be in [0, 1), got {decay!r}")
+        self.x, self.y, self.world, self.every, self.decay, self.seed = x, y, world, every, decay, seed
+        shard, shards = world.input_shard()
+        if world.size == 1:
+            self.small_batch, self.workers, self.count = per_worker_batch // 2, [0, 1], 2
+        else:
+            self.small_batch, self.count = per_worker_batch, world.size
+            self.workers = list(range(world.size)) if shards == 1 else [shard]
+        if self.small_batch < 1 or self.small_batch > len(x):
+            raise ValueError(f"per_worker_batch {per_worker_batch} leaves no valid small batch for {len(x)} samples")
+        self.big_batch = self.small_batch * self.count
+        self.measurements: list[tuple[int, float, float]] = []
+        self._averages = [0.0, 0.0]
+        self._gradient = None
+
+    def _batch(self, measurement: int, worker: int):
+        indices = np.random.default_rng([self.seed, measurement, worker]).choice(len(self.x), self.small_batch, replace=False)
+        return self.x[indices], self.y[indices]
+
+    def _gradient_function(self):
+        model, variables = self.model, self.model.trainable_variables
+        loss = tf.keras.losses.get(model.loss)
+
+        @tf.function(reduce_retracing=True)
+        def gradient(inputs, targets):
+            with tf.GradientTape() as tape:
+                value = loss(targets, model(inputs, training=True))
+                if model.losses:
+                    value += tf.add_n(model.losses)
+            return tf.concat([tf.reshape(tf.cast(g, tf.float64), [-1]) for g in tape.gradient(value, variables)], 0)
+
+        return gradient
+
+    def measure(self, measurement: int) -> tuple[float, float]:
+        """One two-batch estimate ``(S, |G|^2)`` at the current weights."""
+        if self._gradient is None:
+            self._gradient = self._gradient_function()
+        state = [variable.numpy() for variable in self.model.non_trainable_variables]
+        gradients = [self._gradient(*self._batch(measurement, worker)).numpy() for worker in self.workers]
+        for variable, value in zip(self.model.non_trainable_variables, state):
+            variable.assign(value)
+        local = np.concatenate([[np.mean([g @ g for g in gradients])], np.mean(gradients, axis=0)])
+        total = self.world.allreduce_mean(local)
+        small_sq, big = total[0], total[1:]
+        big_sq = float(big @ big)
+        b_small, b_big = self.small_batch, self.big_batch
+        norm_sq = (b_big * big_sq - b_small * small_sq) / (b_big - b_small)
+        trace = (small_sq - big_sq) / (1 / b_small - 1 / b_big)
+        return float(trace), float(norm_sq)
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = int(tf.keras.backend.get_value(self.model.optimizer.iterations))
+        if step % self.every:
+            return
+        trace, norm_sq = self.measure(step // self.every)
+        self.measurements.append((step, trace, norm_sq))
+        self._averages = [self.decay * average + (1 - self.decay) * value for average, value in zip(self._averages, (trace, norm_sq))]
+
+    def estimate(self) -> dict[str, float]:
+        """The bias-corrected averages so far: ``noise_trace``, ``gradient_norm_sq`` and their
+        ratio ``noise_scale`` (empty before the first measurement)."""
+        if not self.measurements:
+            return {}
+        correction = 1 - self.decay ** len(self.measurements)
+        trace, norm_sq = (average / correction for average in self._averages)
+        return {"noise_scale": trace / norm_sq if norm_sq > 0 else math.inf, "noise_trace": trace, "gradient_norm_sq": norm_sq}
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            logs.update(self.estimate())

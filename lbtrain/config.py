@@ -114,6 +114,23 @@ class TrainingConfig(_Strict):
     tensorboard: bool = False
 
 
+class AnalysisConfig(_Strict):
+    """Measurements a run takes besides its metrics (see ``lbtrain.analysis``).
+
+    ``sharpness``: Keskar et al. 2017's sharpness of the final weights on the training set
+    (or its first ``sharpness_samples`` samples), box ``sharpness_epsilon``, full space or a
+    random subspace of ``sharpness_subspace`` dimensions. ``noise_scale``: McCandlish et al.
+    2018's gradient noise scale B_simple, measured every ``noise_scale_every`` steps.
+    """
+
+    sharpness: bool = False
+    sharpness_epsilon: float = Field(default=1e-3, gt=0)
+    sharpness_subspace: int | None = Field(default=None, gt=0)
+    sharpness_samples: int | None = Field(default=None, gt=0)
+    noise_scale: bool = False
+    noise_scale_every: int = Field(default=10, gt=0)
+
+
 class RunConfig(_Strict):
     """One fully resolved run: what ``trainer.train`` takes and what a run directory records."""
 
@@ -122,6 +139,7 @@ class RunConfig(_Strict):
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     lr: LRConfig = Field(default_factory=LRConfig)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
+    analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)
 
     @model_validator(mode="after")
     def _recipe_builds(self) -> "RunConfig":
@@ -187,7 +205,11 @@ def load_run_config(path: str | Path) -> RunConfig:
 
 # ---------------------------------------------------------------- experiments
 
-RUN_SECTIONS = ("data", "model", "optimizer", "lr", "training")
+RUN_SECTION_SCHEMAS: dict[str, type[BaseModel]] = {
+    "data": DataConfig, "model": ModelConfig, "optimizer": OptimizerConfig, "lr": LRConfig, "training": TrainingConfig,
+    "analysis": AnalysisConfig,
+}
+RUN_SECTIONS = tuple(RUN_SECTION_SCHEMAS)
 # Grid shorthands: the lists most studies sweep, under short names.
 GRID_SHORTHANDS = {"world_sizes": "training.world_size", "seeds": "training.seed"}
 
@@ -268,6 +290,7 @@ class ExperimentConfig(_Strict):
     optimizer: dict[str, Any] = Field(default_factory=dict)
     lr: dict[str, Any] = Field(default_factory=dict)
     training: dict[str, Any] = Field(default_factory=dict)
+    analysis: dict[str, Any] = Field(default_factory=dict)
     grid: dict[str, Any] = Field(default_factory=dict)
     search: dict[str, SearchParam] = Field(default_factory=dict)
     sweep: SweepConfig = Field(default_factory=SweepConfig)
@@ -351,7 +374,7 @@ def _known_path(path: list[str]) -> bool:
         if part not in model.model_fields:
             return False
         if depth == 0 and part in RUN_SECTIONS:
-            model = {"data": DataConfig, "model": ModelConfig, "optimizer": OptimizerConfig, "lr": LRConfig, "training": TrainingConfig}[part]
+            model = RUN_SECTION_SCHEMAS[part]
             continue
         annotation = model.model_fields[part].annotation
         model = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None

@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import yaml
+
 from lbtrain.config import (
     GRID_SHORTHANDS, ConfigError, ExperimentConfig, RunConfig, deep_merge, known_field_path, nested, run_config_from_dict,
 )
@@ -33,10 +35,12 @@ from lbtrain.trainer import RunResult
 
 RUNS_FOLDER = "runs"
 SUMMARY_FILE = "summary.csv"
+EXPERIMENT_FILE = "experiment.yaml"
 SUMMARY_COLUMNS = (
     "run_id", "label", "status", "world_size", "per_worker_batch", "global_batch", "rule", "warmup_epochs", "optimizer",
     "seed", "learning_rate", "epochs", "train_accuracy", "test_accuracy", "gap_accuracy", "train_loss", "test_loss",
-    "gap_loss", "validation_accuracy", "total_steps", "samples_per_second", "wall_time_seconds", "reason",
+    "gap_loss", "validation_accuracy", "sharpness", "noise_scale", "total_steps", "samples_per_second", "wall_time_seconds",
+    "reason",
 )
 
 
@@ -134,6 +138,8 @@ def summary_row(planned: PlannedRun, result: RunResult) -> dict[str, Any]:
         "test_loss": metrics.get("test_loss"),
         "gap_loss": result.generalization_gap.get("loss"),
         "validation_accuracy": metrics.get("validation_accuracy"),
+        "sharpness": metrics.get("sharpness"),
+        "noise_scale": metrics.get("noise_scale"),
         "total_steps": result.total_steps,
         "samples_per_second": result.samples_per_second,
         "wall_time_seconds": result.wall_time_seconds,
@@ -160,6 +166,11 @@ def summary_table(rows: list[dict[str, Any]]) -> str:
             f"{_number(row['gap_accuracy'], 3):>7}  {row['status']}"
         )
     return "\n".join(lines)
+
+
+def write_experiment(experiment: ExperimentConfig) -> Path:
+    """Records the resolved experiment beside its results, for ``lbtrain report``."""
+    return write_atomic(experiment.results_dir / EXPERIMENT_FILE, yaml.safe_dump(experiment.model_dump(mode="json"), sort_keys=False))
 
 
 def _train_simulated(planned: PlannedRun, run_dir: Path) -> RunResult:
@@ -202,8 +213,6 @@ def _worker_error(output: str) -> str:
 def _train_horovod(planned: PlannedRun, run_dir: Path, experiment: ExperimentConfig) -> RunResult:
     """Runs ``lbtrain train`` under horovodrun (its rank 0 writes the run); a non-zero exit is a
     failed run, written here with the last error line of the job's output."""
-    import yaml
-
     world_size = planned.config.training.world_size
     config_path = write_atomic(run_dir / CONFIG_FILE, yaml.safe_dump(planned.config.to_dict(), sort_keys=False))
     lbtrain = Path(sys.executable).parent / "lbtrain"
@@ -251,6 +260,7 @@ def run_experiment(
     if fresh and runs_dir.exists():
         shutil.rmtree(runs_dir)
     _remove_partial_files(experiment.results_dir)
+    write_experiment(experiment)
     started, trained_seconds, trained = time.perf_counter(), 0.0, 0
     rows = []
     for index, run in enumerate(planned, start=1):

@@ -3,7 +3,9 @@
 The same function runs under ``horovodrun -np W`` (``HorovodWorld``) and in one process
 (``SimulatedWorld(W)``): data sharded by rank, the learning rate scaled for the *global* batch,
 the optimizer wrapped by the world, ``fit`` with lbtrain's callbacks, then the final train
-and test loss/accuracy on the full sets, averaged over ranks. Only rank 0 writes files.
+and test loss/accuracy on the full sets, averaged over ranks, and what the run's ``analysis``
+section asks for (gradient noise scale per epoch, sharpness of the final weights). Only rank 0
+writes files.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from typing import Any, Iterable
 import numpy as np
 import tensorflow as tf
 
-from lbtrain.callbacks import DivergenceGuard, GeneralizationGap, LearningRateLogger, Throughput
+from lbtrain.analysis.sharpness import sharpness
+from lbtrain.callbacks import DivergenceGuard, GeneralizationGap, GradientNoiseScale, LearningRateLogger, Throughput
 from lbtrain.config import RunConfig
 from lbtrain.data import Dataset, load_dataset, make_input_pipeline, steps_per_epoch
 from lbtrain.distributed import World
@@ -208,6 +211,11 @@ def train(
     first_loss = previous_history[0].get("loss") if previous_history else None
     guard = DivergenceGuard(settings.divergence_factor, every_step=shards == 1, first_epoch_loss=first_loss)
     run_callbacks = [*world.callbacks(), LearningRateLogger(), Throughput(global_batch), GeneralizationGap(), guard]
+    noise_scale = None
+    if config.analysis.noise_scale:
+        noise_scale = GradientNoiseScale(data.x_train, data.y_train, world, settings.per_worker_batch,
+                                         every=config.analysis.noise_scale_every, seed=settings.seed)
+        run_callbacks.append(noise_scale)
     if run_dir is not None and settings.checkpoint:
         run_callbacks.append(_RunCheckpoint(run_dir / CHECKPOINT_FOLDER, state, guard, previous_history, world))
     if run_dir is not None and settings.tensorboard and world.is_root:
@@ -236,6 +244,14 @@ def train(
         ]
 
     metrics = _final_metrics(model, data, world, settings.eval_batch)
+    if noise_scale is not None and noise_scale.measurements:
+        metrics["noise_scale"] = noise_scale.estimate()["noise_scale"]
+    if config.analysis.sharpness and not guard.reason:
+        samples = config.analysis.sharpness_samples or len(data.x_train)
+        metrics["sharpness"] = sharpness(
+            model, (data.x_train[:samples], data.y_train[:samples]), epsilon=config.analysis.sharpness_epsilon,
+            subspace_dim=config.analysis.sharpness_subspace, seed=settings.seed,
+        )
     throughputs = [row["samples_per_second"] for row in history if "samples_per_second" in row]
     return RunResult(
         config=config.to_dict(),

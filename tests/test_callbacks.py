@@ -5,7 +5,8 @@ import pytest
 import tensorflow as tf
 
 from conftest import run_horovod
-from lbtrain.callbacks import LearningRateLogger, LearningRateWarmup
+from lbtrain.callbacks import GradientNoiseScale, LearningRateLogger, LearningRateWarmup
+from lbtrain.distributed import SimulatedWorld
 from lbtrain.models import build_model
 from lbtrain.schedules import Warmup
 
@@ -121,3 +122,55 @@ def test_divergence_guard_across_processes_decides_at_epoch_end_only():
     guard = DivergenceGuard(factor=10, every_step=False)
     model = drive(guard, [[1.0, float("nan"), 2.0], [float("inf")]])
     assert model.stop_training and guard.reason == "loss became inf in epoch 2"
+
+
+def constant_output_problem(dimension=128, samples=20000, distance_sq=4.0, seed=0):
+    """A model whose output is a trainable vector w (a Dense layer fed zeros: only its bias
+    matters) fit to targets t_i with mean squared error: the per-example gradient is
+    2 (w - t_i) / d, so |G|^2 and tr(Sigma) are known from the targets exactly:
+    B_simple = tr(Cov t) / |w - mean t|^2 (population moments of the finite sample)."""
+    rng = np.random.default_rng(seed)
+    targets = rng.standard_normal((samples, dimension)).astype(np.float32)
+    mean = targets.astype(np.float64).mean(axis=0)
+    direction = rng.standard_normal(dimension)
+    w = mean + direction / np.linalg.norm(direction) * np.sqrt(distance_sq)
+    model = tf.keras.Sequential([tf.keras.Input(shape=(1,)), tf.keras.layers.Dense(dimension)])
+    model.layers[0].bias.assign(w.astype(np.float32))
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.0), loss=tf.keras.losses.MeanSquaredError())
+    inputs = np.zeros((samples, 1), np.float32)
+    true_scale = targets.astype(np.float64).var(axis=0).sum() / np.sum((w - mean) ** 2)
+    return model, inputs, targets, true_scale
+
+
+@pytest.mark.parametrize("world_size, per_worker_batch", [(4, 16), (1, 32)])
+def test_noise_scale_matches_a_known_gradient_covariance(world_size, per_worker_batch):
+    world = SimulatedWorld(world_size)
+    model, inputs, targets, true_scale = constant_output_problem()
+    noise = GradientNoiseScale(inputs, targets, world, per_worker_batch, every=1, decay=0.99)
+    history = model.fit(inputs, targets, batch_size=world_size * per_worker_batch, epochs=1, steps_per_epoch=300,
+                        verbose=0, callbacks=[noise])
+    assert len(noise.measurements) == 300
+    assert true_scale == pytest.approx(32, rel=0.05)  # tr(Cov t) ~ 128, |w - mean t|^2 = 4
+    assert history.history["noise_scale"][0] == pytest.approx(true_scale, rel=0.10)
+    assert noise.big_batch == (64 if world_size == 4 else 32) and noise.small_batch == 16
+
+
+def test_noise_scale_leaves_batch_norm_statistics_and_weights_untouched():
+    world = SimulatedWorld(2)
+    model = build_model("mlp", (4,), 3, widths=[8], batch_norm=True, seed=0)
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.0), loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    rng = np.random.default_rng(1)
+    x, y = rng.standard_normal((64, 4)).astype(np.float32), rng.integers(0, 3, 64)
+    before = [w.copy() for w in model.get_weights()]
+    noise = GradientNoiseScale(x, y, world, 8, every=1)
+    noise.set_model(model)
+    trace, norm_sq = noise.measure(0)
+    assert np.isfinite(trace) and norm_sq != 0
+    assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
+
+
+def test_noise_scale_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="every must be a positive integer"):
+        GradientNoiseScale(np.zeros((8, 1)), np.zeros(8), SimulatedWorld(2), 4, every=0)
+    with pytest.raises(ValueError, match="decay must be in"):
+        GradientNoiseScale(np.zeros((8, 1)), np.zeros(8), SimulatedWorld(2), 4, decay=1.0)

@@ -119,6 +119,7 @@ def tiny_run(**training):
 def test_horovodrun_two_ranks_equal_simulated_world_of_two_and_only_rank0_writes(tmp_path, batch_norm):
     spec = tiny_run(tensorboard=True)
     spec["model"]["options"]["batch_norm"] = batch_norm
+    spec["analysis"] = {"noise_scale": True, "noise_scale_every": 2}
     output = tmp_path / "weights.npz"
     result = run_horovod("trainer_two_ranks.py", json.dumps(spec), str(output), str(tmp_path / "runs"))
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
@@ -141,6 +142,11 @@ def test_horovodrun_two_ranks_equal_simulated_world_of_two_and_only_rank0_writes
             np.testing.assert_allclose(simulated.model.weights[i].numpy().reshape(rank0.shape), rank0, atol=1e-5, err_msg=name)
     for key in ("train_accuracy", "test_accuracy") if not batch_norm else ():
         assert simulated.metrics[key] == pytest.approx(horovod_result["metrics"][key], abs=1e-6)
+    # The gradient noise scale: rank-local vs allreduced gradients give what one process
+    # computes worker by worker (the same batches, measured at steps 2 and 4).
+    for key in ("noise_scale", "noise_trace", "gradient_norm_sq"):
+        assert simulated.history[0][key] == pytest.approx(horovod_result["history"][0][key], rel=1e-4)
+    assert simulated.metrics["noise_scale"] == pytest.approx(horovod_result["metrics"]["noise_scale"], rel=1e-4)
 
 
 @pytest.mark.slow
