@@ -39,6 +39,11 @@ data:
 
 run: setup
 	$(BIN)/lbtrain run experiments/quickstart.yaml
+	$(BIN)/lbtrain report results/quickstart
+
+# The canonical studies behind results/README.md (about an hour on 2 cores; resumable).
+study: setup
+	LBTRAIN=$(BIN)/lbtrain sh scripts/run_studies.sh
 
 test: setup
 	$(BIN)/python -m pytest -q

@@ -10,9 +10,11 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from lbtrain.analysis import critical_batch, sharpness, steps_to_target, write_report  # noqa: E402
 from lbtrain.callbacks import (  # noqa: E402
     DivergenceGuard,
     GeneralizationGap,
+    GradientNoiseScale,
     LearningRateLogger,
     LearningRateWarmup,
     Throughput,
@@ -57,6 +59,7 @@ __all__ = [
     "ExperimentConfig",
     "GeneralizationGap",
     "GhostBatchNormalization",
+    "GradientNoiseScale",
     "HorovodWorld",
     "LAMB",
     "LARS",
@@ -76,6 +79,7 @@ __all__ = [
     "build_model",
     "build_optimizer",
     "build_schedule",
+    "critical_batch",
     "current_world",
     "epochs_to_steps",
     "expand",
@@ -91,6 +95,9 @@ __all__ = [
     "scaling_exponent",
     "scaling_factor",
     "set_virtual_batch_size",
+    "sharpness",
     "steps_per_epoch",
+    "steps_to_target",
     "train",
+    "write_report",
 ]

@@ -116,6 +116,17 @@ def _sweep_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report_command(args: argparse.Namespace) -> int:
+    import tensorflow as tf
+
+    from lbtrain.analysis.report import write_report
+
+    tf.get_logger().setLevel("ERROR")  # rebuilding many schedules makes TensorFlow warn about retracing
+    path = write_report(args.results, target=args.target, metric=args.metric)
+    print(f"wrote {path} and its figures in {path.parent / 'figures'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lbtrain", description="Large-batch training studies with Keras and Horovod.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -135,6 +146,11 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", help="override a field")
     sweep.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     sweep.set_defaults(handler=_sweep_command)
+    report = commands.add_parser("report", help="write report.md and figures for an experiment's (or sweep's) results folder")
+    report.add_argument("results", help="a results folder, e.g. results/quickstart")
+    report.add_argument("--target", type=float, help="validation accuracy counted to in steps-to-target (default: the highest every batch reaches)")
+    report.add_argument("--metric", help="per-epoch metric of curves and steps to target (default val_accuracy, else accuracy)")
+    report.set_defaults(handler=_report_command)
     train = commands.add_parser(
         "train", help="train one resolved run config here: in a Horovod world under horovodrun/mpirun, simulated otherwise"
     )
@@ -148,12 +164,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def user_errors() -> tuple[type[Exception], ...]:
     """Exception types that mean bad input, reported in one line with exit code 2."""
+    from lbtrain.analysis.report import ReportError
     from lbtrain.config import ConfigError
     from lbtrain.data import DatasetError
     from lbtrain.models import ModelError
     from lbtrain.schedules import ScheduleError
 
-    return (ConfigError, DatasetError, ModelError, ScheduleError)
+    return (ConfigError, DatasetError, ModelError, ReportError, ScheduleError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,7 +2,8 @@
 
 ``results/<experiment>/runs/<run_id>/`` holds one run: ``config.yaml`` (the resolved run),
 ``history.csv`` (one row per epoch), ``metrics.json`` (the ``RunResult``) and, while it trains,
-``checkpoints/``. Every file is written atomically and ``metrics.json`` last: a run is
+``checkpoints/``. Beside the runs: ``experiment.yaml`` (the resolved experiment) and
+``summary.csv`` (one row per run). Every file is written atomically and ``metrics.json`` last: a run is
 finished exactly when its ``metrics.json`` exists, so a killed experiment resumes cleanly.
 """
 
@@ -16,6 +17,9 @@ import yaml
 from lbtrain.files import csv_text, write_atomic, write_json_atomic
 from lbtrain.trainer import RunResult
 
+RUNS_FOLDER = "runs"
+SUMMARY_FILE = "summary.csv"
+EXPERIMENT_FILE = "experiment.yaml"
 CONFIG_FILE = "config.yaml"
 HISTORY_FILE = "history.csv"
 METRICS_FILE = "metrics.json"

@@ -30,12 +30,9 @@ from lbtrain.config import (
     GRID_SHORTHANDS, ConfigError, ExperimentConfig, RunConfig, deep_merge, known_field_path, nested, run_config_from_dict,
 )
 from lbtrain.files import csv_text, write_atomic
-from lbtrain.results import CONFIG_FILE, is_finished, read_run, write_run
+from lbtrain.results import CONFIG_FILE, EXPERIMENT_FILE, RUNS_FOLDER, SUMMARY_FILE, is_finished, read_run, write_run
 from lbtrain.trainer import RunResult
 
-RUNS_FOLDER = "runs"
-SUMMARY_FILE = "summary.csv"
-EXPERIMENT_FILE = "experiment.yaml"
 SUMMARY_COLUMNS = (
     "run_id", "label", "status", "world_size", "per_worker_batch", "global_batch", "rule", "warmup_epochs", "optimizer",
     "seed", "learning_rate", "epochs", "train_accuracy", "test_accuracy", "gap_accuracy", "train_loss", "test_loss",

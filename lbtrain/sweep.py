@@ -302,7 +302,11 @@ def write_figures(experiment: ExperimentConfig, storage: str | None = None) -> l
 
 
 def write_outputs(experiment: ExperimentConfig, storage: str | None = None) -> tuple[list[dict[str, Any]], ScalingFit | None]:
-    """Writes ``sweep_summary.csv``, ``sweep_fit.json`` and the figures; returns rows and fit."""
+    """Writes ``experiment.yaml``, ``sweep_summary.csv``, ``sweep_fit.json`` and the figures;
+    returns rows and fit."""
+    from lbtrain.runner import write_experiment
+
+    write_experiment(experiment)
     rows = summary_rows(experiment, storage)
     write_summary(experiment, rows)
     fit = lr_fit(rows)

@@ -1,0 +1,145 @@
+"""Gap tables: an experiment's runs read back, grouped by recipe and global batch, averaged over
+seeds, and written as Markdown.
+
+The *generalization gap* of a run is train accuracy - test accuracy; the *large-batch gap* of
+a recipe at global batch B is test accuracy(smallest batch) - test accuracy(B), same epoch
+budget (Keskar et al. 2017). Only runs with status ``ok`` enter the means; diverged runs are
+counted beside them.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+import statistics
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from lbtrain.results import RUNS_FOLDER, SUMMARY_FILE, is_finished, read_run
+from lbtrain.trainer import RunResult
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRecord:
+    """One run of an experiment: its ``summary.csv`` row (numbers parsed) and its full result."""
+
+    row: dict[str, Any]
+    result: RunResult
+
+    @property
+    def recipe(self) -> str:
+        return str(self.row["label"])
+
+    @property
+    def global_batch(self) -> int:
+        return int(self.row["global_batch"])
+
+    @property
+    def ok(self) -> bool:
+        return self.row["status"] == "ok"
+
+
+@dataclasses.dataclass(frozen=True)
+class Aggregate:
+    """A metric of one recipe at one global batch over its seeds."""
+
+    recipe: str
+    global_batch: int
+    world_size: int
+    mean: float | None
+    std: float
+    runs: int
+    diverged: int
+
+    def describe(self, digits: int = 4) -> str:
+        """``mean ± std`` (sample standard deviation; no ``±`` for a single run)."""
+        return mean_std(self.mean, self.std, self.runs, digits)
+
+
+def mean_std(mean: float | None, std: float, runs: int, digits: int = 4) -> str:
+    if mean is None:
+        return "-"
+    return f"{mean:.{digits}f}" if runs < 2 else f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def _parse(value: str) -> Any:
+    if value == "":
+        return None
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
+
+
+def read_summary(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a ``summary.csv`` with numbers parsed and empty cells as None."""
+    with open(path, newline="") as handle:
+        return [{key: _parse(value) for key, value in row.items()} for row in csv.DictReader(handle)]
+
+
+def load_records(results_dir: str | Path) -> list[RunRecord]:
+    """Every finished run listed in ``results_dir/summary.csv``, in its order."""
+    results_dir = Path(results_dir)
+    summary = results_dir / SUMMARY_FILE
+    if not summary.is_file():
+        raise FileNotFoundError(f"{summary} does not exist: run the experiment first (lbtrain run EXPERIMENT.yaml)")
+    records = []
+    for row in read_summary(summary):
+        run_dir = results_dir / RUNS_FOLDER / str(row["run_id"])
+        if is_finished(run_dir):
+            records.append(RunRecord(row, read_run(run_dir)))
+    return records
+
+
+def recipes(records: Iterable[RunRecord]) -> list[str]:
+    """Recipe labels in first-seen order."""
+    return list(dict.fromkeys(record.recipe for record in records))
+
+
+def aggregate(records: Sequence[RunRecord], value_of) -> list[Aggregate]:
+    """``value_of(record)`` (None when missing) averaged per (recipe, global batch) over the
+    runs with status ok; groups in recipe order, then by batch."""
+    groups: dict[tuple[str, int], list[RunRecord]] = {}
+    for record in records:
+        groups.setdefault((record.recipe, record.global_batch), []).append(record)
+    order = {recipe: index for index, recipe in enumerate(recipes(records))}
+    aggregates = []
+    for (recipe, batch), members in sorted(groups.items(), key=lambda item: (order[item[0][0]], item[0][1])):
+        values = [float(v) for v in (value_of(r) for r in members if r.ok) if v is not None and math.isfinite(float(v))]
+        aggregates.append(Aggregate(
+            recipe=recipe, global_batch=batch, world_size=int(members[0].row["world_size"]),
+            mean=statistics.fmean(values) if values else None,
+            std=statistics.stdev(values) if len(values) > 1 else 0.0,
+            runs=len(values), diverged=sum(r.row["status"] == "diverged" for r in members),
+        ))
+    return aggregates
+
+
+def column(name: str):
+    """A ``value_of`` reading one summary column."""
+    return lambda record: record.row.get(name)
+
+
+def large_batch_gap(test_accuracy: Sequence[Aggregate]) -> list[tuple[Aggregate, float | None]]:
+    """For each aggregate of test accuracy: its recipe's mean at the smallest global batch
+    minus its own mean (None where either is missing)."""
+    smallest: dict[str, Aggregate] = {}
+    for item in test_accuracy:
+        if item.recipe not in smallest or item.global_batch < smallest[item.recipe].global_batch:
+            smallest[item.recipe] = item
+    gaps = []
+    for item in test_accuracy:
+        base = smallest[item.recipe].mean
+        gaps.append((item, None if base is None or item.mean is None else base - item.mean))
+    return gaps
+
+
+def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A GitHub Markdown table."""
+    rows = [[str(cell) for cell in row] for row in rows]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)

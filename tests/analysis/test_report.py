@@ -1,0 +1,116 @@
+import csv
+import json
+import math
+import statistics
+
+import pytest
+import yaml
+
+from conftest import run_cli
+from lbtrain.analysis.report import write_report
+from lbtrain.cli import main
+from lbtrain.config import ExperimentConfig
+from lbtrain.runner import run_experiment
+
+FIGURES = {"accuracy_vs_batch.png", "gap_vs_batch.png", "learning_curves.png", "lr_schedules.png", "steps_to_target.png",
+           "sharpness_vs_batch.png", "sweep_lr_vs_batch.png"}
+
+
+@pytest.fixture(scope="module")
+def tiny_results(tmp_path_factory):
+    """A tiny experiment on MNIST-1D (2 recipes x world sizes 1 and 4 x 2 seeds, 3 epochs, with
+    sharpness and noise scale), plus a synthetic sweep summary beside it."""
+    root = tmp_path_factory.mktemp("report")
+    experiment = ExperimentConfig.model_validate({
+        "name": "tiny", "description": "a tiny report test", "output_dir": str(root),
+        "data": {"dataset": "mnist1d", "train_subset": 384, "validation_split": 0.25, "options": {"num_samples": 600}},
+        "model": {"name": "mlp", "options": {"widths": [32]}},
+        "optimizer": {"name": "momentum", "params": {"momentum": 0.9}},
+        "lr": {"base_lr": 0.05, "base_batch": 16, "decay": {"type": "cosine"}},
+        "training": {"per_worker_batch": 16, "epochs": 3, "checkpoint": False},
+        "analysis": {"sharpness": True, "sharpness_samples": 128, "noise_scale": True, "noise_scale_every": 3},
+        "grid": {"world_sizes": [1, 4], "seeds": [0, 1],
+                 "variants": [{"label": "none", "lr.rule": "none"}, {"label": "linear+warmup", "lr.rule": "linear", "lr.warmup_epochs": 1}]},
+    })
+    run_experiment(experiment, progress=lambda line: None)
+    results = root / "tiny"
+    (results / "sweep_summary.csv").write_text(
+        "world_size,study,complete,pruned,global_batch,best_validation_accuracy,best_test_accuracy,best_learning_rate,param:lr.base_lr\n"
+        "1,tiny-w1,4,1,16,0.61,0.60,0.05,0.05\n4,tiny-w4,4,0,64,0.58,0.57,0.1,0.1\n")
+    (results / "sweep_fit.json").write_text(json.dumps({"alpha": 0.5, "alpha_95_low": None, "alpha_95_high": None, "points": 2}))
+    return results
+
+
+def summary_rows(results):
+    with open(results / "summary.csv") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_report_writes_every_section_and_figure(tiny_results):
+    path = write_report(tiny_results)
+    assert path == tiny_results / "report.md"
+    text = path.read_text()
+    assert text.startswith("# tiny\n\na tiny report test")
+    for heading in ("## Accuracy and generalization gap", "## Learning curves", "## Learning-rate schedules applied",
+                    "## Steps to target", "## Sharpness (Keskar et al. 2017)", "## Sweep: tuned learning rate per world size",
+                    "## Where a recipe fails"):
+        assert heading in text
+    assert {p.name for p in (tiny_results / "figures").iterdir()} == FIGURES
+    assert all((tiny_results / "figures" / name).stat().st_size > 5000 for name in FIGURES)
+    assert "Tuned lr ~ global_batch^0.50" in text and "| 4 | 64 | 4 (0) | 0.1 | 0.5800 | 0.5700 | 0.1 |" in text
+
+
+def test_report_means_and_stds_are_those_of_the_summary(tiny_results):
+    write_report(tiny_results)
+    rows = summary_rows(tiny_results)
+    headline = json.loads((tiny_results / "report.json").read_text())
+    for entry in headline["accuracy"]:
+        group = [float(r["test_accuracy"]) for r in rows if r["label"] == entry["recipe"]
+                 and int(r["global_batch"]) == entry["global_batch"] and r["status"] == "ok"]
+        assert entry["runs"] == len(group) == 2
+        assert entry["test_accuracy"] == pytest.approx(statistics.fmean(group))
+        assert entry["std"] == pytest.approx(statistics.stdev(group))
+        line = next(l for l in (tiny_results / "report.md").read_text().splitlines()
+                    if l.startswith(f"| {entry['recipe']} | {entry['global_batch'] // 16} | {entry['global_batch']} |"))
+        assert f"{statistics.fmean(group):.4f} ± {statistics.stdev(group):.4f}" in line
+
+
+def test_default_target_is_the_highest_every_batch_reaches(tiny_results):
+    write_report(tiny_results)
+    headline = json.loads((tiny_results / "report.json").read_text())
+    assert headline["metric"] == "val_accuracy"
+    peaks = {}
+    for row in summary_rows(tiny_results):
+        with open(tiny_results / "runs" / row["run_id"] / "history.csv") as handle:
+            best = max(float(epoch["val_accuracy"]) for epoch in csv.DictReader(handle))
+        peaks[row["global_batch"]] = max(peaks.get(row["global_batch"], 0.0), best)
+    assert headline["target"] == pytest.approx(math.floor(min(peaks.values()) / 0.005 + 1e-9) * 0.005)
+
+
+def test_explicit_target_above_every_run_reports_nothing_reached(tiny_results):
+    write_report(tiny_results, target=0.999)
+    text = (tiny_results / "report.md").read_text()
+    assert "reaches **0.999**" in text and "Critical batch: not fitted (critical_batch needs steps to target at two or more" in text
+
+
+def test_cli_report_and_its_errors(tiny_results, tmp_path, capsys):
+    assert main(["report", str(tiny_results), "--metric", "accuracy"]) == 0
+    assert "wrote " in capsys.readouterr().out
+    before = (tiny_results / "report.md").read_text()
+    for args, message in (
+        ([str(tmp_path / "missing")], "is not a folder of results"),
+        ([str(tmp_path)], "has neither summary.csv nor sweep_summary.csv"),
+        ([str(tiny_results), "--target", "2"], "--target must be an accuracy in (0, 1], got 2.0"),
+        ([str(tiny_results), "--metric", "bogus"], "--metric 'bogus' is not in the runs' history"),
+    ):
+        assert main(["report", *args]) == 2
+        error = capsys.readouterr().err
+        assert error.startswith("lbtrain: error: ") and message in error and error.count("\n") == 1
+    assert (tiny_results / "report.md").read_text() == before
+
+
+def test_report_command_in_a_fresh_process(tiny_results):
+    result = run_cli("report", str(tiny_results))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stderr == ""
+    assert yaml.safe_load((tiny_results / "experiment.yaml").read_text())["name"] == "tiny"

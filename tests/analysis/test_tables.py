@@ -1,0 +1,49 @@
+import pytest
+
+from lbtrain.analysis.tables import RunRecord, aggregate, column, large_batch_gap, load_records, markdown_table, mean_std
+from lbtrain.trainer import RunResult
+
+
+def record(recipe, world, seed, test, status="ok", train=None):
+    row = {"run_id": f"{recipe}-{world}-{seed}", "label": recipe, "status": status, "world_size": world,
+           "global_batch": 128 * world, "seed": seed, "learning_rate": 0.1, "test_accuracy": test,
+           "train_accuracy": train if train is not None or test is None else test + 0.02}
+    return RunRecord(row, RunResult(config={}, status=status))
+
+
+SYNTHETIC = [
+    record("linear", 1, 0, 0.90), record("linear", 1, 1, 0.92),
+    record("linear", 8, 0, 0.86), record("linear", 8, 1, 0.88), record("linear", 8, 2, 0.10, status="diverged"),
+    record("sqrt", 8, 0, 0.87), record("sqrt", 1, 0, 0.91),
+]
+
+
+def test_aggregate_means_ok_runs_per_recipe_and_batch_and_counts_diverged():
+    items = aggregate(SYNTHETIC, column("test_accuracy"))
+    assert [(a.recipe, a.global_batch) for a in items] == [("linear", 128), ("linear", 1024), ("sqrt", 128), ("sqrt", 1024)]
+    linear_small, linear_large, sqrt_small, sqrt_large = items
+    assert linear_small.mean == pytest.approx(0.91) and linear_small.std == pytest.approx(0.0141421, rel=1e-5)
+    assert linear_large.mean == pytest.approx(0.87) and linear_large.runs == 2 and linear_large.diverged == 1
+    assert sqrt_large.runs == 1 and sqrt_large.std == 0.0 and sqrt_large.world_size == 8
+    assert linear_small.describe() == "0.9100 ± 0.0141" and sqrt_large.describe() == "0.8700"
+
+
+def test_large_batch_gap_is_measured_against_the_recipes_smallest_batch():
+    gaps = large_batch_gap(aggregate(SYNTHETIC, column("test_accuracy")))
+    assert [round(gap, 6) for _, gap in gaps] == [0.0, 0.04, 0.0, 0.04]
+
+
+def test_missing_values_and_all_diverged_groups_give_no_mean():
+    items = aggregate([record("x", 1, 0, None), record("x", 2, 0, 0.5, status="diverged")], column("test_accuracy"))
+    assert [a.mean for a in items] == [None, None] and items[1].diverged == 1
+    assert mean_std(None, 0.0, 0) == "-"
+    assert [gap for _, gap in large_batch_gap(items)] == [None, None]
+
+
+def test_markdown_table():
+    assert markdown_table(["a", "b"], [[1, "x"], [2.5, "y"]]) == "| a | b |\n|---|---|\n| 1 | x |\n| 2.5 | y |"
+
+
+def test_load_records_needs_a_summary(tmp_path):
+    with pytest.raises(FileNotFoundError, match="summary.csv does not exist"):
+        load_records(tmp_path)
