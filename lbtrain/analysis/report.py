@@ -93,13 +93,21 @@ def applied_schedules(records: Sequence[RunRecord]) -> dict[str, list[Line]]:
     return panels
 
 
+def _reached_in_first_epoch(record: RunRecord, target: float, metric: str) -> bool:
+    first = record.result.history[0].get(metric) if record.result.history else None
+    return first is not None and first >= target
+
+
 def steps_rows(records: Sequence[RunRecord], target: float, metric: str) -> list[dict[str, Any]]:
-    """Per (recipe, global batch): mean steps to ``target`` over the seeds that reached it."""
+    """Per (recipe, global batch): mean steps to ``target`` over the seeds that reached it;
+    ``upper_bound`` when a seed reached it by the end of its first epoch (the first point
+    measured), so the true count may be lower."""
     rows = []
     for item in aggregate(records, lambda r: steps_to_target(r.result.history, r.result.steps_per_epoch, target, metric)):
-        total = sum(1 for r in records if r.recipe == item.recipe and r.global_batch == item.global_batch)
+        group = [r for r in records if r.recipe == item.recipe and r.global_batch == item.global_batch]
         rows.append({"recipe": item.recipe, "global_batch": item.global_batch, "world_size": item.world_size,
-                     "steps_to_target": item.mean, "reached": item.runs, "runs": total})
+                     "steps_to_target": item.mean, "reached": item.runs, "runs": len(group),
+                     "upper_bound": any(r.ok and _reached_in_first_epoch(r, target, metric) for r in group)})
     return rows
 
 
@@ -114,6 +122,12 @@ def best_steps(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         if current is None or row["steps_to_target"] < current["steps_to_target"]:
             best[row["global_batch"]] = row
     return [best[batch] for batch in sorted(best)]
+
+
+def _steps_text(row: dict[str, Any]) -> str:
+    if row["steps_to_target"] is None:
+        return "-"
+    return ("≤" if row["upper_bound"] else "") + f"{row['steps_to_target']:.0f}"
 
 
 def _measured(records: Sequence[RunRecord], name: str) -> list[float]:
@@ -192,10 +206,10 @@ def _steps_section(report: _Report, records: Sequence[RunRecord], target: float 
     report.add(
         "## Steps to target",
         f"Optimizer steps until `{metric}` first reaches **{target:.3f}** (interpolated between epoch ends; mean over the seeds "
-        f"that reached it). Perfect scaling halves the steps when the batch doubles (Shallue et al. 2018).",
+        f"that reached it). Perfect scaling halves the steps when the batch doubles (Shallue et al. 2018). "
+        f"≤ marks a count reached by the end of the first epoch, the first point measured: an upper bound.",
         markdown_table(["recipe", "global batch", "steps to target", "reached"],
-                       [[row["recipe"], row["global_batch"], "-" if row["steps_to_target"] is None else f"{row['steps_to_target']:.0f}",
-                         f"{row['reached']}/{row['runs']}"] for row in rows]),
+                       [[row["recipe"], row["global_batch"], _steps_text(row), f"{row['reached']}/{row['runs']}"] for row in rows]),
     )
     lines = [Line(recipe, [r["global_batch"] for r in rows if r["recipe"] == recipe and r["steps_to_target"] is not None],
                   [r["steps_to_target"] for r in rows if r["recipe"] == recipe and r["steps_to_target"] is not None])
@@ -207,7 +221,7 @@ def _steps_section(report: _Report, records: Sequence[RunRecord], target: float 
         lines.append(Line("perfect scaling", batches, [anchor["steps_to_target"] * anchor["global_batch"] / b for b in batches], dashed=True))
     noise = _measured(records, "noise_scale")
     try:
-        fit = critical_batch(best, noise_scale=statistics.median(noise) if noise else None)
+        fit = critical_batch([row for row in best if not row["upper_bound"]], noise_scale=statistics.median(noise) if noise else None)
     except ValueError as error:
         report.add(f"Critical batch: not fitted ({error}).")
     else:
@@ -216,9 +230,9 @@ def _steps_section(report: _Report, records: Sequence[RunRecord], target: float 
         lines.append(Line(f"fit, B_crit = {fit.b_crit:.0f}", list(grid), [fit.steps(b) for b in grid], dashed=True))
         report.add(
             "### Critical batch (McCandlish et al. 2018)",
-            f"Fitted to the best recipe per batch: {fit.describe()}.",
+            f"Fitted to the best recipe per batch (upper bounds left out): {fit.describe()}.",
             markdown_table(["global batch", "best recipe", "measured steps", "fitted steps"],
-                           [[row["global_batch"], row["recipe"], f"{row['steps_to_target']:.0f}", f"{fit.steps(row['global_batch']):.0f}"]
+                           [[row["global_batch"], row["recipe"], _steps_text(row), f"{fit.steps(row['global_batch']):.0f}"]
                             for row in best]),
         )
     report.figure("steps_to_target.png", {f"steps to {metric} >= {target:.3f}": lines}, "steps to target vs global batch",

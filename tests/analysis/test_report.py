@@ -114,3 +114,13 @@ def test_report_command_in_a_fresh_process(tiny_results):
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stderr == ""
     assert yaml.safe_load((tiny_results / "experiment.yaml").read_text())["name"] == "tiny"
+
+
+def test_targets_reached_in_the_first_epoch_are_upper_bounds_left_out_of_the_fit(tiny_results):
+    write_report(tiny_results, target=0.05)
+    text = (tiny_results / "report.md").read_text()
+    section = text.split("## Steps to target")[1].split("\n## ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| none |")]
+    # 384 * 0.75 = 288 training samples: 18 steps an epoch at batch 16, 4 at batch 64.
+    assert rows == ["| none | 16 | ≤18 | 2/2 |", "| none | 64 | ≤4 | 2/2 |"]
+    assert "Critical batch: not fitted" in text
