@@ -124,3 +124,40 @@ def test_targets_reached_in_the_first_epoch_are_upper_bounds_left_out_of_the_fit
     # 384 * 0.75 = 288 training samples: 18 steps an epoch at batch 16, 4 at batch 64.
     assert rows == ["| none | 16 | ≤18 | 2/2 |", "| none | 64 | ≤4 | 2/2 |"]
     assert "Critical batch: not fitted" in text
+
+
+def synthetic(recipe, world, seed, curve, status="ok", test=0.8):
+    """A run record with a validation curve (one value per epoch) and 10 steps an epoch at world 1."""
+    from lbtrain.analysis.tables import RunRecord
+    from lbtrain.trainer import RunResult
+
+    history = [{"epoch": e + 1, "val_accuracy": v, "accuracy": v + 0.01} for e, v in enumerate(curve)]
+    row = {"run_id": f"{recipe}{world}{seed}", "label": recipe, "status": status, "world_size": world, "global_batch": 16 * world,
+           "seed": seed, "learning_rate": 0.1 * world, "test_accuracy": test, "reason": "loss became nan" if status != "ok" else None}
+    return RunRecord(row, RunResult(config={}, status=status, history=history, steps_per_epoch=10 // world, global_batch=16 * world))
+
+
+def test_learning_curves_average_seeds_per_epoch_and_panel_per_world():
+    from lbtrain.analysis.report import learning_curves
+
+    panels = learning_curves([synthetic("a", 1, 0, [0.5, 0.7]), synthetic("a", 1, 1, [0.6, 0.9]), synthetic("b", 2, 0, [0.4])],
+                             "val_accuracy")
+    assert list(panels) == ["world 1 (batch 16)", "world 2 (batch 32)"]
+    (line,) = panels["world 1 (batch 16)"]
+    assert line.label == "a" and line.x == [1, 2] and line.y == pytest.approx([0.55, 0.8])
+
+
+def test_steps_rows_best_steps_and_failures_on_synthetic_runs():
+    from lbtrain.analysis.report import best_steps, failures, steps_rows
+    from lbtrain.analysis.tables import aggregate, column
+
+    records = [synthetic("a", 1, 0, [0.5, 0.7, 0.8], test=0.85), synthetic("a", 2, 0, [0.6, 0.8], test=0.80),
+               synthetic("b", 2, 0, [0.75, 0.9], test=0.86), synthetic("b", 4, 0, [0.1], status="diverged", test=0.1)]
+    rows = steps_rows(records, 0.7, "val_accuracy")
+    assert [(r["recipe"], r["global_batch"], r["upper_bound"]) for r in rows] == [
+        ("a", 16, False), ("a", 32, False), ("b", 32, True), ("b", 64, False)]
+    assert [r["steps_to_target"] for r in rows[:3]] == pytest.approx([20.0, 7.5, 5.0]) and rows[3]["steps_to_target"] is None
+    assert [(r["global_batch"], r["recipe"]) for r in best_steps(rows)] == [(16, "a"), (32, "b")]
+    lines = failures(records, aggregate(records, column("test_accuracy")))
+    assert lines == ["`b` at global batch 64 (world 4, seed 0, lr 0.4) diverged: loss became nan",
+                     "`a` at global batch 32 loses 5.0 points of test accuracy against its smallest batch"]
