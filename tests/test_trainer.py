@@ -20,7 +20,7 @@ def config(**sections):
         "training": {"world_size": 4, "per_worker_batch": 8, "epochs": 2, "seed": 1},
     }
     for section, values in sections.items():
-        spec[section] = {**spec[section], **values}
+        spec[section] = {**spec.get(section, {}), **values}
     return run_config_from_dict(spec)
 
 
@@ -104,3 +104,15 @@ def test_failed_result_keeps_the_error_on_one_line():
     assert result.status == "failed" and result.reason == "ValueError: bad thing"
     with pytest.raises(ValueError, match="status must be one of ok, diverged, failed"):
         RunResult(config={}, status="crashed")
+
+
+def test_analysis_section_measures_noise_scale_and_sharpness_without_changing_training():
+    plain = train(config(), SimulatedWorld(4))
+    measured = train(config(analysis={"noise_scale": True, "noise_scale_every": 4, "sharpness": True, "sharpness_samples": 64}),
+                     SimulatedWorld(4))
+    # Measuring restores batch-norm state and draws its own batches: the run itself is unchanged.
+    assert measured.metrics["test_accuracy"] == plain.metrics["test_accuracy"]
+    assert [row["loss"] for row in measured.history] == [row["loss"] for row in plain.history]
+    assert measured.metrics["sharpness"] > 0 and measured.metrics["noise_scale"] == measured.history[-1]["noise_scale"]
+    assert {"noise_scale", "noise_trace", "gradient_norm_sq"} <= set(measured.history[0])
+    assert "sharpness" not in plain.metrics and "noise_scale" not in plain.history[0]
