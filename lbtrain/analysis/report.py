@@ -2,7 +2,7 @@
 plus ``figures/*.png``.
 
 Sections: accuracy and generalization gap per recipe and global batch (mean ± std over seeds)
-with the large-batch gap against the recipe's smallest batch; learning curves per world size;
+with the large-batch gap against a small-batch reference; learning curves per world size;
 the learning-rate schedules the runs applied; steps to a target validation accuracy per batch
 size with the perfect-scaling line (Shallue et al. 2018) and the critical batch fitted to them
 (McCandlish et al. 2018) beside the measured gradient noise scale; sharpness (Keskar et al.
@@ -33,7 +33,7 @@ REPORT_FILE = "report.md"
 FIGURES_FOLDER = "figures"
 SWEEP_SUMMARY_FILE = "sweep_summary.csv"
 SWEEP_FIT_FILE = "sweep_fit.json"
-# A recipe "fails" at a batch when it loses this much test accuracy against its smallest batch.
+# A recipe "fails" at a batch when it loses this much test accuracy against its small-batch reference.
 FAILURE_DROP = 0.01
 
 
@@ -136,14 +136,14 @@ def _measured(records: Sequence[RunRecord], name: str) -> list[float]:
 
 def failures(records: Sequence[RunRecord], test_accuracy: Sequence[Aggregate]) -> list[str]:
     """Plain sentences: every diverged or failed run, and every recipe and batch whose test
-    accuracy is ``FAILURE_DROP`` or more below the recipe's smallest batch."""
+    accuracy is ``FAILURE_DROP`` or more below its small-batch reference (``large_batch_gap``)."""
     lines = [f"`{r.recipe}` at global batch {r.global_batch} (world {r.row['world_size']}, seed {r.row['seed']}, "
              f"lr {float(r.row['learning_rate']):.4g}) {r.row['status']}: {r.row.get('reason') or 'no reason recorded'}"
              for r in records if not r.ok]
     for item, drop in large_batch_gap(test_accuracy):
         if drop is not None and drop >= FAILURE_DROP:
             lines.append(f"`{item.recipe}` at global batch {item.global_batch} loses {100 * drop:.1f} points of test accuracy "
-                         f"against its smallest batch")
+                         f"against the small-batch reference")
     return lines
 
 
@@ -178,8 +178,8 @@ def _accuracy_section(report: _Report, records: Sequence[RunRecord]) -> list[Agg
     ]
     report.add("## Accuracy and generalization gap",
                "Final accuracy on the full train and test sets, mean ± sample std over seeds (runs with status ok). "
-               "*gap* = train − test accuracy; *large-batch gap* = test accuracy at the recipe's smallest batch − "
-               "test accuracy here (same epoch budget).",
+               "*gap* = train − test accuracy; *large-batch gap* = test accuracy at the recipe's smallest batch (for a "
+               "recipe run at one batch only: at the experiment's smallest batch) − test accuracy here (same epoch budget).",
                markdown_table(["recipe", "world", "global batch", "lr", "train acc", "test acc", "gap", "large-batch gap", "runs"], rows))
     names = recipes(records)
     report.figure("accuracy_vs_batch.png", {"test accuracy": [_series(test, r) for r in names]}, "test accuracy vs global batch",
@@ -202,7 +202,7 @@ def _steps_section(report: _Report, records: Sequence[RunRecord], target: float 
         target = reachable_target(peaks.values())
     rows = steps_rows(records, target, metric)
     best = best_steps(rows)
-    report.summary.update({"target": target, "metric": metric})
+    report.summary.update({"target": target, "metric": metric, "steps_to_target": rows})
     report.add(
         "## Steps to target",
         f"Optimizer steps until `{metric}` first reaches **{target:.3f}** (interpolated between epoch ends; mean over the seeds "
@@ -243,6 +243,7 @@ def _sharpness_section(report: _Report, records: Sequence[RunRecord]) -> None:
     if not _measured(records, "sharpness"):
         return
     sharp = aggregate(records, column("sharpness"))
+    report.summary["sharpness"] = [{"recipe": a.recipe, "global_batch": a.global_batch, "sharpness": a.mean, "std": a.std} for a in sharp]
     test = {(a.recipe, a.global_batch): a for a in aggregate(records, column("test_accuracy"))}
     train = {(a.recipe, a.global_batch): a for a in aggregate(records, column("train_accuracy"))}
     report.add(
@@ -330,7 +331,7 @@ def write_report(results_dir: str | Path, *, target: float | None = None, metric
         _sharpness_section(report, records)
         broken = failures(records, test)
         report.add("## Where a recipe fails", "\n".join(f"- {line}" for line in broken) if broken else "No run diverged and no recipe "
-                   f"lost {100 * FAILURE_DROP:.0f} point of test accuracy against its smallest batch.")
+                   f"lost {100 * FAILURE_DROP:.0f} point of test accuracy against the small-batch reference.")
         report.summary["accuracy"] = [
             {"recipe": a.recipe, "global_batch": a.global_batch, "test_accuracy": a.mean, "std": a.std, "runs": a.runs} for a in test]
     _sweep_section(report)

@@ -124,15 +124,21 @@ def column(name: str):
 
 
 def large_batch_gap(test_accuracy: Sequence[Aggregate]) -> list[tuple[Aggregate, float | None]]:
-    """For each aggregate of test accuracy: its recipe's mean at the smallest global batch
-    minus its own mean (None where either is missing)."""
+    """For each aggregate of test accuracy: the reference mean minus its own (None where either
+    is missing). The reference is the recipe's own smallest global batch; a recipe measured at
+    one batch only (a grid whose variants are the batch sizes, as in keskar_gap) is compared
+    with the experiment's smallest batch (the mean over the recipes measured there)."""
     smallest: dict[str, Aggregate] = {}
     for item in test_accuracy:
         if item.recipe not in smallest or item.global_batch < smallest[item.recipe].global_batch:
             smallest[item.recipe] = item
+    batches_of = {recipe: {i.global_batch for i in test_accuracy if i.recipe == recipe} for recipe in smallest}
+    overall = min((i.global_batch for i in test_accuracy), default=0)
+    overall_means = [i.mean for i in test_accuracy if i.global_batch == overall and i.mean is not None]
+    overall_mean = statistics.fmean(overall_means) if overall_means else None
     gaps = []
     for item in test_accuracy:
-        base = smallest[item.recipe].mean
+        base = smallest[item.recipe].mean if len(batches_of[item.recipe]) > 1 else overall_mean
         gaps.append((item, None if base is None or item.mean is None else base - item.mean))
     return gaps
 

@@ -160,4 +160,4 @@ def test_steps_rows_best_steps_and_failures_on_synthetic_runs():
     assert [(r["global_batch"], r["recipe"]) for r in best_steps(rows)] == [(16, "a"), (32, "b")]
     lines = failures(records, aggregate(records, column("test_accuracy")))
     assert lines == ["`b` at global batch 64 (world 4, seed 0, lr 0.4) diverged: loss became nan",
-                     "`a` at global batch 32 loses 5.0 points of test accuracy against its smallest batch"]
+                     "`a` at global batch 32 loses 5.0 points of test accuracy against the small-batch reference"]

@@ -33,6 +33,12 @@ def test_large_batch_gap_is_measured_against_the_recipes_smallest_batch():
     assert [round(gap, 6) for _, gap in gaps] == [0.0, 0.04, 0.0, 0.04]
 
 
+def test_recipes_at_one_batch_each_are_compared_with_the_smallest_batch():
+    records = [record("SB", 1, 0, 0.90), record("SB", 1, 1, 0.92), record("LB", 24, 0, 0.86), record("LB", 24, 1, 0.88)]
+    gaps = large_batch_gap(aggregate(records, column("test_accuracy")))
+    assert [(item.recipe, round(gap, 6)) for item, gap in gaps] == [("SB", 0.0), ("LB", 0.04)]
+
+
 def test_missing_values_and_all_diverged_groups_give_no_mean():
     items = aggregate([record("x", 1, 0, None), record("x", 2, 0, 0.5, status="diverged")], column("test_accuracy"))
     assert [a.mean for a in items] == [None, None] and items[1].diverged == 1
