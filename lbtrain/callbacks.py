@@ -285,9 +285,9 @@ class GradientNoiseScale(tf.keras.callbacks.Callback):
 
     def estimate(self) -> dict[str, float]:
         """The bias-corrected averages so far: ``noise_trace``, ``gradient_norm_sq`` and their
-        ratio ``noise_scale`` (empty before the first measurement)."""
+        ratio ``noise_scale`` (NaN before the first measurement, so every epoch logs the same keys)."""
         if not self.measurements:
-            return {}
+            return dict.fromkeys(("noise_scale", "noise_trace", "gradient_norm_sq"), math.nan)
         correction = 1 - self.decay ** len(self.measurements)
         trace, norm_sq = (average / correction for average in self._averages)
         return {"noise_scale": trace / norm_sq if norm_sq > 0 else math.inf, "noise_trace": trace, "gradient_norm_sq": norm_sq}

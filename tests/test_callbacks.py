@@ -174,3 +174,12 @@ def test_noise_scale_rejects_bad_arguments():
         GradientNoiseScale(np.zeros((8, 1)), np.zeros(8), SimulatedWorld(2), 4, every=0)
     with pytest.raises(ValueError, match="decay must be in"):
         GradientNoiseScale(np.zeros((8, 1)), np.zeros(8), SimulatedWorld(2), 4, decay=1.0)
+
+
+def test_noise_scale_logs_nan_in_epochs_before_its_first_measurement():
+    world = SimulatedWorld(2)
+    model, inputs, targets, _ = constant_output_problem(dimension=4, samples=64)
+    noise = GradientNoiseScale(inputs, targets, world, 8, every=6)
+    history = model.fit(inputs, targets, batch_size=16, epochs=2, verbose=0, callbacks=[noise])
+    assert np.isnan(history.history["noise_scale"][0]) and np.isfinite(history.history["noise_scale"][1])
+    assert [step for step, _, _ in noise.measurements] == [6]
