@@ -13,6 +13,7 @@ RUNNING. The summary fits the tuned learning rate against the global batch,
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import warnings
 from pathlib import Path
@@ -131,12 +132,29 @@ def _record_result(trial: optuna.trial.Trial, result, pruning: _PruningCallback,
     return float(result.metrics[OBJECTIVE])
 
 
+def search_corners(search: dict[str, SearchParam]) -> list[dict[str, Any]]:
+    """Every combination of each dimension's extremes (low and high, or every choice)."""
+    extremes = [[(path, value) for value in (param.choices if param.type == "categorical" else
+                                             [int(param.low), int(param.high)] if param.type == "int" else [param.low, param.high])]
+                for path, param in search.items()]
+    return [dict(corner) for corner in itertools.product(*extremes)]
+
+
 def check_sweepable(experiment: ExperimentConfig) -> None:
-    """A sweep needs something to search and a validation split to score on."""
+    """A sweep needs something to search and a validation split to score on, and every corner
+    of its search space must give a valid run at every world size (checked before any trial
+    trains, so a bad space is an error now rather than a failed trial an hour in)."""
     if not experiment.search:
         raise ConfigError("search: name at least one field to tune, e.g. lr.base_lr: {type: float, low: 0.01, high: 1, log: true}")
     if not experiment.data.get("validation_split"):
         raise ConfigError("data.validation_split must be > 0 for a sweep: trials are scored on validation, never on test")
+    for world_size in world_sizes(experiment):
+        for corner in search_corners(experiment.search):
+            try:
+                trial_run(experiment, world_size, corner)
+            except ConfigError as error:
+                where = ", ".join(f"{path}={value}" for path, value in corner.items())
+                raise ConfigError(f"search space corner {where} (world size {world_size}) is no valid run: {error}") from None
 
 
 def objective(experiment: ExperimentConfig, world_size: int):

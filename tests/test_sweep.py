@@ -130,6 +130,17 @@ def test_a_sweep_needs_a_validation_split_and_a_search(tmp_path, capsys):
     assert not (tmp_path / "results").exists()
 
 
+def test_a_search_corner_that_is_no_valid_run_is_an_error_before_any_trial(tmp_path, capsys):
+    spec = sweep_spec(tmp_path, lr={"base_batch": 16, "rule": "none", "warmup_start": 0.05},
+                      search={"lr.base_lr": {"type": "float", "low": 0.01, "high": 1.0, "log": True},
+                              "lr.warmup_epochs": {"type": "int", "low": 0, "high": 1}})
+    assert main(["sweep", str(write_spec(tmp_path, spec))]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("lbtrain: error: search space corner lr.base_lr=0.01, lr.warmup_epochs=1 (world size 1) is no valid run: "
+                            "lr.warmup_start must be") and error.count("\n") == 1
+    assert not (tmp_path / "results").exists()
+
+
 def test_fitted_exponent_recovers_sqrt_and_linear_scaling():
     batches = [128, 256, 512, 1024, 2048]
     sqrt = fit_lr_exponent(batches, [0.1 * (b / 128) ** 0.5 for b in batches])
