@@ -196,6 +196,9 @@ class GeneralizationGap(tf.keras.callbacks.Callback):
             logs["gap_loss"] = float(logs["val_loss"]) - float(logs["loss"])
 
 
+SINGLE_WORKER_PIECES = 8
+
+
 class GradientNoiseScale(tf.keras.callbacks.Callback):
     """McCandlish et al. 2018 ("An Empirical Model of Large-Batch Training", app. A.1): the
     simple gradient noise scale ``B_simple = tr(Sigma) / |G|^2``, from two batch sizes.
@@ -215,7 +218,8 @@ class GradientNoiseScale(tf.keras.callbacks.Callback):
     Under Horovod each rank computes its own ``g_r`` and one allreduce averages ``|g_r|^2`` and
     ``g_r``; a simulated world computes all ``world_size`` of them in turn. Worker r's batch is
     drawn by ``numpy.random.default_rng([seed, measurement, r])`` in both, so the two agree. In a
-    world of one worker the per-worker batch is split into two halves (``B_small = B/2``).
+    world of one worker the batch is split into 8 pieces (``B_small = B/8``): the estimator needs
+    ``B_big`` well above ``B_small``, and halves make ``|G|^2`` too noisy to divide by.
     Gradients are taken in training mode (as the train step does); batch-norm statistics are
     restored afterwards, so training is unchanged.
     """
@@ -229,7 +233,8 @@ class GradientNoiseScale(tf.keras.callbacks.Callback):
         self.x, self.y, self.world, self.every, self.decay, self.seed = x, y, world, every, decay, seed
         shard, shards = world.input_shard()
         if world.size == 1:
-            self.small_batch, self.workers, self.count = per_worker_batch // 2, [0, 1], 2
+            pieces = min(SINGLE_WORKER_PIECES, per_worker_batch)
+            self.small_batch, self.workers, self.count = per_worker_batch // pieces, list(range(pieces)), pieces
         else:
             self.small_batch, self.count = per_worker_batch, world.size
             self.workers = list(range(world.size)) if shards == 1 else [shard]

@@ -152,7 +152,7 @@ def test_noise_scale_matches_a_known_gradient_covariance(world_size, per_worker_
     assert len(noise.measurements) == 300
     assert true_scale == pytest.approx(32, rel=0.05)  # tr(Cov t) ~ 128, |w - mean t|^2 = 4
     assert history.history["noise_scale"][0] == pytest.approx(true_scale, rel=0.10)
-    assert noise.big_batch == (64 if world_size == 4 else 32) and noise.small_batch == 16
+    assert (noise.small_batch, noise.big_batch) == ((16, 64) if world_size == 4 else (4, 32))
 
 
 def test_noise_scale_leaves_batch_norm_statistics_and_weights_untouched():

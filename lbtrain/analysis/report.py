@@ -134,6 +134,19 @@ def _measured(records: Sequence[RunRecord], name: str) -> list[float]:
     return [float(r.row[name]) for r in records if r.ok and r.row.get(name) is not None and math.isfinite(float(r.row[name]))]
 
 
+def noise_scale_at_target(records: Sequence[RunRecord], target: float, metric: str) -> list[float]:
+    """The gradient noise scale each ok run logged at the end of the epoch in which ``metric``
+    first reached ``target``: McCandlish et al. predict the critical batch for a target from
+    B_simple measured where training reaches it (it grows as the loss falls)."""
+    values = []
+    for record in records:
+        reached = next((row for row in record.result.history if record.ok and (row.get(metric) or -math.inf) >= target), None)
+        value = None if reached is None else reached.get("noise_scale")
+        if value is not None and math.isfinite(value) and value > 0:
+            values.append(float(value))
+    return values
+
+
 def failures(records: Sequence[RunRecord], test_accuracy: Sequence[Aggregate]) -> list[str]:
     """Plain sentences: every diverged or failed run, and every recipe and batch whose test
     accuracy is ``FAILURE_DROP`` or more below its small-batch reference (``large_batch_gap``)."""
@@ -219,7 +232,7 @@ def _steps_section(report: _Report, records: Sequence[RunRecord], target: float 
         batches = [row["global_batch"] for row in best]
         anchor = best[0]
         lines.append(Line("perfect scaling", batches, [anchor["steps_to_target"] * anchor["global_batch"] / b for b in batches], dashed=True))
-    noise = _measured(records, "noise_scale")
+    noise = noise_scale_at_target(records, target, metric)
     try:
         fit = critical_batch([row for row in best if not row["upper_bound"]], noise_scale=statistics.median(noise) if noise else None)
     except ValueError as error:
@@ -230,7 +243,9 @@ def _steps_section(report: _Report, records: Sequence[RunRecord], target: float 
         lines.append(Line(f"fit, B_crit = {fit.b_crit:.0f}", list(grid), [fit.steps(b) for b in grid], dashed=True))
         report.add(
             "### Critical batch (McCandlish et al. 2018)",
-            f"Fitted to the best recipe per batch (upper bounds left out): {fit.describe()}.",
+            f"Fitted to the best recipe per batch (upper bounds left out): {fit.describe()}."
+            + (f" B_simple is the median over {len(noise)} runs of the noise scale logged in the epoch each reached the target."
+               if noise else ""),
             markdown_table(["global batch", "best recipe", "measured steps", "fitted steps"],
                            [[row["global_batch"], row["recipe"], _steps_text(row), f"{fit.steps(row['global_batch']):.0f}"]
                             for row in best]),

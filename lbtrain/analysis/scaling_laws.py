@@ -78,7 +78,8 @@ class CriticalBatchFit:
         text = (f"S(B) = {self.s_min:.1f} * (1 + {self.b_crit:.0f} / B): critical batch {self.b_crit:.0f}, "
                 f"fewest steps {self.s_min:.1f}, fewest samples {self.e_min:.0f} (rms error {100 * self.relative_rms:.1f}%)")
         if self.noise_scale is not None:
-            text += f"; measured noise scale B_simple {self.noise_scale:.0f} ({self.noise_scale / self.b_crit:.2f} x B_crit)"
+            ratio = f" ({self.noise_scale / self.b_crit:.2f} x B_crit)" if self.b_crit > 0 else ""
+            text += f"; measured noise scale B_simple {self.noise_scale:.0f}{ratio}"
         return text
 
 

@@ -161,3 +161,14 @@ def test_steps_rows_best_steps_and_failures_on_synthetic_runs():
     lines = failures(records, aggregate(records, column("test_accuracy")))
     assert lines == ["`b` at global batch 64 (world 4, seed 0, lr 0.4) diverged: loss became nan",
                      "`a` at global batch 32 loses 5.0 points of test accuracy against the small-batch reference"]
+
+
+def test_noise_scale_is_read_in_the_epoch_each_run_reaches_the_target():
+    from lbtrain.analysis.report import noise_scale_at_target
+
+    first, second, diverged = synthetic("a", 1, 0, [0.5, 0.7, 0.8]), synthetic("a", 2, 0, [0.75, 0.9]), synthetic("b", 4, 0, [0.9], "diverged")
+    for record, scales in ((first, [None, 120.0, 300.0]), (second, [float("inf"), 80.0]), (diverged, [50.0])):
+        for row, scale in zip(record.result.history, scales):
+            row["noise_scale"] = scale
+    assert noise_scale_at_target([first, second, diverged], 0.7, "val_accuracy") == [120.0]
+    assert noise_scale_at_target([first, second, diverged], 0.8, "val_accuracy") == [300.0, 80.0]

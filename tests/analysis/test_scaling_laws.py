@@ -36,6 +36,12 @@ def test_critical_batch_recovers_the_model_it_was_generated_from():
     assert "critical batch 1000" in fit.describe() and "0.80 x B_crit" in fit.describe()
 
 
+def test_steps_that_do_not_fall_with_the_batch_give_a_zero_critical_batch():
+    fit = critical_batch([{"global_batch": b, "steps_to_target": 50.0} for b in (1024, 2048, 4096)], noise_scale=300.0)
+    assert fit.s_min == pytest.approx(50.0) and fit.b_crit == 0.0
+    assert fit.describe().endswith("measured noise scale B_simple 300")
+
+
 def test_critical_batch_needs_two_batches_and_a_floor():
     with pytest.raises(ValueError, match="two or more global batch sizes"):
         critical_batch([{"global_batch": 128, "steps_to_target": 10.0}, {"global_batch": 256, "steps_to_target": None}])
