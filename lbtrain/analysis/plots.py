@@ -95,7 +95,7 @@ def plot_lines(
             axes.set_visible(False)
         for axes in grid[:, 0] if share_y else grid.flat:
             axes.set_ylabel(ylabel)
-        handles, labels = {}, []
+        handles = {}
         for axes in grid.flat:
             for handle, label in zip(*axes.get_legend_handles_labels()):
                 handles.setdefault(label, handle)
