@@ -3,7 +3,7 @@
 (a) gradient noise scale: the same run with ``analysis.noise_scale`` (every 10 steps) and
     without; ratio of steady-state epoch times (each measurement is one extra global batch of
     forward and backward passes, so about 1 + 1/10 is expected).
-(b) sharpness: the time of ``lbtrain.analysis.sharpness`` (full space, 10 L-BFGS-B iterations)
+(b) sharpness: the time of ``lbtrain.analysis.flatness.sharpness`` (full space, 10 L-BFGS-B iterations)
     on the training set, in training epochs of the same run.
 
 Fashion-MNIST mlp 512-512 on 20000 images, 8 simulated workers x 128. Rounds alternate the two
@@ -25,7 +25,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 
-from lbtrain.analysis.sharpness import sharpness  # noqa: E402
+from lbtrain.analysis.flatness import sharpness  # noqa: E402
 from lbtrain.config import run_config_from_dict  # noqa: E402
 from lbtrain.data import load_dataset  # noqa: E402
 from lbtrain.distributed import SimulatedWorld  # noqa: E402

@@ -3,7 +3,7 @@
 lbtrain's own runs keep the learning rate in a schedule object (``lbtrain.schedules``);
 ``LearningRateWarmup`` is for models compiled with a float learning rate, the way Horovod's
 examples warm up, and ``LearningRateLogger`` records the rate actually applied either way.
-The trainer adds ``Throughput``, ``DivergenceGuard`` and ``GeneralizationGap`` to every run,
+The trainer adds ``Throughput``, ``DivergenceGuard``, ``BudgetStop`` and ``GeneralizationGap`` to every run,
 and ``GradientNoiseScale`` when the run's ``analysis.noise_scale`` asks for it.
 """
 
@@ -14,6 +14,9 @@ import time
 
 import numpy as np
 import tensorflow as tf
+
+from lbtrain.schedules import warmup_lr
+from lbtrain.verdict import DEFAULT_FACTOR, step_divergence
 
 
 def _optimizer_learning_rate(optimizer: tf.keras.optimizers.Optimizer) -> float:
@@ -29,16 +32,21 @@ class LearningRateWarmup(tf.keras.callbacks.Callback):
     """Gradual warmup for a float learning rate (Goyal et al. 2017), numerically equal to
     Horovod's ``LearningRateWarmupCallback``.
 
-    Before each batch of the first ``warmup_epochs`` epochs::
+    Before each batch of the first ``warmup_epochs`` epochs, with ``S = steps_per_epoch``
+    and ``start = initial_lr / world_size``, the rate is ``lbtrain.schedules.warmup_lr`` (the
+    formula ``Warmup`` uses too) at step ``epoch * S + batch`` of ``warmup_epochs * S``::
 
-        e  = epoch + (batch + 1) / steps_per_epoch
-        lr = initial_lr / world_size * (e * (world_size - 1) / warmup_epochs + 1)
+        lr = start + (initial_lr - start) * (epoch * S + batch + 1) / (warmup_epochs * S)
 
-    so training starts just above ``initial_lr / world_size`` (the unscaled LR) and reaches
-    ``initial_lr`` (the scaled LR) at the last batch of warmup; after warmup the rate is left
-    alone. Unlike Horovod's callback this one needs no ``hvd.init()`` (the world size is an
-    argument, so simulated worlds warm up too) and applies no momentum correction: Keras
-    2.15's optimizers hold ``momentum`` as a Python float compiled into the train step.
+    This is Horovod's formula: with ``e = epoch + (batch + 1) / S`` Horovod sets
+    ``initial_lr / world_size * (e * (world_size - 1) / warmup_epochs + 1)``, which is
+    ``start + (initial_lr - start) * e / warmup_epochs`` since ``initial_lr - start =
+    initial_lr * (world_size - 1) / world_size``. So training starts just above ``start`` (the
+    unscaled LR) and reaches ``initial_lr`` (the scaled LR) at the last batch of warmup; after
+    warmup the rate is left alone. Unlike Horovod's callback this one needs no ``hvd.init()``
+    (the world size is an argument, so simulated worlds warm up too) and applies no momentum
+    correction: Keras 2.15's optimizers hold ``momentum`` as a Python float compiled into the
+    train step.
 
     Args:
       initial_lr: the scaled learning rate reached at the end of warmup.
@@ -63,8 +71,12 @@ class LearningRateWarmup(tf.keras.callbacks.Callback):
 
     def learning_rate(self, epoch: int, batch: int) -> float:
         """The warmup rate for ``batch`` of ``epoch`` (the formula above)."""
-        progress = epoch + (batch + 1) / self.steps_per_epoch
-        return self.initial_lr / self.world_size * (progress * (self.world_size - 1) / self.warmup_epochs + 1)
+        return warmup_lr(
+            epoch * self.steps_per_epoch + batch,
+            self.warmup_epochs * self.steps_per_epoch,
+            self.initial_lr / self.world_size,
+            self.initial_lr,
+        )
 
     def on_train_begin(self, logs=None):
         if self.steps_per_epoch is None:
@@ -133,53 +145,93 @@ class Throughput(tf.keras.callbacks.Callback):
 
 
 class DivergenceGuard(tf.keras.callbacks.Callback):
-    """Stops training when the loss diverges and says why (``reason``; None while healthy).
+    """Stops training when the loss diverges (``lbtrain.verdict.step_divergence``) and says why
+    (``reason``; None while healthy).
 
-    Diverged means a NaN/inf training loss, or an epoch's loss above ``factor`` times the
-    first epoch's. With ``every_step`` (one process) the step loss is checked after every
-    step. With several processes only the epoch loss is checked, after Horovod's
-    ``MetricAverageCallback`` has averaged it over ranks: every rank then takes the same
-    decision at the same point, and none is left waiting in an allreduce (a NaN gradient on
-    one rank reaches every rank's weights through the average anyway). A collective per step
-    would cost more than the step itself on small models.
+    The reference is ``initial_loss``, the loss of step 0 before any update (Keras reports a
+    step's loss from the forward pass that precedes its update), averaged over ranks; each
+    step's own loss is recovered from Keras's running epoch mean ``m_k`` as
+    ``(k + 1) m_k - k m_(k-1)``, and checked from the very first step. In one process (a
+    simulated world) training stops after the offending step. With several processes each rank
+    checks its own steps and one collective at the end of every epoch (after Horovod's
+    ``MetricAverageCallback``) tells every rank whether any rank diverged: all ranks then stop
+    at the same point, none is left waiting in an allreduce, and a collective per step (which
+    would cost more than the step on small models) is avoided. A resumed run passes the step-0
+    loss it recorded.
+
+    Args:
+      factor: a step loss above ``factor * initial_loss`` is divergence.
+      world: the run's world (``allreduce_mean``, ``size``); None for one process.
+      initial_loss: the step-0 loss of a resumed run; measured at the first step otherwise.
     """
 
-    def __init__(self, factor: float = 10.0, every_step: bool = True, first_epoch_loss: float | None = None):
+    def __init__(self, factor: float = DEFAULT_FACTOR, world=None, initial_loss: float | None = None):
         super().__init__()
         if not factor > 1:
             raise ValueError(f"factor must be > 1, got {factor!r}")
-        self.factor = factor
-        self.every_step = every_step
-        self.first_epoch_loss = first_epoch_loss
+        self.factor, self.world, self.initial_loss = factor, world, initial_loss
+        self.every_step = world is None or world.input_shard()[1] == 1
         self.reason: str | None = None
-        self._epoch = 0
+        self._local_reason: str | None = None
+        self._epoch, self._previous_mean = 0, 0.0
 
     def _stop(self, reason: str) -> None:
         self.reason = reason
         self.model.stop_training = True
 
     def on_epoch_begin(self, epoch, logs=None):
-        self._epoch = epoch
+        self._epoch, self._previous_mean = epoch, 0.0
 
     def on_train_batch_end(self, batch, logs=None):
-        if not self.every_step or self.reason is not None:
+        if self.reason is not None or self._local_reason is not None:
             return
-        loss = float((logs or {}).get("loss", 0.0))
-        if not math.isfinite(loss):
-            self._stop(f"loss became {loss} at epoch {self._epoch + 1}, step {batch + 1}")
+        mean = float((logs or {}).get("loss", math.nan))
+        loss = (batch + 1) * mean - batch * self._previous_mean if math.isfinite(mean) else mean
+        self._previous_mean = mean
+        if self.initial_loss is None:
+            initial = self.world.allreduce_mean([loss])[0] if self.world is not None else loss
+            self.initial_loss = float(initial)
+        reason = step_divergence(loss, self.initial_loss, self.factor)
+        if reason is None:
+            return
+        reason = f"{reason} at epoch {self._epoch + 1}, step {batch + 1}"
+        if self.every_step:
+            self._stop(reason)
+        else:
+            self._local_reason = reason
 
     def on_epoch_end(self, epoch, logs=None):
-        if self.reason is not None:
+        if self.reason is not None or self.every_step:
             return
         loss = float((logs or {}).get("loss", math.nan))
-        if not math.isfinite(loss):
-            self._stop(f"loss became {loss} in epoch {epoch + 1}")
-        elif self.first_epoch_loss is None:
-            self.first_epoch_loss = loss
-        elif loss > self.factor * self.first_epoch_loss:
-            self._stop(
-                f"loss {loss:.4g} at epoch {epoch + 1} exceeds {self.factor:g} x the first epoch's {self.first_epoch_loss:.4g}"
-            )
+        local = self._local_reason or step_divergence(loss, None)
+        if self.world.allreduce_mean([0.0 if local is None else 1.0])[0] > 0:
+            self._stop(local or f"another rank diverged in epoch {epoch + 1}")
+
+
+class BudgetStop(tf.keras.callbacks.Callback):
+    """Ends training at the budget's last step (``total_steps`` optimizer updates, counted by
+    the optimizer, so a resumed run stops at the same step), or at the end of the first epoch
+    whose training metric meets ``stop_at`` (Keras's epoch mean, rank-averaged under Horovod,
+    so every rank stops together). ``reached_step`` is the step at which the target was met."""
+
+    def __init__(self, total_steps: int, stop_at=None):
+        super().__init__()
+        self.total_steps, self.stop_at = total_steps, stop_at
+        self.reached_step: int | None = None
+
+    def _step(self) -> int:
+        return int(tf.keras.backend.get_value(self.model.optimizer.iterations))
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._step() >= self.total_steps:
+            self.model.stop_training = True
+
+    def on_epoch_end(self, epoch, logs=None):
+        value = (logs or {}).get(self.stop_at.metric) if self.stop_at is not None else None
+        if value is not None and math.isfinite(float(value)) and self.stop_at.reached(float(value)):
+            self.reached_step = self._step()
+            self.model.stop_training = True
 
 
 class GeneralizationGap(tf.keras.callbacks.Callback):

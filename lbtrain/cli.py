@@ -15,6 +15,17 @@ from typing import Sequence
 USAGE_ERROR = 2
 
 
+def _positive_int(text: str) -> int:
+    """argparse type: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
+
+
 def _datasets_command(args: argparse.Namespace) -> int:
     from lbtrain.data import DATASETS
 
@@ -71,48 +82,28 @@ def _run_command(args: argparse.Namespace) -> int:
 
 
 def _sweep_command(args: argparse.Namespace) -> int:
-    import subprocess
-
-    from lbtrain.config import ConfigError, load_experiment
-    from lbtrain.distributed import HorovodWorld, launched_by_horovod
-    from lbtrain.sweep import check_sweepable, open_study, optimize, optimize_distributed, storage_url, world_sizes, write_outputs
+    from lbtrain.config import load_experiment
+    from lbtrain.sweep import run_sweep, storage_url
 
     experiment = load_experiment(args.experiment, args.set)
-    check_sweepable(experiment)
-    trials = args.trials or experiment.sweep.trials
-    storage = args.storage or storage_url(experiment)
-    sizes = world_sizes(experiment)
-    if launched_by_horovod():
-        world = HorovodWorld()
-        if sizes != [world.size]:
-            raise ConfigError(f"grid.world_sizes is {sizes} but horovodrun started {world.size} processes: sweep one world size per job")
-        study = optimize_distributed(experiment, world, trials, storage)
-        if not world.is_root:
-            return 0
-        print(f"{study.study_name}: {len(study.trials)} trials", flush=True)
-    elif args.workers > 1:
-        for world_size in sizes:
-            open_study(experiment, world_size, storage)
-        command = [sys.executable, "-m", "lbtrain.cli", "sweep", args.experiment, "--trials", str(trials), "--storage", storage,
-                   "--worker", *(item for pair in (("--set", value) for value in args.set) for item in pair)]
-        workers = [subprocess.Popen(command) for _ in range(args.workers)]
-        if any(worker.wait() for worker in workers):
-            print("lbtrain: error: a sweep worker failed (see its output above)", file=sys.stderr)
-            return 1
-    else:
-        for world_size in sizes:
-            study = optimize(experiment, world_size, trials, storage)
-            print(f"{study.study_name}: {len(study.trials)} trials", flush=True)
-    if args.worker:
+    try:
+        outputs = run_sweep(experiment, experiment_path=args.experiment, overrides=args.set, trials=args.trials,
+                            storage=args.storage, workers=args.workers, worker=args.worker)
+    except RuntimeError as error:
+        print(f"lbtrain: error: {error}", file=sys.stderr)
+        return 1
+    if outputs is None:
         return 0
-    rows, fit = write_outputs(experiment, storage)
+    rows, fit = outputs
     for row in rows:
         best = row.get("best_validation_accuracy")
-        print(f"world {row['world_size']:>3}: {row['complete']} complete, {row['pruned']} pruned"
-              + (f", best validation {best:.4f} (test {row['best_test_accuracy']:.4f}) at lr {row['best_learning_rate']:.4g}" if best is not None else ""))
+        print(f"world {row['world_size']:>3}: {row['complete']} complete, {row['pruned']} pruned, "
+              f"{row['diverged']} diverged, {row['collapsed']} collapsed"
+              + (f", best ok validation {best:.4f} (test {row['best_test_accuracy']:.4f}) at lr {row['best_learning_rate']:.4g}"
+                 if best is not None else ", no ok trial"))
     if fit is not None:
         print(fit.describe())
-    print(f"wrote {experiment.results_dir / 'sweep_summary.csv'} (studies in {storage})")
+    print(f"wrote {experiment.results_dir / 'sweep_summary.csv'} (studies in {args.storage or storage_url(experiment)})")
     return 0
 
 
@@ -127,8 +118,15 @@ def _report_command(args: argparse.Namespace) -> int:
     return 0
 
 
+class _OneLineErrors(argparse.ArgumentParser):
+    """Usage errors as one line, ``lbtrain: error: ...``, exit code 2 (argparse prints the usage too)."""
+
+    def error(self, message: str):
+        self.exit(USAGE_ERROR, f"lbtrain: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lbtrain", description="Large-batch training studies with Keras and Horovod.")
+    parser = _OneLineErrors(prog="lbtrain", description="Large-batch training studies with Keras and Horovod.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     datasets = commands.add_parser("datasets", help="list datasets, their sizes and where each loads from here")
     datasets.set_defaults(handler=_datasets_command)
@@ -140,9 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=_run_command)
     sweep = commands.add_parser("sweep", help="tune the experiment's search space with Optuna, one study per world size")
     sweep.add_argument("experiment", help="an experiment YAML with a search section")
-    sweep.add_argument("--trials", type=int, help="finished trials per world size (default sweep.trials); a rerun tops up")
+    sweep.add_argument("--trials", type=_positive_int, help="finished trials per world size (default sweep.trials); a rerun tops up")
     sweep.add_argument("--storage", help="an SQLAlchemy URL (default sqlite:///results/<name>/optuna.db)")
-    sweep.add_argument("--workers", type=int, default=1, help="processes sharing the studies")
+    sweep.add_argument("--workers", type=_positive_int, default=1, help="processes sharing the studies")
     sweep.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", help="override a field")
     sweep.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     sweep.set_defaults(handler=_sweep_command)
@@ -157,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("config", help="a run config YAML (data, model, optimizer, lr, training)")
     train.add_argument("--run-dir", help="where rank 0 writes checkpoints, config.yaml, history.csv, metrics.json")
     train.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --run-dir")
-    train.add_argument("--threads", type=int, help="TensorFlow intra- and inter-op threads per process")
+    train.add_argument("--threads", type=_positive_int, help="TensorFlow intra- and inter-op threads per process")
     train.set_defaults(handler=_train_command)
     return parser
 

@@ -9,11 +9,15 @@ before any training starts.
 
 from __future__ import annotations
 
+import math
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+from lbtrain.schedules import DECAY_CLOCKS, SCHEDULE_KEYS
 
 
 class ConfigError(ValueError):
@@ -55,10 +59,20 @@ class ModelConfig(_Strict):
 
 
 class OptimizerConfig(_Strict):
-    """An optimizer of ``lbtrain.optimizers.OPTIMIZERS`` and its keyword parameters."""
+    """An optimizer of ``lbtrain.optimizers.OPTIMIZERS`` (the registry is the list of names)
+    and its keyword parameters."""
 
-    name: Literal["sgd", "momentum", "adam", "lars", "lamb"] = "momentum"
+    name: str = "momentum"
     params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        from lbtrain.optimizers import OPTIMIZERS
+
+        if name not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {name!r} (allowed: {', '.join(OPTIMIZERS)})")
+        return name
 
     @field_validator("params")
     @classmethod
@@ -71,15 +85,18 @@ class OptimizerConfig(_Strict):
 
 
 class LRConfig(_Strict):
-    """The learning-rate recipe (see ``lbtrain.schedules.build_schedule``)."""
+    """The learning-rate recipe (see ``lbtrain.schedules.build_schedule``; the defaults of the
+    schedule keys are the schedule registry's ``SCHEDULE_KEYS``). ``decay_clock``:
+    ``from_step_0`` (Goyal et al. 2017: after warmup the LR is what the schedule without warmup
+    gives at that step) or ``after_warmup`` (the decay starts counting when warmup ends)."""
 
     base_lr: float = Field(default=0.1, gt=0)
     base_batch: int = Field(default=128, gt=0)
-    rule: str | float = "linear"
-    warmup_epochs: float = Field(default=0.0, ge=0)
-    warmup_start: float | None = Field(default=None, ge=0)
-    decay: dict[str, Any] | None = None
-    offset_decay: bool = True
+    rule: str | float = SCHEDULE_KEYS["rule"]
+    warmup_epochs: float = Field(default=SCHEDULE_KEYS["warmup_epochs"], ge=0)
+    warmup_start: float | None = Field(default=SCHEDULE_KEYS["warmup_start"], ge=0)
+    decay: dict[str, Any] | None = SCHEDULE_KEYS["decay"]
+    decay_clock: Literal[DECAY_CLOCKS] = SCHEDULE_KEYS["decay_clock"]
 
     @field_validator("rule")
     @classmethod
@@ -96,22 +113,92 @@ class LRConfig(_Strict):
             "warmup_epochs": self.warmup_epochs,
             "warmup_start": self.warmup_start,
             "decay": self.decay,
-            "offset_decay": self.offset_decay,
+            "decay_clock": self.decay_clock,
         }
 
 
+class StopAtConfig(_Strict):
+    """Stop when the epoch's training loss is at most ``train_loss``, or its training accuracy
+    at least ``train_accuracy`` (one of the two; Keskar et al. 2017 compare batches at equal
+    training loss). The run's budget is then the cap."""
+
+    train_loss: float | None = Field(default=None, gt=0)
+    train_accuracy: float | None = Field(default=None, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _one_target(self) -> "StopAtConfig":
+        if (self.train_loss is None) == (self.train_accuracy is None):
+            raise ValueError("give one target: train_loss (stop when the loss is at most it) or train_accuracy (at least it)")
+        return self
+
+    @property
+    def metric(self) -> str:
+        """The training metric compared, as Keras logs it (``loss`` or ``accuracy``)."""
+        return "loss" if self.train_loss is not None else "accuracy"
+
+    @property
+    def target(self) -> float:
+        return self.train_loss if self.train_loss is not None else self.train_accuracy
+
+    def reached(self, value: float) -> bool:
+        """Whether an epoch's ``metric`` value meets the target."""
+        return value <= self.target if self.metric == "loss" else value >= self.target
+
+    def describe(self) -> str:
+        return f"train {self.metric} {'<=' if self.metric == 'loss' else '>='} {self.target:g}"
+
+
+BUDGET_KINDS = ("epochs", "steps", "samples")
+DEFAULT_EPOCHS = 3
+
+
 class TrainingConfig(_Strict):
-    """How one run trains. ``world_size`` workers each take ``per_worker_batch`` samples a step."""
+    """How one run trains. ``world_size`` workers each take ``per_worker_batch`` samples a step.
+
+    The budget is one of ``epochs`` (default 3), ``steps`` (the same number of updates at every
+    batch size: Hoffer et al. 2017's regime adaptation) or ``samples`` (``samples //
+    global_batch`` steps); the decay length follows it. ``stop_at`` ends a run early at a
+    training target, the budget capping it. The verdict (``lbtrain.verdict``): a step loss above
+    ``divergence_factor`` x the step-0 loss is divergence; a final train accuracy within
+    ``collapse_margin`` of chance is a collapse.
+    """
 
     world_size: int = Field(default=1, gt=0)
     per_worker_batch: int = Field(default=128, gt=0)
-    epochs: int = Field(default=3, gt=0)
+    epochs: int | None = Field(default=None, gt=0)
+    steps: int | None = Field(default=None, gt=0)
+    samples: int | None = Field(default=None, gt=0)
+    stop_at: StopAtConfig | None = None
     seed: int = 0
     micro_batches: int = Field(default=1, gt=0)
     eval_batch: int = Field(default=1024, gt=0)
     divergence_factor: float = Field(default=10.0, gt=1.0)
+    collapse_margin: float = Field(default=0.05, ge=0, lt=1)
     checkpoint: bool = True
     tensorboard: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_budget(cls, data: Any) -> Any:
+        if isinstance(data, dict) and all(data.get(kind) is None for kind in BUDGET_KINDS):
+            data = {**data, "epochs": DEFAULT_EPOCHS}
+        return data
+
+    @model_validator(mode="after")
+    def _one_budget(self) -> "TrainingConfig":
+        given = [f"{kind}={getattr(self, kind)}" for kind in BUDGET_KINDS if getattr(self, kind) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give one budget, epochs, steps or samples, not {' and '.join(given)} (set the others to null)")
+        return self
+
+    @property
+    def budget(self) -> dict[str, Any]:
+        """``{kind: amount}``, plus ``stop_at`` when the run stops at a target."""
+        kind = next(kind for kind in BUDGET_KINDS if getattr(self, kind) is not None)
+        budget: dict[str, Any] = {kind: getattr(self, kind)}
+        if self.stop_at is not None:
+            budget["stop_at"] = self.stop_at.model_dump(exclude_none=True)
+        return budget
 
 
 class AnalysisConfig(_Strict):
@@ -145,22 +232,80 @@ class RunConfig(_Strict):
     def _recipe_builds(self) -> "RunConfig":
         from lbtrain.schedules import build_schedule
 
-        if self.training.world_size % self.training.micro_batches:
+        settings = self.training
+        if settings.world_size % settings.micro_batches:
             raise ValueError(
-                f"training.micro_batches ({self.training.micro_batches}) must divide training.world_size "
-                f"({self.training.world_size}): each micro-batch holds whole workers' batches"
+                f"training.micro_batches ({settings.micro_batches}) must divide training.world_size "
+                f"({settings.world_size}): each micro-batch holds whole workers' batches"
             )
-        global_batch = self.training.world_size * self.training.per_worker_batch
-        # A nominal long epoch: the checks here are about structure, not about step counts.
+        if settings.samples is not None and settings.samples < self.global_batch:
+            raise ValueError(f"training.samples ({settings.samples}) is less than one global batch ({self.global_batch})")
+        if settings.epochs is not None and self.lr.warmup_epochs > settings.epochs:
+            raise ValueError(f"lr.warmup_epochs ({self.lr.warmup_epochs:g}) is longer than the budget (training.epochs {settings.epochs})")
+        # A nominal long epoch: the checks here are about structure, not about step counts
+        # (step and sample budgets are checked against the dataset by ``schedule``).
+        nominal_epochs = settings.epochs if settings.epochs is not None else self.lr.warmup_epochs + 1
         build_schedule(
             self.lr.schedule_spec(), steps_per_epoch=10**6, base_lr=self.lr.base_lr,
-            base_batch=self.lr.base_batch, global_batch=global_batch, total_epochs=self.training.epochs,
+            base_batch=self.lr.base_batch, global_batch=self.global_batch, total_epochs=nominal_epochs,
         )
         return self
+
+    @property
+    def global_batch(self) -> int:
+        """``world_size * per_worker_batch``: the batch one synchronous update averages over."""
+        from lbtrain.scaling import global_batch_size
+
+        return global_batch_size(self.training.world_size, self.training.per_worker_batch)
+
+    def total_steps(self, steps_per_epoch: int) -> int:
+        """The budget in optimizer steps: ``epochs * steps_per_epoch``, ``steps``, or
+        ``samples // global_batch``; the decay length and the step at which training stops."""
+        settings = self.training
+        if settings.epochs is not None:
+            return settings.epochs * steps_per_epoch
+        if settings.steps is not None:
+            return settings.steps
+        return settings.samples // self.global_batch
+
+    def epochs_to_run(self, steps_per_epoch: int) -> int:
+        """Data epochs ``fit`` is asked for; the last one may stop early at the step budget."""
+        return math.ceil(self.total_steps(steps_per_epoch) / steps_per_epoch)
+
+    def schedule(self, steps_per_epoch: int):
+        """The run's learning-rate schedule (``lbtrain.schedules.build_schedule``) at
+        ``steps_per_epoch``, decaying over the whole budget. A warmup longer than the budget is
+        a ``ConfigError``."""
+        from lbtrain.schedules import build_schedule, epochs_to_steps
+
+        total = self.total_steps(steps_per_epoch)
+        warmup = epochs_to_steps(self.lr.warmup_epochs, steps_per_epoch)
+        if warmup > total:
+            raise ConfigError(
+                f"lr.warmup_epochs ({self.lr.warmup_epochs:g} = {warmup} steps) is longer than the budget "
+                f"({describe_budget(self.training.budget)} = {total} steps at {steps_per_epoch} steps per epoch)"
+            )
+        return build_schedule(
+            self.lr.schedule_spec(), steps_per_epoch=steps_per_epoch, base_lr=self.lr.base_lr, base_batch=self.lr.base_batch,
+            global_batch=self.global_batch, total_epochs=total / steps_per_epoch,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data, as written to ``config.yaml``."""
         return self.model_dump(mode="json")
+
+
+def describe_budget(budget: dict[str, Any]) -> str:
+    """``{"steps": 600, "stop_at": {"train_loss": 0.3}}`` -> ``600 steps, until train loss <= 0.3``.
+
+    >>> describe_budget({"epochs": 3})
+    '3 epochs'
+    """
+    kind = next(kind for kind in BUDGET_KINDS if kind in budget)
+    text = f"{budget[kind]} {kind}"
+    if budget.get("stop_at"):
+        text += f", until {StopAtConfig(**budget['stop_at']).describe()}"
+    return text
 
 
 _TYPE_TAGS = {"str", "float", "int", "bool", "dict", "list", "none", "__root__"}
@@ -189,18 +334,67 @@ def run_config_from_dict(data: dict[str, Any]) -> RunConfig:
         raise ConfigError(format_validation_error(error)) from None
 
 
-def load_run_config(path: str | Path) -> RunConfig:
-    """Reads a resolved run config (YAML), as the runner writes into each run directory."""
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, stricter where users get bitten: a key given twice in one mapping
+    is an error (not "the later wins"), and ``1e-1`` is a float as users write it (YAML 1.2;
+    YAML 1.1 wants ``1.0e-1`` and reads ``1e-1`` as a string)."""
+
+
+def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"), list("-+0123456789."),
+)
+
+
+def parse_yaml(text: str) -> Any:
+    """``text`` read by the strict loader (see ``_StrictLoader``).
+
+    >>> parse_yaml("lr: 1e-1")
+    {'lr': 0.1}
+    """
+    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+
+
+def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
+    """The mapping a YAML file holds; anything else (no file, a folder, binary or non-UTF-8
+    bytes, invalid YAML, a duplicate key, an empty file, a list) is a one-line ``ConfigError``."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a folder, not a YAML file") from None
+    except PermissionError:
+        raise ConfigError(f"{path}: not readable (permission denied)") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {error.start}); expected a YAML file") from None
+    if "\x00" in text:
+        raise ConfigError(f"{path}: a binary file, not YAML")
+    try:
+        data = parse_yaml(text)
     except yaml.YAMLError as error:
         raise ConfigError(f"{path}: invalid YAML ({' '.join(str(error).split())})") from None
+    if data is None:
+        raise ConfigError(f"{path}: the file is empty; expected a mapping of config sections")
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of config sections, got {type(data).__name__}")
-    return run_config_from_dict(data)
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def load_run_config(path: str | Path) -> RunConfig:
+    """Reads a resolved run config (YAML), as the runner writes into each run directory."""
+    return run_config_from_dict(read_yaml_mapping(path))
 
 
 # ---------------------------------------------------------------- experiments
@@ -313,7 +507,11 @@ class ExperimentConfig(_Strict):
 
 
 def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    """``update`` over ``base``, recursing into mappings present in both."""
+    """``update`` over ``base``, recursing into mappings present in both.
+
+    >>> deep_merge({"lr": {"base_lr": 0.1, "warmup_epochs": 5}, "seed": 0}, {"lr": {"base_lr": 0.2}, "seed": 1})
+    {'lr': {'base_lr': 0.2, 'warmup_epochs': 5}, 'seed': 1}
+    """
     merged = dict(base)
     for key, value in update.items():
         merged[key] = deep_merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
@@ -321,26 +519,22 @@ def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
 
 
 def nested(path: str, value: Any) -> dict[str, Any]:
-    """``nested("lr.decay.type", "cosine") == {"lr": {"decay": {"type": "cosine"}}}``."""
+    """The mapping that sets the dotted ``path`` to ``value``, one level per part.
+
+    >>> nested("lr.decay.type", "cosine")
+    {'lr': {'decay': {'type': 'cosine'}}}
+    """
     result: Any = value
     for part in reversed(path.split(".")):
         result = {part: result}
     return result
 
 
-def _read_yaml_mapping(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path}: is a folder, not a YAML file") from None
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{path}: invalid YAML ({' '.join(str(error).split())})") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+def with_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with each ``field.path: value`` of ``overrides`` merged in, in order: how a grid
+    point, a sweep trial and ``--set`` change a base run."""
+    for path, value in overrides.items():
+        data = deep_merge(data, nested(path, value))
     return data
 
 
@@ -350,7 +544,7 @@ def _resolve_extends(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]
     path = path.resolve()
     if path in chain:
         raise ConfigError(f"{path}: extends itself through {' -> '.join(p.name for p in chain)}")
-    data = _read_yaml_mapping(path)
+    data = read_yaml_mapping(path)
     extends = data.pop("extends", [])
     if isinstance(extends, str):
         extends = [extends]
@@ -396,10 +590,10 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         if not known_field_path(path):
             raise ConfigError(f"--set {path}: no such field (sections: name, mode, output_dir, horovod, grid, {', '.join(RUN_SECTIONS)})")
         try:
-            value = yaml.safe_load(raw)
+            value = parse_yaml(raw)
         except yaml.YAMLError:
             raise ConfigError(f"--set {path}: value {raw!r} is not valid YAML") from None
-        data = deep_merge(data, nested(path, value))
+        data = with_overrides(data, {path: value})
     return data
 
 

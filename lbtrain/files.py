@@ -22,8 +22,17 @@ def write_atomic(path: str | os.PathLike, content: str | bytes) -> Path:
         handle.write(content)
         handle.flush()
         os.fsync(handle.fileno())
+    # Temporary files are created 0600; a result file gets the mode any new file would.
+    os.chmod(handle.name, 0o666 & ~_umask())
     os.replace(handle.name, path)
     return path
+
+
+def _umask() -> int:
+    """The process's umask (reading it means setting it; it is set straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
@@ -32,7 +41,16 @@ def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
 
 
 def csv_text(rows: list[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
-    """``rows`` as CSV text; columns as given, else in the order keys first appear. None is ''."""
+    """``rows`` as CSV text; columns as given, else in the order keys first appear. None is ''.
+
+    >>> print(csv_text([{"epoch": 0, "loss": 2.3}, {"epoch": 1, "accuracy": None, "loss": 1.9}]), end="")
+    epoch,loss,accuracy
+    0,2.3,
+    1,1.9,
+    >>> print(csv_text([{"epoch": 0, "loss": 2.3}], columns=["loss", "epoch"]), end="")
+    loss,epoch
+    2.3,0
+    """
     if columns is None:
         columns = []
         for row in rows:

@@ -1,21 +1,29 @@
-"""The results layout, in one place.
+"""What a run leaves behind, in one place: the ``RunResult`` record, its statuses, and the
+results layout.
 
 ``results/<experiment>/runs/<run_id>/`` holds one run: ``config.yaml`` (the resolved run),
 ``history.csv`` (one row per epoch), ``metrics.json`` (the ``RunResult``) and, while it trains,
 ``checkpoints/``. Beside the runs: ``experiment.yaml`` (the resolved experiment) and
 ``summary.csv`` (one row per run). Every file is written atomically and ``metrics.json`` last: a run is
 finished exactly when its ``metrics.json`` exists, so a killed experiment resumes cleanly.
+
+This module loads no TensorFlow: reports and tables read results through it alone.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from lbtrain.files import csv_text, write_atomic, write_json_atomic
-from lbtrain.trainer import RunResult
+
+if TYPE_CHECKING:
+    from lbtrain.config import RunConfig
 
 RUNS_FOLDER = "runs"
 SUMMARY_FILE = "summary.csv"
@@ -23,6 +31,73 @@ EXPERIMENT_FILE = "experiment.yaml"
 CONFIG_FILE = "config.yaml"
 HISTORY_FILE = "history.csv"
 METRICS_FILE = "metrics.json"
+CHECKPOINT_FOLDER = "checkpoints"
+
+# A run's status, decided by ``lbtrain.verdict``: trained and learned (ok); blew up (diverged);
+# finished at chance or above its starting loss (collapsed); raised or was killed (failed).
+STATUSES = ("ok", "diverged", "collapsed", "failed")
+
+
+def finite_or_none(value: Any) -> Any:
+    """``value`` with every NaN/inf float (in nested dicts and lists too) replaced by None, so
+    it is plain JSON.
+
+    >>> finite_or_none({"loss": float("nan"), "history": [1.0, float("inf")]})
+    {'loss': None, 'history': [1.0, None]}
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: finite_or_none(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [finite_or_none(item) for item in value]
+    return value
+
+
+@dataclasses.dataclass
+class RunResult:
+    """What one run produced. ``to_dict`` is plain JSON (NaN/inf become null).
+
+    ``budget`` says what the run was given (``{"epochs": 3}``, ``{"steps": 600}`` or
+    ``{"samples": 76800}``, plus ``stop_at`` when it stopped at a target); ``initial_loss`` is the
+    training loss at step 0, before any update, the reference of the verdict.
+    """
+
+    config: dict[str, Any]
+    status: str
+    reason: str | None = None
+    metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+    generalization_gap: dict[str, float] = dataclasses.field(default_factory=dict)
+    history: list[dict[str, float]] = dataclasses.field(default_factory=list)
+    world_size: int = 1
+    global_batch: int = 0
+    learning_rate: float = 0.0
+    steps_per_epoch: int = 0
+    total_steps: int = 0
+    budget: dict[str, Any] = dataclasses.field(default_factory=dict)
+    initial_loss: float | None = None
+    samples_per_second: float = 0.0
+    wall_time_seconds: float = 0.0
+    model: Any = dataclasses.field(default=None, repr=False, compare=False)
+
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {self.status!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {field.name: getattr(self, field.name) for field in dataclasses.fields(self) if field.name != "model"}
+        return finite_or_none(data)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunResult":
+        known = {field.name for field in dataclasses.fields(cls)} - {"model"}
+        return cls(**{key: value for key, value in data.items() if key in known})
+
+    @classmethod
+    def failed(cls, config: "RunConfig", error: BaseException | str) -> "RunResult":
+        """A run that raised: the config and the error in one line."""
+        reason = error if isinstance(error, str) else f"{type(error).__name__}: {' '.join(str(error).split())}"
+        return cls(config=config.to_dict(), status="failed", reason=reason, world_size=config.training.world_size)
 
 
 def history_csv(history: list[dict]) -> str:
@@ -33,13 +108,14 @@ def history_csv(history: list[dict]) -> str:
 def write_run(run_dir: str | Path, result: RunResult) -> Path:
     """Writes one finished run into ``run_dir``; ``metrics.json`` last (the commit mark)."""
     run_dir = Path(run_dir)
+    data = result.to_dict()
     write_atomic(run_dir / CONFIG_FILE, yaml.safe_dump(result.config, sort_keys=False))
-    write_atomic(run_dir / HISTORY_FILE, history_csv(result.to_dict()["history"]))
-    return write_json_atomic(run_dir / METRICS_FILE, result.to_dict())
+    write_atomic(run_dir / HISTORY_FILE, history_csv(data["history"]))
+    return write_json_atomic(run_dir / METRICS_FILE, data)
 
 
 def is_finished(run_dir: str | Path) -> bool:
-    """Whether the run in ``run_dir`` completed (ok, diverged or failed alike)."""
+    """Whether the run in ``run_dir`` completed (whatever its status)."""
     return (Path(run_dir) / METRICS_FILE).is_file()
 
 

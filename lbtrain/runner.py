@@ -27,16 +27,16 @@ from typing import Any, Callable
 import yaml
 
 from lbtrain.config import (
-    GRID_SHORTHANDS, ConfigError, ExperimentConfig, RunConfig, deep_merge, known_field_path, nested, run_config_from_dict,
+    GRID_SHORTHANDS, ConfigError, ExperimentConfig, RunConfig, describe_budget, known_field_path, run_config_from_dict,
+    with_overrides,
 )
 from lbtrain.files import csv_text, write_atomic
-from lbtrain.results import CONFIG_FILE, EXPERIMENT_FILE, RUNS_FOLDER, SUMMARY_FILE, is_finished, read_run, write_run
-from lbtrain.trainer import RunResult
+from lbtrain.results import CONFIG_FILE, EXPERIMENT_FILE, RUNS_FOLDER, SUMMARY_FILE, RunResult, is_finished, read_run, write_run
 
 SUMMARY_COLUMNS = (
     "run_id", "label", "status", "world_size", "per_worker_batch", "global_batch", "rule", "warmup_epochs", "optimizer",
-    "seed", "learning_rate", "epochs", "train_accuracy", "test_accuracy", "gap_accuracy", "train_loss", "test_loss",
-    "gap_loss", "validation_accuracy", "sharpness", "noise_scale", "total_steps", "samples_per_second", "wall_time_seconds",
+    "seed", "learning_rate", "budget", "train_accuracy", "test_accuracy", "gap_accuracy", "train_loss", "test_loss",
+    "gap_loss", "validation_accuracy", "sharpness", "noise_scale", "target_reached_step", "total_steps", "samples_per_second", "wall_time_seconds",
     "reason",
 )
 
@@ -50,12 +50,36 @@ class PlannedRun:
     config: RunConfig
 
 
+def label_slug(label: str) -> str:
+    """The label as it appears in run ids: lower case, runs of other characters as ``-``.
+
+    >>> label_slug("Linear+WU 2")
+    'linear-wu-2'
+    """
+    return re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-") or "run"
+
+
 def run_id(config: RunConfig, label: str) -> str:
     """``<label>-w<W>-s<seed>-<hash>``: the hash (10 hex digits of SHA-256 over the canonical
     JSON of the resolved config) makes the id stable and unique; the prefix makes it readable."""
     digest = hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True).encode()).hexdigest()[:10]
-    slug = re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-") or "run"
-    return f"{slug}-w{config.training.world_size}-s{config.training.seed}-{digest}"
+    return f"{label_slug(label)}-w{config.training.world_size}-s{config.training.seed}-{digest}"
+
+
+def _check_labels(variants: list[dict[str, Any]]) -> None:
+    """Variant labels must differ as run ids show them: two variants labelled alike (or alike
+    but for case, spaces or punctuation) would be grouped as seeds of one recipe."""
+    seen: dict[str, tuple[int, str]] = {}
+    for index, variant in enumerate(variants):
+        if "label" not in variant:
+            continue
+        label = str(variant["label"])
+        slug = label_slug(label)
+        if slug in seen:
+            first, other = seen[slug]
+            raise ConfigError(f"grid.variants[{index}].label {label!r} is the same recipe name as grid.variants[{first}].label "
+                              f"{other!r} (labels must differ in letters or digits)")
+        seen[slug] = (index, label)
 
 
 def _grid_axes(grid: dict[str, Any]) -> tuple[list[tuple[str, list[Any]]], list[dict[str, Any]]]:
@@ -77,6 +101,7 @@ def _grid_axes(grid: dict[str, Any]) -> tuple[list[tuple[str, list[Any]]], list[
         for path in variant:
             if path != "label" and (not known_field_path(path) or "." not in path):
                 raise ConfigError(f"grid.variants[{index}].{path}: no such field")
+    _check_labels(variants)
     return axes, variants
 
 
@@ -96,9 +121,7 @@ def expand(experiment: ExperimentConfig) -> list[PlannedRun]:
         overrides = {path: value for path, value in variant.items() if path != "label"}
         for values in itertools.product(*(values for _, values in axes)):
             point = dict(zip((path for path, _ in axes), values))
-            data = experiment.base_run()
-            for path, value in {**point, **overrides}.items():
-                data = deep_merge(data, nested(path, value))
+            data = with_overrides(experiment.base_run(), {**point, **overrides})
             label = _point_label(variant, point)
             where = ", ".join(f"{path}={value}" for path, value in point.items())
             try:
@@ -112,6 +135,27 @@ def expand(experiment: ExperimentConfig) -> list[PlannedRun]:
     return planned
 
 
+def check_budgets(planned: list[PlannedRun]) -> None:
+    """Every run's budget against its dataset, before anything trains: a global batch no larger
+    than the training set, a warmup no longer than the budget, a schedule that builds at the
+    real number of steps per epoch. A problem is a ``ConfigError`` naming the run."""
+    from lbtrain.data import DatasetError, load_dataset, steps_per_epoch
+    from lbtrain.schedules import ScheduleError
+
+    train_samples: dict[str, int] = {}
+    for run in planned:
+        config = run.config
+        key = json.dumps(config.data.model_dump(mode="json"), sort_keys=True)
+        try:
+            if key not in train_samples:
+                data = load_dataset(config.data.dataset, train_subset=config.data.train_subset,
+                                    validation_split=config.data.validation_split, **config.data.options)
+                train_samples[key] = len(data.x_train)
+            config.schedule(steps_per_epoch(train_samples[key], config.training.per_worker_batch, config.training.world_size))
+        except (ConfigError, DatasetError, ScheduleError) as error:
+            raise ConfigError(f"{error} (run {run.label}, world size {config.training.world_size})") from None
+
+
 def summary_row(planned: PlannedRun, result: RunResult) -> dict[str, Any]:
     """One line of ``summary.csv``."""
     config, metrics = planned.config, result.metrics
@@ -121,13 +165,13 @@ def summary_row(planned: PlannedRun, result: RunResult) -> dict[str, Any]:
         "status": result.status,
         "world_size": config.training.world_size,
         "per_worker_batch": config.training.per_worker_batch,
-        "global_batch": config.training.world_size * config.training.per_worker_batch,
+        "global_batch": config.global_batch,
         "rule": config.lr.rule,
         "warmup_epochs": config.lr.warmup_epochs,
         "optimizer": config.optimizer.name,
         "seed": config.training.seed,
         "learning_rate": result.learning_rate,
-        "epochs": config.training.epochs,
+        "budget": describe_budget(config.training.budget),
         "train_accuracy": metrics.get("train_accuracy"),
         "test_accuracy": metrics.get("test_accuracy"),
         "gap_accuracy": result.generalization_gap.get("accuracy"),
@@ -137,6 +181,7 @@ def summary_row(planned: PlannedRun, result: RunResult) -> dict[str, Any]:
         "validation_accuracy": metrics.get("validation_accuracy"),
         "sharpness": metrics.get("sharpness"),
         "noise_scale": metrics.get("noise_scale"),
+        "target_reached_step": metrics.get("target_reached_step"),
         "total_steps": result.total_steps,
         "samples_per_second": result.samples_per_second,
         "wall_time_seconds": result.wall_time_seconds,
@@ -246,13 +291,15 @@ def run_experiment(
 ) -> list[dict[str, Any]]:
     """Trains every unfinished run of ``experiment`` and writes ``summary.csv``; returns its rows.
 
-    Runs that finished ``ok`` or ``diverged`` are skipped; ``failed`` ones are tried again;
+    Every run's budget is checked against its dataset first (``check_budgets``). Runs that
+    finished ``ok``, ``diverged`` or ``collapsed`` are skipped; ``failed`` ones are tried again;
     ``fresh`` deletes the experiment's previous runs first. One progress line per run (with
     elapsed time and an ETA from the mean time of the runs trained so far, counting every
     run still ahead)."""
     planned = expand(experiment)
     if experiment.mode == "horovod" and horovodrun_path() is None:
         raise ConfigError("mode: horovod needs horovodrun, which is not installed here or at $HOROVODRUN (use mode: simulated)")
+    check_budgets(planned)
     runs_dir = experiment.results_dir / RUNS_FOLDER
     if fresh and runs_dir.exists():
         shutil.rmtree(runs_dir)

@@ -26,7 +26,15 @@ def _require_positive(name: str, value, *, integer: bool = False) -> None:
 
 
 def scaling_exponent(rule: str | float) -> float:
-    """The exponent alpha of ``rule``: a name of ``RULE_EXPONENTS`` or a finite float."""
+    """The exponent alpha of ``rule``: a name of ``RULE_EXPONENTS`` or a finite float.
+
+    >>> scaling_exponent("sqrt"), scaling_exponent(0.75)
+    (0.5, 0.75)
+    >>> scaling_exponent("cubic")
+    Traceback (most recent call last):
+      ...
+    ValueError: rule must be one of 'linear', 'sqrt', 'none' or a float exponent, got 'cubic'
+    """
     if isinstance(rule, str):
         if rule in RULE_EXPONENTS:
             return RULE_EXPONENTS[rule]
@@ -37,7 +45,11 @@ def scaling_exponent(rule: str | float) -> float:
 
 
 def scaling_factor(base_batch: int, global_batch: int, rule: str | float) -> float:
-    """``k = (global_batch / base_batch) ** alpha``: how much the learning rate grows."""
+    """``k = (global_batch / base_batch) ** alpha``: how much the learning rate grows.
+
+    >>> scaling_factor(256, 8192, "linear"), scaling_factor(256, 1024, "sqrt"), scaling_factor(256, 8192, "none")
+    (32.0, 2.0, 1.0)
+    """
     _require_positive("base_batch", base_batch, integer=True)
     _require_positive("global_batch", global_batch, integer=True)
     return (global_batch / base_batch) ** scaling_exponent(rule)
@@ -56,7 +68,15 @@ def scale_learning_rate(base_lr: float, base_batch: int, global_batch: int, rule
 
 
 def global_batch_size(world_size: int, per_worker_batch: int) -> int:
-    """Samples per synchronous step: ``world_size * per_worker_batch``."""
+    """Samples per synchronous step: ``world_size * per_worker_batch``.
+
+    >>> global_batch_size(world_size=8, per_worker_batch=32)
+    256
+    >>> global_batch_size(world_size=8, per_worker_batch=0)
+    Traceback (most recent call last):
+      ...
+    ValueError: per_worker_batch must be a positive integer, got 0
+    """
     _require_positive("world_size", world_size, integer=True)
     _require_positive("per_worker_batch", per_worker_batch, integer=True)
     return world_size * per_worker_batch

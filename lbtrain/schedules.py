@@ -7,6 +7,11 @@ class here is registered with Keras under the package ``lbtrain``, so a model sa
 loads in a fresh process after ``import lbtrain`` with no ``custom_objects``, and
 ``hvd.DistributedOptimizer`` (which rebuilds the optimizer from its config) keeps it.
 
+The decay's clock runs from step 0, as in Goyal et al. 2017: warmup replaces the first steps
+of the decayed schedule instead of delaying it, so a run with warmup and one without follow
+the same LR from the end of warmup on. ``decay_clock: after_warmup`` starts the decay after
+warmup instead.
+
 Example::
 
     schedule = build_schedule(
@@ -14,7 +19,7 @@ Example::
         steps_per_epoch=100, base_lr=0.1, base_batch=256, global_batch=8192, total_epochs=90)
     schedule(0)     # 0.1 + (3.2 - 0.1) / 500: warmup starts just above the unscaled LR
     schedule(499)   # 3.2, the linearly scaled LR
-    schedule(500)   # 3.2, first step of the cosine decay (offset by the warmup)
+    schedule(500)   # 3.2 * 0.5 * (1 + cos(pi * 500 / 9000)): the 90-epoch cosine at step 500
 """
 
 from __future__ import annotations
@@ -58,17 +63,41 @@ class Constant(LearningRateSchedule):
         return {"learning_rate": self.learning_rate, "name": self.name}
 
 
+def warmup_lr(step, warmup_steps, start_lr, target_lr):
+    """The gradual-warmup learning rate at ``step`` (Goyal et al. 2017, "Accurate, Large
+    Minibatch SGD", sec. 2.2)::
+
+        lr(step) = start_lr + (target_lr - start_lr) * (step + 1) / warmup_steps
+
+    so ``lr(0)`` is one step above ``start_lr`` and ``lr(warmup_steps - 1) = target_lr``. Plain
+    arithmetic: works on Python floats, NumPy arrays and float tensors alike (cast an integer
+    step tensor to float first). Only meaningful for ``0 <= step < warmup_steps``.
+
+    Horovod's ``LearningRateWarmupCallback`` is this line with ``start_lr = initial_lr /
+    world_size``, ``target_lr = initial_lr``, ``step = epoch * steps_per_epoch + batch`` and
+    ``warmup_steps = warmup_epochs * steps_per_epoch``.
+
+    Example::
+
+        warmup_lr(0, 500, 0.1, 3.2)     # 0.1062
+        warmup_lr(499, 500, 0.1, 3.2)   # 3.2
+    """
+    return start_lr + (target_lr - start_lr) * ((step + 1) / warmup_steps)
+
+
 @_register
 class Warmup(LearningRateSchedule):
     """Gradual warmup (Goyal et al. 2017, "Accurate, Large Minibatch SGD", sec. 2.2).
 
-    For ``s < warmup_steps``::
+    For ``s < warmup_steps``, ``lr(s) = warmup_lr(s, warmup_steps, start, target)``::
 
         lr(s) = start + (target - start) * (s + 1) / warmup_steps
 
-    so ``lr(0) > 0`` and ``lr(warmup_steps - 1) = target``. Afterwards
-    ``lr(s) = after(s - warmup_steps)`` when ``offset_after`` (the decay starts counting at
-    the first step after warmup), ``after(s)`` otherwise, and ``target`` when ``after`` is None.
+    so ``lr(0) > 0`` and ``lr(warmup_steps - 1) = target``. Afterwards ``lr(s) = after(s)``: the
+    decay's clock runs from step 0 (Goyal et al.), so from the end of warmup on the rate is
+    exactly ``after``'s, as without warmup. With ``offset_after`` it is ``after(s -
+    warmup_steps)`` instead (the decay starts counting at the first step after warmup). With no
+    ``after`` it is ``target``.
 
     The start is ``start_lr`` if given; else ``target_lr / scaling_factor`` if given
     (Horovod's and Goyal's convention: start at the unscaled LR, ``k`` being the scaling
@@ -79,7 +108,8 @@ class Warmup(LearningRateSchedule):
       warmup_steps: length of the warmup in steps; 0 means no warmup.
       after: the schedule that follows, usually a decay starting at ``target_lr``.
       start_lr: the warmup's starting point (before the ``+1`` step).
-      offset_after: whether ``after`` counts steps from the end of warmup.
+      offset_after: whether ``after`` counts steps from the end of warmup (default False:
+        from step 0).
       scaling_factor: ``k``; only used to derive the start, exclusive with ``start_lr``.
     """
 
@@ -89,7 +119,7 @@ class Warmup(LearningRateSchedule):
         warmup_steps: int,
         after: LearningRateSchedule | None = None,
         start_lr: float | None = None,
-        offset_after: bool = True,
+        offset_after: bool = False,
         scaling_factor: float | None = None,
         name: str | None = None,
     ):
@@ -124,8 +154,7 @@ class Warmup(LearningRateSchedule):
                 after = tf.cast(self.after(after_step), tf.float32)
             if self.warmup_steps == 0:
                 return after
-            progress = tf.cast(step + 1, tf.float32) / self.warmup_steps
-            warm = self.start_lr + (self.target_lr - self.start_lr) * progress
+            warm = warmup_lr(tf.cast(step, tf.float32), self.warmup_steps, self.start_lr, self.target_lr)
             return tf.where(step < self.warmup_steps, warm, after)
 
     def get_config(self) -> dict:
@@ -224,7 +253,10 @@ DECAYS: dict[str, tuple] = {
     "polynomial": (_polynomial, {"decay_epochs": None, "end_factor": 0.0, "power": 1.0}),
 }
 
-SCHEDULE_KEYS = {"rule": "linear", "warmup_epochs": 0, "warmup_start": None, "decay": None, "offset_decay": True}
+# When the decay's step 0 is: the run's first step (Goyal et al. 2017), or the first step after warmup.
+DECAY_CLOCKS = ("from_step_0", "after_warmup")
+
+SCHEDULE_KEYS = {"rule": "linear", "warmup_epochs": 0, "warmup_start": None, "decay": None, "decay_clock": "from_step_0"}
 
 
 def _with_defaults(spec: Any, defaults: Mapping[str, Any], path: str) -> dict:
@@ -278,12 +310,15 @@ def build_schedule(
     ``spec`` keys (defaults in ``SCHEDULE_KEYS``): ``rule`` (linear | sqrt | none | float
     exponent), ``warmup_epochs`` (0), ``warmup_start`` (None: the unscaled ``base_lr``, as
     Horovod's warmup callback), ``decay`` (``{type: none | exponential | step | cosine |
-    polynomial, ...}``), ``offset_decay`` (True: decay step 0 is the first step after warmup,
-    step-decay boundaries count from there too; False: all counted from step 0).
+    polynomial, ...}``), ``decay_clock`` (``from_step_0``: the decay counts steps from the
+    run's first step, so warmup only replaces the decay's first steps and from the end of
+    warmup on the LR is exactly the same schedule's without warmup, as in Goyal et al. 2017;
+    ``after_warmup``: decay step 0 is the first step after warmup, step-decay boundaries count
+    from there too).
 
     The target is ``base_lr * (global_batch / base_batch) ** alpha``; decays start from it.
     Cosine and polynomial decays last ``decay_epochs`` if given, else the rest of training
-    (``total_epochs - warmup_epochs`` when offset, ``total_epochs`` otherwise).
+    (``total_epochs`` from step 0, ``total_epochs - warmup_epochs`` after warmup).
     """
     merged = _with_defaults(spec, SCHEDULE_KEYS, path)
     try:
@@ -295,9 +330,14 @@ def build_schedule(
     if isinstance(warmup_epochs, bool) or not isinstance(warmup_epochs, (int, float)) or warmup_epochs < 0:
         raise ScheduleError(f"{path}.warmup_epochs must be a non-negative number, got {warmup_epochs!r}")
     warmup_steps = epochs_to_steps(warmup_epochs, steps_per_epoch)
+    clock = merged["decay_clock"]
+    if clock not in DECAY_CLOCKS:
+        allowed = ", ".join(repr(value) for value in DECAY_CLOCKS)
+        raise ScheduleError(f"{path}.decay_clock must be one of {allowed}, got {clock!r}")
+    after_warmup = clock == "after_warmup"
     decay_epochs = None
     if total_epochs is not None:
-        decay_epochs = total_epochs - warmup_epochs if merged["offset_decay"] else total_epochs
+        decay_epochs = total_epochs - warmup_epochs if after_warmup else total_epochs
     decay = build_decay(
         merged["decay"], initial_lr=target, steps_per_epoch=steps_per_epoch, decay_epochs=decay_epochs, path=f"{path}.decay"
     )
@@ -308,7 +348,7 @@ def build_schedule(
         start = min(base_lr, target)
     elif isinstance(start, bool) or not isinstance(start, (int, float)) or not 0 <= start <= target:
         raise ScheduleError(f"{path}.warmup_start must be a number in [0, {target:g}] (the scaled LR), got {start!r}")
-    return Warmup(target, warmup_steps, after=decay, start_lr=start, offset_after=merged["offset_decay"])
+    return Warmup(target, warmup_steps, after=decay, start_lr=start, offset_after=after_warmup)
 
 
 def schedule_values(schedule: LearningRateSchedule | float, steps: int) -> np.ndarray:
@@ -322,10 +362,13 @@ def schedule_values(schedule: LearningRateSchedule | float, steps: int) -> np.nd
 __all__ = [
     "Constant",
     "DECAYS",
+    "DECAY_CLOCKS",
+    "SCHEDULE_KEYS",
     "ScheduleError",
     "Warmup",
     "build_decay",
     "build_schedule",
     "epochs_to_steps",
     "schedule_values",
+    "warmup_lr",
 ]

@@ -2,8 +2,11 @@
 
 Each study (``<experiment>-w<W>``) maximizes the final *validation* accuracy (the test set is
 only read for the best trial's report), samples with a seeded TPE sampler, and prunes with a
-median pruner fed every epoch's validation accuracy. A diverged trial is pruned with its reason
-as the user attribute ``reason``. Studies live in SQLite (``results/<name>/optuna.db``) or any
+median pruner fed every epoch's validation accuracy, never before the trial's warmup has ended.
+Every trial carries its run's verdict (``lbtrain.verdict``) as the user attribute ``status``: a
+diverged trial is pruned with its reason (user attribute ``reason``); a collapsed one completes
+with its (chance-level) value, so the sampler learns from it, but "best" and the fits only ever
+take trials whose status is ``ok``. Studies live in SQLite (``results/<name>/optuna.db``) or any
 SQLAlchemy URL, so several processes or machines can share them; a rerun tops each study up to
 ``trials`` finished trials, and heartbeats let it fail and retry trials a killed process left
 RUNNING. The summary fits the tuned learning rate against the global batch,
@@ -23,10 +26,9 @@ import numpy as np
 import optuna
 import tensorflow as tf
 
-from lbtrain.config import ConfigError, ExperimentConfig, SearchParam, deep_merge, nested, run_config_from_dict
+from lbtrain.config import ConfigError, ExperimentConfig, SearchParam, run_config_from_dict, with_overrides
 from lbtrain.distributed import SimulatedWorld, World
 from lbtrain.files import csv_text, write_atomic, write_json_atomic
-from lbtrain.scaling import scale_learning_rate
 from lbtrain.trainer import train
 
 # Heartbeats and the matplotlib plots are marked experimental in Optuna; lbtrain relies on them.
@@ -94,27 +96,25 @@ def suggest(trial: optuna.trial.BaseTrial, search: dict[str, SearchParam]) -> di
 
 def trial_run(experiment: ExperimentConfig, world_size: int, params: dict[str, Any]):
     """The run config of one trial: the base run at ``world_size`` with ``params`` applied."""
-    data = deep_merge(experiment.base_run(), nested("training.world_size", world_size))
-    for path, value in params.items():
-        data = deep_merge(data, nested(path, value))
-    return run_config_from_dict(data)
+    return run_config_from_dict(with_overrides(experiment.base_run(), {"training.world_size": world_size, **params}))
 
 
 class _PruningCallback(tf.keras.callbacks.Callback):
     """Each epoch, the rank holding the trial (rank 0; the only one in a simulated world)
-    reports the validation accuracy (rank-averaged under Horovod) and asks the pruner; the
-    decision is broadcast so every rank stops together."""
+    reports the validation accuracy (rank-averaged under Horovod) and, once the trial's warmup
+    of ``warmup_epochs`` has ended, asks the pruner (a warming-up trial has not yet shown its
+    LR); the decision is broadcast so every rank stops together."""
 
-    def __init__(self, trial: optuna.trial.Trial | None, world: World):
+    def __init__(self, trial: optuna.trial.Trial | None, world: World, warmup_epochs: float = 0.0):
         super().__init__()
-        self.trial, self.world, self.pruned_at = trial, world, None
+        self.trial, self.world, self.warmup_epochs, self.pruned_at = trial, world, warmup_epochs, None
 
     def on_epoch_end(self, epoch, logs=None):
         prune = False
         value = (logs or {}).get("val_accuracy")
         if self.trial is not None and value is not None and math.isfinite(value):
             self.trial.report(float(value), epoch)
-            prune = self.trial.should_prune()
+            prune = epoch + 1 >= self.warmup_epochs and self.trial.should_prune()
         if self.world.broadcast_object(prune):
             self.pruned_at = epoch + 1
             self.model.stop_training = True
@@ -126,10 +126,13 @@ def _record_result(trial: optuna.trial.Trial, result, pruning: _PruningCallback,
     trial.set_user_attr("epochs_run", len(result.history))
     trial.set_user_attr("test_accuracy", result.metrics.get("test_accuracy"))
     trial.set_user_attr("learning_rate", result.learning_rate)
-    if result.status == "diverged" or pruning.pruned_at is not None:
-        trial.set_user_attr("reason", result.reason or f"pruned by the {pruner} pruner after epoch {pruning.pruned_at}")
+    trial.set_user_attr("status", result.status)
+    if pruning.pruned_at is not None and result.status != "diverged":
+        trial.set_user_attr("reason", f"pruned by the {pruner} pruner after epoch {pruning.pruned_at}")
         return None
-    return float(result.metrics[OBJECTIVE])
+    if result.status != "ok":
+        trial.set_user_attr("reason", result.reason)
+    return None if result.status == "diverged" else float(result.metrics[OBJECTIVE])
 
 
 def search_corners(search: dict[str, SearchParam]) -> list[dict[str, Any]]:
@@ -163,7 +166,7 @@ def objective(experiment: ExperimentConfig, world_size: int):
     def run_trial(trial: optuna.trial.Trial) -> float:
         config = trial_run(experiment, world_size, suggest(trial, experiment.search))
         world = SimulatedWorld(world_size, config.training.micro_batches)
-        pruning = _PruningCallback(trial, world)
+        pruning = _PruningCallback(trial, world, config.lr.warmup_epochs)
         value = _record_result(trial, train(config, world, callbacks=[pruning]), pruning, experiment.sweep.pruner)
         if value is None:
             raise optuna.TrialPruned(trial.user_attrs["reason"])
@@ -208,7 +211,7 @@ def optimize_distributed(experiment: ExperimentConfig, world: World, trials: int
         if params is None:
             return study
         config = trial_run(experiment, world.size, params)
-        pruning = _PruningCallback(trial, world)
+        pruning = _PruningCallback(trial, world, config.lr.warmup_epochs)
         result = train(config, world, callbacks=[pruning])
         if not world.is_root:
             continue
@@ -218,6 +221,62 @@ def optimize_distributed(experiment: ExperimentConfig, world: World, trials: int
         else:
             study.tell(trial, value)
         _report_trial(study, study.trials[trial.number])
+
+
+def _spawn_workers(experiment: ExperimentConfig, experiment_path: str, overrides: list[str], trials: int, storage: str,
+                   workers: int) -> None:
+    """``workers`` processes of ``lbtrain sweep --worker`` sharing the storage; the studies are
+    created first so the workers do not race to create them."""
+    import subprocess
+    import sys
+
+    for world_size in world_sizes(experiment):
+        open_study(experiment, world_size, storage)
+    command = [sys.executable, "-m", "lbtrain.cli", "sweep", experiment_path, "--trials", str(trials), "--storage", storage,
+               "--worker", *(item for value in overrides for item in ("--set", value))]
+    processes = [subprocess.Popen(command) for _ in range(workers)]
+    if any(process.wait() for process in processes):
+        raise RuntimeError("a sweep worker failed (see its output above)")
+
+
+def run_sweep(
+    experiment: ExperimentConfig,
+    *,
+    experiment_path: str,
+    overrides: list[str] = (),
+    trials: int | None = None,
+    storage: str | None = None,
+    workers: int = 1,
+    worker: bool = False,
+) -> tuple[list[dict[str, Any]], ScalingFit | None] | None:
+    """``lbtrain sweep``: checks the search space, then runs the trials the way the process was
+    launched: every rank of a Horovod job trains each trial of its one world size; ``workers >
+    1`` spawns that many processes sharing the storage; otherwise this process tops up each
+    world size's study in turn. Then (except in a spawned worker or a non-root rank) writes the
+    outputs and returns their rows and fit.
+
+    ``experiment_path`` and ``overrides`` are how spawned workers load the same experiment."""
+    from lbtrain.distributed import HorovodWorld, launched_by_horovod
+
+    check_sweepable(experiment)
+    trials = trials or experiment.sweep.trials
+    storage = storage or storage_url(experiment)
+    sizes = world_sizes(experiment)
+    if launched_by_horovod():
+        world = HorovodWorld()
+        if sizes != [world.size]:
+            raise ConfigError(f"grid.world_sizes is {sizes} but horovodrun started {world.size} processes: sweep one world size per job")
+        study = optimize_distributed(experiment, world, trials, storage)
+        if not world.is_root:
+            return None
+        print(f"{study.study_name}: {len(study.trials)} trials", flush=True)
+    elif workers > 1:
+        _spawn_workers(experiment, experiment_path, list(overrides), trials, storage, workers)
+    else:
+        for world_size in sizes:
+            study = optimize(experiment, world_size, trials, storage)
+            print(f"{study.study_name}: {len(study.trials)} trials", flush=True)
+    return None if worker else write_outputs(experiment, storage)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,28 +314,42 @@ def fit_lr_exponent(global_batches: list[int], learning_rates: list[float]) -> S
     return ScalingFit(float(fit.slope), float(fit.slope - half), float(fit.slope + half), len(batches))
 
 
+def ok_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """The complete trials whose run was judged ok (trials recorded before verdicts existed
+    count as ok only if they carry no ``status``)."""
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    return [trial for trial in complete if trial.user_attrs.get("status", "ok") == "ok"]
+
+
+def best_ok_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
+    """The ok trial with the highest validation accuracy (the earliest among equals), or None."""
+    return max(ok_trials(study), key=lambda trial: (trial.value, -trial.number), default=None)
+
+
 def summary_rows(experiment: ExperimentConfig, storage: str | None = None) -> list[dict[str, Any]]:
-    """One row per world size: trial counts, best validation accuracy, its test accuracy,
-    its parameters and the learning rate it trained with."""
+    """One row per world size: trial counts by state and verdict, the best ok trial's
+    validation accuracy, its test accuracy, its parameters and the learning rate it trained with."""
     rows = []
     for world_size in world_sizes(experiment):
         study = open_study(experiment, world_size, storage)
-        complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        trials = study.get_trials(deepcopy=False, states=FINISHED)
+        statuses = [trial.user_attrs.get("status") for trial in trials]
         row = {
             "world_size": world_size,
             "study": study.study_name,
-            "complete": len(complete),
-            "pruned": len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.PRUNED,))),
+            "complete": sum(trial.state == optuna.trial.TrialState.COMPLETE for trial in trials),
+            "pruned": sum(trial.state == optuna.trial.TrialState.PRUNED for trial in trials),
+            "diverged": statuses.count("diverged"),
+            "collapsed": statuses.count("collapsed"),
         }
-        if complete:
-            best = study.best_trial
+        best = best_ok_trial(study)
+        if best is not None:
             config = trial_run(experiment, world_size, best.params)
             row.update({
-                "global_batch": config.training.world_size * config.training.per_worker_batch,
+                "global_batch": config.global_batch,
                 "best_validation_accuracy": best.value,
                 "best_test_accuracy": best.user_attrs.get("test_accuracy"),
-                "best_learning_rate": scale_learning_rate(config.lr.base_lr, config.lr.base_batch,
-                                                          config.training.world_size * config.training.per_worker_batch, config.lr.rule),
+                "best_learning_rate": best.user_attrs["learning_rate"],
                 **{f"param:{key}": value for key, value in best.params.items()},
             })
         rows.append(row)
@@ -338,9 +411,12 @@ __all__ = [
     "check_sweepable",
     "fit_lr_exponent",
     "lr_fit",
+    "best_ok_trial",
+    "ok_trials",
     "open_study",
     "optimize",
     "optimize_distributed",
+    "run_sweep",
     "storage_url",
     "study_name",
     "suggest",

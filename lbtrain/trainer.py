@@ -1,11 +1,13 @@
 """One training run: ``train(config, world) -> RunResult``.
 
 The same function runs under ``horovodrun -np W`` (``HorovodWorld``) and in one process
-(``SimulatedWorld(W)``): data sharded by rank, the learning rate scaled for the *global* batch,
-the optimizer wrapped by the world, ``fit`` with lbtrain's callbacks, then the final train
-and test loss/accuracy on the full sets, averaged over ranks, and what the run's ``analysis``
-section asks for (gradient noise scale per epoch, sharpness of the final weights). Only rank 0
-writes files.
+(``SimulatedWorld(W)``), in four phases: ``build`` (data sharded by rank, the model, the
+optimizer wrapped by the world, the learning rate scaled for the *global* batch and decaying
+over the budget), ``make_callbacks`` (lbtrain's callbacks, a restored checkpoint), ``fit``
+(until the budget of epochs, steps or samples, or a training target) and ``measure`` (final
+train/validation/test loss and accuracy on the full sets, averaged over ranks, and what the
+run's ``analysis`` section asks for). ``lbtrain.verdict.judge`` then gives the run its status.
+Only rank 0 writes files.
 """
 
 from __future__ import annotations
@@ -20,85 +22,40 @@ from typing import Any, Iterable
 import numpy as np
 import tensorflow as tf
 
-from lbtrain.analysis.sharpness import sharpness
-from lbtrain.callbacks import DivergenceGuard, GeneralizationGap, GradientNoiseScale, LearningRateLogger, Throughput
+from lbtrain.analysis.flatness import sharpness
+from lbtrain.callbacks import BudgetStop, DivergenceGuard, GeneralizationGap, GradientNoiseScale, LearningRateLogger, Throughput
 from lbtrain.config import RunConfig
 from lbtrain.data import Dataset, load_dataset, make_input_pipeline, steps_per_epoch
 from lbtrain.distributed import World
 from lbtrain.models import build_model
 from lbtrain.optimizers import build_optimizer
-from lbtrain.scaling import global_batch_size, scale_learning_rate
-from lbtrain.schedules import build_schedule
-
-CHECKPOINT_FOLDER = "checkpoints"
-STATUSES = ("ok", "diverged", "failed")
-
-
-def _finite_or_none(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _finite_or_none(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_finite_or_none(item) for item in value]
-    return value
-
-
-@dataclasses.dataclass
-class RunResult:
-    """What one run produced. ``to_dict`` is plain JSON (NaN/inf become null)."""
-
-    config: dict[str, Any]
-    status: str
-    reason: str | None = None
-    metrics: dict[str, float] = dataclasses.field(default_factory=dict)
-    generalization_gap: dict[str, float] = dataclasses.field(default_factory=dict)
-    history: list[dict[str, float]] = dataclasses.field(default_factory=list)
-    world_size: int = 1
-    global_batch: int = 0
-    learning_rate: float = 0.0
-    steps_per_epoch: int = 0
-    total_steps: int = 0
-    samples_per_second: float = 0.0
-    wall_time_seconds: float = 0.0
-    model: tf.keras.Model | None = dataclasses.field(default=None, repr=False, compare=False)
-
-    def __post_init__(self):
-        if self.status not in STATUSES:
-            raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {self.status!r}")
-
-    def to_dict(self) -> dict[str, Any]:
-        data = {field.name: getattr(self, field.name) for field in dataclasses.fields(self) if field.name != "model"}
-        return _finite_or_none(data)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RunResult":
-        known = {field.name for field in dataclasses.fields(cls)} - {"model"}
-        return cls(**{key: value for key, value in data.items() if key in known})
-
-    @classmethod
-    def failed(cls, config: RunConfig, error: BaseException | str) -> "RunResult":
-        """A run that raised: the config and the error in one line."""
-        reason = error if isinstance(error, str) else f"{type(error).__name__}: {' '.join(str(error).split())}"
-        return cls(config=config.to_dict(), status="failed", reason=reason, world_size=config.training.world_size)
+from lbtrain.results import CHECKPOINT_FOLDER, RunResult, finite_or_none
+from lbtrain.scaling import scale_learning_rate
+from lbtrain.verdict import Verdict, chance_accuracy, judge
 
 
 class _RunState:
-    """What a checkpoint holds: model, optimizer (slots and step), epochs done and the history
-    so far (as JSON in a string variable, so it is saved in the same atomic checkpoint)."""
+    """What a checkpoint holds: model, optimizer (slots and step), epochs done, the step-0 loss
+    (NaN until measured) and the history so far (as JSON in a string variable, so it is saved
+    in the same atomic checkpoint)."""
 
     def __init__(self, model: tf.keras.Model, optimizer: tf.keras.optimizers.Optimizer):
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+        self.initial_loss = tf.Variable(math.nan, dtype=tf.float64, trainable=False, name="initial_loss")
         self.history_json = tf.Variable("[]", dtype=tf.string, trainable=False, name="history")
-        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=self.epoch, history=self.history_json)
+        self.checkpoint = tf.train.Checkpoint(
+            model=model, optimizer=optimizer, epoch=self.epoch, initial_loss=self.initial_loss, history=self.history_json,
+        )
 
-    def restore(self, directory: Path) -> tuple[int, list[dict]]:
-        """Restores the latest checkpoint of ``directory`` if any; returns (epochs done, history)."""
+    def restore(self, directory: Path) -> tuple[int, list[dict], float | None]:
+        """Restores the latest checkpoint of ``directory`` if any; returns (epochs done, history,
+        step-0 loss)."""
         latest = tf.train.latest_checkpoint(str(directory))
         if latest is None:
-            return 0, []
+            return 0, [], None
         self.checkpoint.restore(latest).assert_existing_objects_matched()
-        return int(self.epoch.numpy()), json.loads(self.history_json.numpy().decode())
+        initial_loss = float(self.initial_loss.numpy())
+        return int(self.epoch.numpy()), json.loads(self.history_json.numpy().decode()), initial_loss if math.isfinite(initial_loss) else None
 
 
 class _RunCheckpoint(tf.keras.callbacks.Callback):
@@ -118,7 +75,8 @@ class _RunCheckpoint(tf.keras.callbacks.Callback):
         if self.guard.reason is not None or not self.world.is_root:
             return
         self.state.epoch.assign(epoch + 1)
-        self.state.history_json.assign(json.dumps(_finite_or_none(self.history)))
+        self.state.initial_loss.assign(math.nan if self.guard.initial_loss is None else self.guard.initial_loss)
+        self.state.history_json.assign(json.dumps(finite_or_none(self.history)))
         self.manager.save(checkpoint_number=epoch + 1)
 
 
@@ -150,33 +108,21 @@ def _final_metrics(model: tf.keras.Model, data: Dataset, world: World, batch: in
     }
 
 
-def train(
-    config: RunConfig,
-    world: World,
-    *,
-    run_dir: str | Path | None = None,
-    resume: bool = False,
-    callbacks: Iterable[tf.keras.callbacks.Callback] = (),
-    verbose: int = 0,
-) -> RunResult:
-    """Trains one run and evaluates it.
+@dataclasses.dataclass
+class _Built:
+    """What ``build`` makes of a config: the data, the compiled model and its optimizer, and
+    the budget in steps."""
 
-    Args:
-      config: the resolved run.
-      world: where it runs; its size must equal ``config.training.world_size``.
-      run_dir: where rank 0 keeps checkpoints (every epoch) and TensorBoard logs; None
-        keeps nothing.
-      resume: continue from the last checkpoint in ``run_dir`` (weights, optimizer slots,
-        LR step, data stream position); the result equals an uninterrupted run for models
-        without dropout.
-      callbacks: extra Keras callbacks, run after lbtrain's own.
-      verbose: Keras's ``fit`` verbosity on rank 0 (other ranks are always silent).
+    data: Dataset
+    model: tf.keras.Model
+    optimizer: tf.keras.optimizers.Optimizer
+    steps_per_epoch: int
+    total_steps: int
 
-    Returns:
-      A ``RunResult`` with status ``ok`` or ``diverged``; exceptions propagate (the runner
-      records them as ``failed``; under Horovod they end the job).
-    """
-    started = time.perf_counter()
+
+def build(config: RunConfig, world: World) -> _Built:
+    """Seeds, loads the data, and compiles the model with the world's optimizer and the run's
+    schedule (scaled for the global batch, decaying over the budget)."""
     settings = config.training
     if world.size != settings.world_size:
         raise ValueError(f"training.world_size is {settings.world_size} but the world has {world.size} workers")
@@ -186,45 +132,71 @@ def train(
         seed=settings.seed, **config.data.options,
     )
     steps = steps_per_epoch(len(data.x_train), settings.per_worker_batch, settings.world_size)
-    global_batch = global_batch_size(settings.world_size, settings.per_worker_batch)
-    schedule = build_schedule(
-        config.lr.schedule_spec(), steps_per_epoch=steps, base_lr=config.lr.base_lr, base_batch=config.lr.base_batch,
-        global_batch=global_batch, total_epochs=settings.epochs,
-    )
     model = build_model(config.model.name, data.input_shape, data.num_classes, seed=settings.seed, **config.model.options)
     model = world.prepare_model(model, settings.per_worker_batch)
-    optimizer = world.wrap_optimizer(build_optimizer(config.optimizer.name, schedule, **config.optimizer.params))
+    optimizer = world.wrap_optimizer(build_optimizer(config.optimizer.name, config.schedule(steps), **config.optimizer.params))
     model.compile(
         optimizer=optimizer,
         loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=[tf.keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
     )
     optimizer.build(model.trainable_variables)
+    return _Built(data, model, optimizer, steps, config.total_steps(steps))
 
-    shard, shards = world.input_shard()
-    run_dir = Path(run_dir) if run_dir is not None else None
-    state = _RunState(model, optimizer)
-    initial_epoch, previous_history = 0, []
+
+@dataclasses.dataclass
+class _Callbacks:
+    """The callbacks of one ``fit``, with handles on the ones whose findings the run keeps."""
+
+    all: list[tf.keras.callbacks.Callback]
+    guard: DivergenceGuard
+    budget: BudgetStop
+    noise_scale: GradientNoiseScale | None
+    initial_epoch: int
+    previous_history: list[dict[str, float]]
+
+
+def make_callbacks(
+    config: RunConfig, built: _Built, world: World, run_dir: Path | None, resume: bool, extra: Iterable[tf.keras.callbacks.Callback],
+) -> _Callbacks:
+    """The world's callbacks first (broadcast, metric averaging), then lbtrain's (LR log,
+    throughput, gap, divergence guard, budget, noise scale, checkpoints, TensorBoard), then the
+    caller's. A resumed run restores its checkpoint here."""
+    settings = config.training
+    state = _RunState(built.model, built.optimizer)
+    initial_epoch, previous_history, initial_loss = 0, [], None
     if resume and run_dir is not None:
-        initial_epoch, previous_history = state.restore(run_dir / CHECKPOINT_FOLDER)
-
-    first_loss = previous_history[0].get("loss") if previous_history else None
-    guard = DivergenceGuard(settings.divergence_factor, every_step=shards == 1, first_epoch_loss=first_loss)
-    run_callbacks = [*world.callbacks(), LearningRateLogger(), Throughput(global_batch), GeneralizationGap(), guard]
+        initial_epoch, previous_history, initial_loss = state.restore(run_dir / CHECKPOINT_FOLDER)
+    # Rank 0's: every rank then measures the step-0 loss (one collective) or none does.
+    initial_loss = world.broadcast_object(initial_loss)
+    guard = DivergenceGuard(settings.divergence_factor, world=world, initial_loss=initial_loss)
+    budget = BudgetStop(built.total_steps, settings.stop_at)
+    callbacks = [*world.callbacks(), LearningRateLogger(), Throughput(config.global_batch), GeneralizationGap(), guard, budget]
     noise_scale = None
     if config.analysis.noise_scale:
-        noise_scale = GradientNoiseScale(data.x_train, data.y_train, world, settings.per_worker_batch,
+        noise_scale = GradientNoiseScale(built.data.x_train, built.data.y_train, world, settings.per_worker_batch,
                                          every=config.analysis.noise_scale_every, seed=settings.seed)
-        run_callbacks.append(noise_scale)
+        callbacks.append(noise_scale)
     if run_dir is not None and settings.checkpoint:
-        run_callbacks.append(_RunCheckpoint(run_dir / CHECKPOINT_FOLDER, state, guard, previous_history, world))
+        callbacks.append(_RunCheckpoint(run_dir / CHECKPOINT_FOLDER, state, guard, previous_history, world))
     if run_dir is not None and settings.tensorboard and world.is_root:
-        run_callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=str(run_dir / "tensorboard")))
-    run_callbacks.extend(callbacks)
+        callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=str(run_dir / "tensorboard")))
+    callbacks.extend(extra)
+    return _Callbacks(callbacks, guard, budget, noise_scale, initial_epoch, previous_history)
 
+
+def fit(config: RunConfig, built: _Built, world: World, callbacks: _Callbacks, verbose: int) -> list[dict[str, float]]:
+    """Trains from the restored epoch until the budget or the target; returns the whole
+    per-epoch history (restored epochs included)."""
+    settings, data = config.training, built.data
+    shard, shards = world.input_shard()
+    start_step = int(built.optimizer.iterations.numpy())
+    history = list(callbacks.previous_history)
+    if start_step >= built.total_steps or _target_met(settings.stop_at, history):
+        return history
     train_data = make_input_pipeline(
         data.x_train, data.y_train, per_worker_batch=world.process_batch(settings.per_worker_batch), rank=shard,
-        world_size=shards, seed=settings.seed, training=True, initial_epoch=initial_epoch,
+        world_size=shards, seed=settings.seed, training=True, initial_epoch=callbacks.initial_epoch,
     )
     validation_data = None
     if len(data.x_validation):
@@ -232,43 +204,105 @@ def train(
             data.x_validation, data.y_validation, per_worker_batch=settings.eval_batch, rank=shard, world_size=shards,
             seed=0, training=False,
         )
-    history = list(previous_history)
-    if initial_epoch < settings.epochs:
-        keras_history = model.fit(
-            train_data, epochs=settings.epochs, initial_epoch=initial_epoch, steps_per_epoch=steps,
-            validation_data=validation_data, callbacks=run_callbacks, verbose=verbose if world.is_root else 0,
-        )
-        history += [
-            _history_row(epoch_index, {key: values[i] for key, values in keras_history.history.items()})
-            for i, epoch_index in enumerate(keras_history.epoch)
-        ]
+    keras_history = built.model.fit(
+        train_data, epochs=config.epochs_to_run(built.steps_per_epoch), initial_epoch=callbacks.initial_epoch,
+        steps_per_epoch=built.steps_per_epoch, validation_data=validation_data, callbacks=callbacks.all,
+        verbose=verbose if world.is_root else 0,
+    )
+    return history + [
+        _history_row(epoch_index, {key: values[i] for key, values in keras_history.history.items()})
+        for i, epoch_index in enumerate(keras_history.epoch)
+    ]
 
-    metrics = _final_metrics(model, data, world, settings.eval_batch)
-    if noise_scale is not None and noise_scale.measurements:
-        metrics["noise_scale"] = noise_scale.estimate()["noise_scale"]
-    if config.analysis.sharpness and not guard.reason:
+
+def _target_met(stop_at, history: list[dict[str, float]]) -> bool:
+    """Whether a restored history already ended at its target."""
+    last = history[-1].get(stop_at.metric) if stop_at is not None and history else None
+    return last is not None and stop_at.reached(last)
+
+
+def measure(config: RunConfig, built: _Built, world: World, callbacks: _Callbacks, history: list[dict[str, float]]) -> dict[str, float]:
+    """The final metrics on the full sets, plus what the run's ``analysis`` section asks for
+    (the gradient noise scale; the sharpness of the final weights, unless the run diverged),
+    and the step at which a ``stop_at`` target was met."""
+    data = built.data
+    metrics = _final_metrics(built.model, data, world, config.training.eval_batch)
+    if callbacks.noise_scale is not None and callbacks.noise_scale.measurements:
+        metrics["noise_scale"] = callbacks.noise_scale.estimate()["noise_scale"]
+    if config.analysis.sharpness and not callbacks.guard.reason:
         samples = config.analysis.sharpness_samples or len(data.x_train)
         metrics["sharpness"] = sharpness(
-            model, (data.x_train[:samples], data.y_train[:samples]), epsilon=config.analysis.sharpness_epsilon,
-            subspace_dim=config.analysis.sharpness_subspace, seed=settings.seed,
+            built.model, (data.x_train[:samples], data.y_train[:samples]), epsilon=config.analysis.sharpness_epsilon,
+            subspace_dim=config.analysis.sharpness_subspace, seed=config.training.seed,
         )
+    if callbacks.budget.reached_step is not None:
+        metrics["target_reached_step"] = callbacks.budget.reached_step
+    elif _target_met(config.training.stop_at, history):
+        metrics["target_reached_step"] = int(built.optimizer.iterations.numpy())
+    return metrics
+
+
+def train(
+    config: RunConfig,
+    world: World,
+    *,
+    run_dir: str | Path | None = None,
+    resume: bool = False,
+    callbacks: Iterable[tf.keras.callbacks.Callback] = (),
+    verbose: int = 0,
+) -> RunResult:
+    """Trains one run, measures it and judges it: build, callbacks, fit, measure, verdict.
+
+    Args:
+      config: the resolved run.
+      world: where it runs; its size must equal ``config.training.world_size``.
+      run_dir: where rank 0 keeps checkpoints (every epoch) and TensorBoard logs; None
+        keeps nothing.
+      resume: continue from the last checkpoint in ``run_dir`` (weights, optimizer slots,
+        LR step, data stream position, step-0 loss); the result equals an uninterrupted run for
+        models without dropout.
+      callbacks: extra Keras callbacks, run after lbtrain's own.
+      verbose: Keras's ``fit`` verbosity on rank 0 (other ranks are always silent).
+
+    Returns:
+      A ``RunResult`` with status ``ok``, ``diverged`` or ``collapsed`` (``lbtrain.verdict``);
+      exceptions propagate (the runner records them as ``failed``; under Horovod they end the job).
+    """
+    started = time.perf_counter()
+    built = build(config, world)
+    run_callbacks = make_callbacks(config, built, world, Path(run_dir) if run_dir is not None else None, resume, callbacks)
+    history = fit(config, built, world, run_callbacks, verbose)
+    metrics = measure(config, built, world, run_callbacks, history)
+    guard = run_callbacks.guard
+    verdict = judge(
+        initial_loss=guard.initial_loss, final_train_loss=metrics["train_loss"], final_train_accuracy=metrics["train_accuracy"],
+        chance=chance_accuracy(built.data.y_train), divergence=guard.reason,
+        factor=config.training.divergence_factor, margin=config.training.collapse_margin,
+    )
+    return _result(config, built, verdict, guard.initial_loss, metrics, history, time.perf_counter() - started)
+
+
+def _result(config: RunConfig, built: _Built, verdict: Verdict, initial_loss: float | None, metrics: dict[str, float],
+            history: list[dict[str, float]], seconds: float) -> RunResult:
     throughputs = [row["samples_per_second"] for row in history if "samples_per_second" in row]
     return RunResult(
         config=config.to_dict(),
-        status="diverged" if guard.reason else "ok",
-        reason=guard.reason,
+        status=verdict.status,
+        reason=verdict.reason,
         metrics=metrics,
         generalization_gap={
             "accuracy": metrics["train_accuracy"] - metrics["test_accuracy"],
             "loss": metrics["test_loss"] - metrics["train_loss"],
         },
         history=history,
-        world_size=settings.world_size,
-        global_batch=global_batch,
-        learning_rate=scale_learning_rate(config.lr.base_lr, config.lr.base_batch, global_batch, config.lr.rule),
-        steps_per_epoch=steps,
-        total_steps=int(optimizer.iterations.numpy()),
+        world_size=config.training.world_size,
+        global_batch=config.global_batch,
+        learning_rate=scale_learning_rate(config.lr.base_lr, config.lr.base_batch, config.global_batch, config.lr.rule),
+        steps_per_epoch=built.steps_per_epoch,
+        total_steps=int(built.optimizer.iterations.numpy()),
+        budget=config.training.budget,
+        initial_loss=initial_loss,
         samples_per_second=float(np.mean(throughputs[1:] or throughputs)) if throughputs else 0.0,
-        wall_time_seconds=time.perf_counter() - started,
-        model=model,
+        wall_time_seconds=seconds,
+        model=built.model,
     )

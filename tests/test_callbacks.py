@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from conftest import run_horovod
 from lbtrain.callbacks import GradientNoiseScale, LearningRateLogger, LearningRateWarmup
-from lbtrain.distributed import SimulatedWorld
+from lbtrain.distributed import SimulatedWorld, World
 from lbtrain.models import build_model
 from lbtrain.schedules import Warmup
 
@@ -67,23 +67,42 @@ def test_warmup_equals_horovods_callback_step_by_step_under_horovodrun(tmp_path)
 from lbtrain.callbacks import DivergenceGuard, GeneralizationGap, Throughput  # noqa: E402
 
 
-
-
 def drive(guard, epochs):
-    """Calls ``guard`` as fit would for ``epochs`` = [[step losses], ...]; returns the model."""
+    """Calls ``guard`` as fit would for ``epochs`` = [[step losses], ...]: Keras logs the running
+    mean of the epoch's step losses after each batch. Returns the model."""
     model = tf.keras.Sequential()
     model.stop_training = False
     guard.set_model(model)
     for epoch, losses in enumerate(epochs):
         guard.on_epoch_begin(epoch)
-        for step, loss in enumerate(losses):
-            guard.on_train_batch_end(step, {"loss": loss})
+        means = np.cumsum(losses) / np.arange(1, len(losses) + 1)
+        for step, mean in enumerate(means):
+            guard.on_train_batch_end(step, {"loss": float(mean)})
             if model.stop_training:
                 return model
-        guard.on_epoch_end(epoch, {"loss": losses[-1]})
+        guard.on_epoch_end(epoch, {"loss": float(means[-1])})
         if model.stop_training:
             return model
     return model
+
+
+class OtherRank(World):
+    """This process as rank 0 of two, the other rank's contribution to every mean given:
+    enough of a world for the guard's collectives, without launching a second process."""
+
+    def __init__(self, other_rank_value):
+        self.size, self.rank, self.local_rank = 2, 0, 0
+        self.other = other_rank_value
+
+    def input_shard(self):
+        return 0, 2
+
+    def process_batch(self, per_worker_batch):
+        return per_worker_batch
+
+    def allreduce_mean(self, value):
+        value = np.asarray(value, dtype=np.float64)
+        return (value + np.asarray(self.other(value), dtype=np.float64)) / 2
 
 
 def test_divergence_guard_stops_at_the_first_nan_step():
@@ -92,11 +111,24 @@ def test_divergence_guard_stops_at_the_first_nan_step():
     assert model.stop_training and guard.reason == "loss became nan at epoch 2, step 2"
 
 
-def test_divergence_guard_stops_when_an_epoch_loss_exceeds_factor_times_the_first():
+def test_divergence_guard_compares_each_step_with_the_step_0_loss():
+    # Epoch 2's mean (5.0) stays under 3 x 2.0; its second step (7.0) does not.
     guard = DivergenceGuard(factor=3)
-    model = drive(guard, [[2.0], [5.9], [6.1], [1.0]])
-    assert model.stop_training
-    assert guard.reason == "loss 6.1 at epoch 3 exceeds 3 x the first epoch's 2"
+    model = drive(guard, [[2.0, 1.0], [3.0, 7.0], [1.0]])
+    assert model.stop_training and guard.initial_loss == pytest.approx(2.0)
+    assert guard.reason == "loss 7 exceeds 3 x the step-0 loss 2 at epoch 2, step 2"
+
+
+def test_divergence_guard_catches_a_blow_up_inside_the_first_epoch_that_settles():
+    # goyal_scaling's linear w32 seed 1: 4e23 in epoch 1, back to chance (2.30) by its end.
+    guard = DivergenceGuard(factor=10)
+    model = drive(guard, [[2.31, 4e23, 2.30, 2.30]])
+    assert model.stop_training and guard.reason.startswith("loss 4e+23 exceeds 10 x the step-0 loss 2.31 at epoch 1, step 2")
+
+
+def test_a_resumed_guard_keeps_the_recorded_step_0_loss():
+    guard = DivergenceGuard(factor=3, initial_loss=2.0)
+    assert drive(guard, [[6.5]]).stop_training and guard.reason.startswith("loss 6.5 exceeds 3 x the step-0 loss 2")
 
 
 def test_divergence_guard_keeps_healthy_runs_going():
@@ -118,10 +150,28 @@ def test_generalization_gap_and_throughput_in_a_real_fit():
     assert all(value > 0 and np.isfinite(value) for value in logs["samples_per_second"])
 
 
-def test_divergence_guard_across_processes_decides_at_epoch_end_only():
-    guard = DivergenceGuard(factor=10, every_step=False)
-    model = drive(guard, [[1.0, float("nan"), 2.0], [float("inf")]])
-    assert model.stop_training and guard.reason == "loss became inf in epoch 2"
+def test_across_processes_the_step_0_loss_is_rank_averaged_and_every_rank_stops_at_epoch_end():
+    # The other rank's step-0 loss is 3.0: the reference is (2.0 + 3.0) / 2.
+    guard = DivergenceGuard(factor=10, world=OtherRank(lambda value: np.full_like(value, 3.0)))
+    guard.set_model(tf.keras.Sequential())
+    guard.model.stop_training = False
+    guard.on_epoch_begin(0)
+    guard.on_train_batch_end(0, {"loss": 2.0})
+    assert guard.initial_loss == pytest.approx(2.5)
+    # A local blow-up mid-epoch does not stop this rank alone (the other would wait in an allreduce) ...
+    guard.on_train_batch_end(1, {"loss": (2.0 + 40.0) / 2})
+    assert not guard.model.stop_training and guard.reason is None
+    # ... the collective at the epoch's end does, with the local reason.
+    guard.on_epoch_end(0, {"loss": 21.0})
+    assert guard.model.stop_training and guard.reason == "loss 40 exceeds 10 x the step-0 loss 2.5 at epoch 1, step 2"
+
+
+def test_across_processes_a_rank_stops_when_another_rank_diverged():
+    # Every mean of the other rank: its step-0 loss 2.0, then its divergence flag 1.
+    other = iter([2.0, 1.0])
+    guard = DivergenceGuard(factor=10, world=OtherRank(lambda value: np.full_like(value, next(other))))
+    model = drive(guard, [[2.0, 1.5, 1.2], [1.0]])
+    assert model.stop_training and guard.reason == "another rank diverged in epoch 1"
 
 
 def constant_output_problem(dimension=128, samples=20000, distance_sq=4.0, seed=0):

@@ -11,8 +11,10 @@ from lbtrain.cli import main
 
 GOOD = {
     "name": "cli",
-    "data": {"dataset": "mnist1d", "train_subset": 128, "options": {"num_samples": 300}},
-    "model": {"name": "mlp", "options": {"widths": [8]}},
+    # Small enough to train in a second, large enough to learn above chance (the verdict's ok).
+    "data": {"dataset": "mnist1d", "train_subset": 256, "options": {"num_samples": 500}},
+    "model": {"name": "mlp", "options": {"widths": [16]}},
+    "lr": {"base_lr": 0.1, "base_batch": 16},
     "training": {"per_worker_batch": 16, "epochs": 1},
     "grid": {"world_sizes": [1, 2]},
 }
@@ -37,18 +39,34 @@ BAD_INPUTS = {
     "zero lr": (lambda tmp: [str(experiment_file(tmp, lr={"base_lr": 0}))], r"lr.base_lr: Input should be greater than 0 \(got 0\)"),
     "negative batch": (lambda tmp: [str(experiment_file(tmp, **merge("training", per_worker_batch=-4)))], r"training.per_worker_batch: Input should be greater than 0 \(got -4\)"),
     "unknown rule": (lambda tmp: [str(experiment_file(tmp, lr={"rule": "cube"}))], r"lr.rule: rule must be one of 'linear', 'sqrt', 'none' or a float exponent, got 'cube'"),
-    "unknown optimizer": (lambda tmp: [str(experiment_file(tmp, optimizer={"name": "rmsprop"}))], r"optimizer.name: Input should be 'sgd', 'momentum', 'adam', 'lars' or 'lamb' \(got 'rmsprop'\)"),
+    "unknown optimizer": (lambda tmp: [str(experiment_file(tmp, optimizer={"name": "rmsprop"}))], r"optimizer.name: unknown optimizer 'rmsprop' \(allowed: sgd, momentum, adam, lars, lamb\)"),
     "unknown dataset": (lambda tmp: [str(experiment_file(tmp, data={"dataset": "imagenet"}))], r"data.dataset: unknown dataset 'imagenet' \(allowed: fashion_mnist, mnist, mnist1d, synthetic\)"),
     "unknown model": (lambda tmp: [str(experiment_file(tmp, model={"name": "vit"}))], r"model.name: unknown model 'vit' \(allowed: mlp, cnn, resnet\)"),
     "world size zero": (lambda tmp: [str(experiment_file(tmp, grid={"world_sizes": [1, 0]}))], r"training.world_size: Input should be greater than 0 \(got 0\)"),
     "world size fraction": (lambda tmp: [str(experiment_file(tmp, grid={"world_sizes": [2.5]}))], r"training.world_size: Input should be a valid integer \(got 2.5\)"),
     "set unknown path": (lambda tmp: [str(experiment_file(tmp)), "--set", "training.epoch=2"], r"--set training.epoch: no such field"),
+    "empty file": (lambda tmp: [str(_text(tmp, "# nothing here\n"))], r"exp.yaml: the file is empty; expected a mapping"),
+    "duplicate key": (lambda tmp: [str(_text(tmp, "name: a\ntraining: {epochs: 1}\ntraining: {epochs: 2}\n"))],
+                      r"exp.yaml: invalid YAML \(.*duplicate key 'training'"),
+    "binary file": (lambda tmp: [str(_bytes(tmp, b"\x00\x01name: x"))], r"exp.yaml: a binary file, not YAML"),
+    "not utf-8": (lambda tmp: [str(_bytes(tmp, "name: caf\u00e9".encode("latin-1")))], r"exp.yaml: not UTF-8 text \(byte 9\)"),
+    "two budgets": (lambda tmp: [str(experiment_file(tmp, **merge("training", steps=10)))],
+                    r"training: give one budget, epochs, steps or samples, not epochs=1 and steps=10"),
+    "labels alike": (lambda tmp: [str(experiment_file(tmp, grid={"variants": [{"label": "a b", "lr.rule": "none"},
+                                                                               {"label": "A-B", "lr.rule": "sqrt"}]}))],
+                     r"grid.variants\[1\].label 'A-B' is the same recipe name as grid.variants\[0\].label 'a b'"),
 }
 
 
 def _text(tmp, content):
     path = tmp / "exp.yaml"
     path.write_text(content)
+    return path
+
+
+def _bytes(tmp, content):
+    path = tmp / "exp.yaml"
+    path.write_bytes(content)
     return path
 
 
@@ -95,7 +113,28 @@ def test_run_prints_progress_and_the_summary_table(tmp_path, capsys):
 
 def test_train_command_writes_the_run_directory(tmp_path, capsys):
     run = tmp_path / "run.yaml"
-    run.write_text(yaml.safe_dump({key: GOOD[key] for key in ("data", "model", "training")}))
+    run.write_text(yaml.safe_dump({key: GOOD[key] for key in ("data", "model", "lr", "training")}))
     assert main(["train", str(run), "--run-dir", str(tmp_path / "run")]) == 0
     assert capsys.readouterr().out.startswith("ok: world 1 x 16 = batch 16")
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["checkpoints", "config.yaml", "history.csv", "metrics.json"]
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--trials", "0"], "argument --trials: expected a whole number >= 1, got 0"),
+    (["--trials", "-1"], "argument --trials: expected a whole number >= 1, got -1"),
+    (["--workers", "0"], "argument --workers: expected a whole number >= 1, got 0"),
+    (["--workers", "two"], "argument --workers: expected a whole number >= 1, got 'two'"),
+])
+def test_sweep_counts_must_be_positive(tmp_path, arguments, message):
+    result = run_cli("sweep", str(experiment_file(tmp_path)), *arguments)
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"lbtrain: error: {message}"
+    assert not (tmp_path / "results").exists()
+
+
+def test_scientific_notation_reads_as_a_number(tmp_path):
+    spec = {key: value for key, value in GOOD.items() if key != "lr"}
+    path = _text(tmp_path, yaml.safe_dump({**spec, "output_dir": str(tmp_path / "results")}) + "lr: {base_lr: 1e-1}\n")
+    from lbtrain.config import load_experiment
+
+    assert load_experiment(path).lr == {"base_lr": 0.1}

@@ -33,7 +33,7 @@ def test_run_config_defaults_and_round_trip():
         ({"lr": {"base_lr": 0}}, "lr.base_lr: Input should be greater than 0 (got 0)"),
         ({"lr": {"rule": "cubic"}}, "lr.rule: rule must be one of 'linear', 'sqrt', 'none' or a float exponent, got 'cubic'"),
         ({"lr": {"decay": {"type": "cosin"}}}, "lr.decay.type: unknown decay 'cosin' (allowed: none, exponential, step, cosine, polynomial)"),
-        ({"optimizer": {"name": "adamw"}}, "optimizer.name: Input should be 'sgd', 'momentum', 'adam', 'lars' or 'lamb' (got 'adamw')"),
+        ({"optimizer": {"name": "adamw"}}, "optimizer.name: unknown optimizer 'adamw' (allowed: sgd, momentum, adam, lars, lamb)"),
         ({"optimizer": {"name": "lars", "params": {"eta": -1}}}, "optimizer.params: LARS: eta must be > 0, got -1"),
         ({"data": {"dataset": "cifar"}}, "data.dataset: unknown dataset 'cifar' (allowed: fashion_mnist, mnist, mnist1d, synthetic)"),
         ({"model": {"name": "vgg"}}, "model.name: unknown model 'vgg' (allowed: mlp, cnn, resnet)"),

@@ -21,7 +21,7 @@ def experiment(tmp_path, **changes):
         "data": {"dataset": "mnist1d", "train_subset": 256, "options": {"num_samples": 500}},
         "model": {"name": "mlp", "options": {"widths": [16]}},
         "optimizer": {"name": "momentum"},
-        "lr": {"base_lr": 0.05, "base_batch": 16},
+        "lr": {"base_lr": 0.1, "base_batch": 16},
         "training": {"per_worker_batch": 16, "epochs": 1},
         "grid": {"world_sizes": [1, 2], "variants": [{"label": "none", "lr.rule": "none"}, {"label": "linear", "lr.rule": "linear"}]},
     }
@@ -45,7 +45,7 @@ def test_changing_one_value_changes_only_the_ids_it_touches(tmp_path):
     before = {p.label + str(p.config.training.world_size): p.run_id for p in expand(experiment(tmp_path))}
     after = {p.label + str(p.config.training.world_size): p.run_id
              for p in expand(experiment(tmp_path, grid={"world_sizes": [1, 2], "variants": [
-                 {"label": "none", "lr.rule": "none"}, {"label": "linear", "lr.rule": "linear", "lr.base_lr": 0.1}]}))}
+                 {"label": "none", "lr.rule": "none"}, {"label": "linear", "lr.rule": "linear", "lr.base_lr": 0.2}]}))}
     assert before["none1"] == after["none1"] and before["none2"] == after["none2"]
     assert before["linear1"] != after["linear1"]
 
@@ -84,7 +84,7 @@ def test_run_writes_every_run_and_a_summary_then_skips_finished_runs(tmp_path):
     assert [row["status"] for row in rows] == ["ok"] * 4
     summary = read_summary(tmp_path / "results" / "tiny" / "summary.csv")
     assert [row["run_id"] for row in summary] == [p.run_id for p in expand(exp)]
-    assert [float(row["learning_rate"]) for row in summary] == pytest.approx([0.05, 0.05, 0.05, 0.1])
+    assert [float(row["learning_rate"]) for row in summary] == pytest.approx([0.1, 0.1, 0.1, 0.2])
     for row in summary:
         run_dir = tmp_path / "results" / "tiny" / "runs" / row["run_id"]
         assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoints", "config.yaml", "history.csv", "metrics.json"]
@@ -100,13 +100,41 @@ def test_run_writes_every_run_and_a_summary_then_skips_finished_runs(tmp_path):
 def test_diverged_and_failed_runs_are_recorded_and_the_rest_finish(tmp_path):
     exp = experiment(tmp_path, grid={"world_sizes": [2], "variants": [
         {"label": "huge", "lr.base_lr": 1.0e6, "lr.rule": "none"},
-        {"label": "fails", "data.train_subset": 16},
+        {"label": "fails", "model.options": {"depth": 3}},
         {"label": "fine", "lr.rule": "sqrt"}]})
     rows = run_experiment(exp, progress=lambda line: None)
     assert [row["status"] for row in rows] == ["diverged", "failed", "ok"]
     assert "loss became nan" in rows[0]["reason"] or "exceeds" in rows[0]["reason"]
-    assert rows[1]["reason"] == "DatasetError: 16 training samples are fewer than one global batch (2 workers x 16); use a larger dataset or smaller batch"
+    assert rows[1]["reason"].startswith("ModelError: ") and "depth" in rows[1]["reason"]
     assert read_summary(tmp_path / "results" / "tiny" / "summary.csv")[1]["status"] == "failed"
+
+
+def test_a_grid_point_with_no_step_per_epoch_fails_before_anything_trains(tmp_path):
+    exp = experiment(tmp_path, grid={"world_sizes": [1, 2], "variants": [{"label": "tiny", "data.train_subset": 16}]})
+    with pytest.raises(ConfigError, match=r"16 training samples are fewer than one global batch \(2 workers x 16\).*"
+                                          r"\(run tiny, world size 2\)"):
+        run_experiment(exp, progress=lambda line: None)
+    assert not (tmp_path / "results" / "tiny" / "runs").exists()
+
+
+def test_equal_epochs_equal_steps_and_until_target_budgets_run_from_yaml(tmp_path, capsys):
+    from lbtrain.cli import main
+
+    spec = experiment(tmp_path, grid={"world_sizes": [1, 2], "variants": [
+        {"label": "epochs", "training.epochs": 2},
+        {"label": "steps", "training.epochs": None, "training.steps": 20},
+        {"label": "target", "training.epochs": 3, "training.stop_at": {"train_accuracy": 0.05}}]}).model_dump(mode="json")
+    path = tmp_path / "budgets.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["run", str(path)]) == 0
+    summary = read_summary(tmp_path / "results" / "tiny" / "summary.csv")
+    # 256 samples: 16 steps per epoch at one worker of 16, 8 at two.
+    assert [(row["label"], row["world_size"], row["budget"], row["total_steps"], row["target_reached_step"]) for row in summary] == [
+        ("epochs", "1", "2 epochs", "32", ""), ("epochs", "2", "2 epochs", "16", ""),
+        ("steps", "1", "20 steps", "20", ""), ("steps", "2", "20 steps", "20", ""),
+        ("target", "1", "3 epochs, until train accuracy >= 0.05", "16", "16"),
+        ("target", "2", "3 epochs, until train accuracy >= 0.05", "8", "8"),
+    ]
 
 
 def test_fresh_deletes_previous_runs(tmp_path):
@@ -159,10 +187,9 @@ def test_mode_horovod_runs_world_sizes_one_and_two_for_real(tmp_path):
 
 @pytest.mark.slow
 def test_mode_horovod_records_a_failing_job_with_its_error(tmp_path):
-    exp = experiment(tmp_path, mode="horovod", grid={"world_sizes": [2]}, data={"dataset": "mnist1d", "train_subset": 16,
-                                                                            "options": {"num_samples": 500}})
+    exp = experiment(tmp_path, mode="horovod", grid={"world_sizes": [2]}, model={"name": "mlp", "options": {"depth": 3}})
     rows = run_experiment(exp, progress=lambda line: None)
     assert rows[0]["status"] == "failed"
-    assert rows[0]["reason"].startswith("horovodrun exited with 1: ")
-    assert "16 training samples are fewer than one global batch" in rows[0]["reason"]
+    assert rows[0]["reason"].startswith("horovodrun exited with ")
+    assert "depth" in rows[0]["reason"]
     assert read_run(tmp_path / "results" / "tiny" / "runs" / rows[0]["run_id"]).status == "failed"

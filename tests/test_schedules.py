@@ -1,5 +1,6 @@
 """Every schedule against a NumPy reference at the steps that matter (0, end of warmup,
-around every decay boundary, the end), directly and after a serialization round trip."""
+around every decay boundary, the end), directly and after a serialization round trip; every
+decay in ``DECAYS`` through one contract, with and without warmup, under both decay clocks."""
 
 import math
 import textwrap
@@ -9,7 +10,17 @@ import pytest
 import tensorflow as tf
 
 from conftest import run_python
-from lbtrain.schedules import Constant, ScheduleError, Warmup, build_schedule, schedule_values
+from lbtrain.schedules import (
+    DECAY_CLOCKS,
+    DECAYS,
+    SCHEDULE_KEYS,
+    Constant,
+    ScheduleError,
+    Warmup,
+    build_schedule,
+    schedule_values,
+    warmup_lr,
+)
 
 schedules = tf.keras.optimizers.schedules
 
@@ -17,9 +28,9 @@ schedules = tf.keras.optimizers.schedules
 # ---------------------------------------------------------------- NumPy references
 
 
-def ref_warmup(step, target, warmup, start, after=None, offset=True):
+def ref_warmup(step, target, warmup, start, after=None, offset=False):
     if step < warmup:
-        return start + (target - start) * (step + 1) / warmup
+        return warmup_lr(step, warmup, start, target)
     if after is None:
         return target
     return after(step - warmup if offset else step)
@@ -61,18 +72,18 @@ CASES = {
     "warmup_from_scaling_factor": (Warmup(3.2, 10, scaling_factor=32), lambda s: ref_warmup(s, 3.2, 10, 0.1), [0, 9, 10]),
     "warmup_from_zero": (Warmup(1.0, 4), lambda s: ref_warmup(s, 1.0, 4, 0.0), [0, 1, 2, 3, 4]),
     "warmup_exponential": (
-        Warmup(2.0, 20, after=schedules.ExponentialDecay(2.0, 10, 0.5), start_lr=0.5),
-        lambda s: ref_warmup(s, 2.0, 20, 0.5, ref_exponential(2.0, 10, 0.5)),
+        Warmup(2.0, 20, after=schedules.ExponentialDecay(2.0, 10, 0.5), start_lr=0.5, offset_after=True),
+        lambda s: ref_warmup(s, 2.0, 20, 0.5, ref_exponential(2.0, 10, 0.5), offset=True),
         [0, 19, 20, 21, 25, 30, 40],
     ),
     "warmup_exponential_staircase": (
-        Warmup(2.0, 20, after=schedules.ExponentialDecay(2.0, 10, 0.5, staircase=True), start_lr=0.5),
-        lambda s: ref_warmup(s, 2.0, 20, 0.5, ref_exponential(2.0, 10, 0.5, True)),
+        Warmup(2.0, 20, after=schedules.ExponentialDecay(2.0, 10, 0.5, staircase=True), start_lr=0.5, offset_after=True),
+        lambda s: ref_warmup(s, 2.0, 20, 0.5, ref_exponential(2.0, 10, 0.5, True), offset=True),
         [19, 20, 29, 30, 31, 39, 40],
     ),
     "warmup_piecewise": (
-        Warmup(1.0, 10, after=schedules.PiecewiseConstantDecay([99, 199], [1.0, 0.1, 0.01]), start_lr=0.25),
-        lambda s: ref_warmup(s, 1.0, 10, 0.25, ref_piecewise([99, 199], [1.0, 0.1, 0.01])),
+        Warmup(1.0, 10, after=schedules.PiecewiseConstantDecay([99, 199], [1.0, 0.1, 0.01]), start_lr=0.25, offset_after=True),
+        lambda s: ref_warmup(s, 1.0, 10, 0.25, ref_piecewise([99, 199], [1.0, 0.1, 0.01]), offset=True),
         [0, 9, 10, 108, 109, 110, 208, 209, 210],
     ),
     "warmup_piecewise_not_offset": (
@@ -80,19 +91,29 @@ CASES = {
         lambda s: ref_warmup(s, 1.0, 10, 0.25, ref_piecewise([99], [1.0, 0.1]), offset=False),
         [9, 10, 98, 99, 100, 101],
     ),
-    "warmup_cosine": (
+    "warmup_piecewise_default_clock_from_step_0": (
+        Warmup(1.0, 10, after=schedules.PiecewiseConstantDecay([49, 99], [1.0, 0.1, 0.01]), start_lr=0.25),
+        lambda s: ref_warmup(s, 1.0, 10, 0.25, ref_piecewise([49, 99], [1.0, 0.1, 0.01])),
+        [0, 9, 10, 49, 50, 99, 100],
+    ),
+    "warmup_cosine_default_clock_from_step_0": (
         Warmup(0.8, 50, after=schedules.CosineDecay(0.8, 200, alpha=0.1), start_lr=0.1),
         lambda s: ref_warmup(s, 0.8, 50, 0.1, ref_cosine(0.8, 200, 0.1)),
+        [0, 49, 50, 51, 150, 199, 200, 201, 1000],
+    ),
+    "warmup_cosine": (
+        Warmup(0.8, 50, after=schedules.CosineDecay(0.8, 200, alpha=0.1), start_lr=0.1, offset_after=True),
+        lambda s: ref_warmup(s, 0.8, 50, 0.1, ref_cosine(0.8, 200, 0.1), offset=True),
         [0, 49, 50, 51, 150, 249, 250, 251, 1000],
     ),
     "warmup_polynomial": (
-        Warmup(0.8, 50, after=schedules.PolynomialDecay(0.8, 100, 0.008, power=2.0), start_lr=0.1),
-        lambda s: ref_warmup(s, 0.8, 50, 0.1, ref_polynomial(0.8, 100, 0.008, 2.0)),
+        Warmup(0.8, 50, after=schedules.PolynomialDecay(0.8, 100, 0.008, power=2.0), start_lr=0.1, offset_after=True),
+        lambda s: ref_warmup(s, 0.8, 50, 0.1, ref_polynomial(0.8, 100, 0.008, 2.0), offset=True),
         [0, 49, 50, 51, 100, 149, 150, 151],
     ),
     "warmup_nested_warmup": (
-        Warmup(1.0, 5, after=Warmup(2.0, 5, start_lr=1.0), start_lr=0.5),
-        lambda s: ref_warmup(s, 1.0, 5, 0.5, lambda t: ref_warmup(t, 2.0, 5, 1.0)),
+        Warmup(1.0, 5, after=Warmup(2.0, 5, start_lr=1.0), start_lr=0.5, offset_after=True),
+        lambda s: ref_warmup(s, 1.0, 5, 0.5, lambda t: ref_warmup(t, 2.0, 5, 1.0), offset=True),
         [0, 4, 5, 9, 10, 11],
     ),
 }
@@ -115,6 +136,25 @@ def test_warmup_first_step_is_never_zero_and_last_warmup_step_is_the_target():
     schedule = Warmup(3.2, 500)
     assert float(schedule(0)) == pytest.approx(3.2 / 500, rel=1e-6) and float(schedule(0)) > 0
     assert float(schedule(499)) == pytest.approx(3.2, rel=1e-7)
+
+
+def test_warmup_lr_is_goyals_linear_ramp_on_floats_arrays_and_tensors():
+    assert warmup_lr(0, 500, 0.1, 3.2) == pytest.approx(0.1 + 3.1 / 500, rel=1e-12)
+    assert warmup_lr(499, 500, 0.1, 3.2) == pytest.approx(3.2, rel=1e-12)
+    assert warmup_lr(4, 10, 0.0, 1.0) == pytest.approx(0.5, rel=1e-12)
+    steps = np.arange(10)
+    np.testing.assert_allclose(warmup_lr(steps, 10, 0.25, 1.0), 0.25 + 0.75 * (steps + 1) / 10, rtol=1e-12)
+    tensor = warmup_lr(tf.range(10, dtype=tf.float32), 10, 0.25, 1.0)
+    assert tensor.dtype == tf.float32
+    np.testing.assert_allclose(tensor.numpy(), 0.25 + 0.75 * (steps + 1) / 10, rtol=1e-6)
+
+
+def test_warmup_default_is_the_decay_clock_from_step_0():
+    after = schedules.CosineDecay(1.0, 100)
+    schedule = Warmup(1.0, 10, after=after, start_lr=0.1)
+    assert schedule.offset_after is False and schedule.get_config()["offset_after"] is False
+    assert SCHEDULE_KEYS["decay_clock"] == "from_step_0" and DECAY_CLOCKS == ("from_step_0", "after_warmup")
+    np.testing.assert_array_equal(schedule_values(schedule, 120)[10:], schedule_values(after, 120)[10:])
 
 
 # ---------------------------------------------------------------- build_schedule
@@ -149,25 +189,51 @@ def test_build_explicit_warmup_start():
     "decay, reference, steps",
     [
         ({"type": "exponential", "rate": 0.5, "period_epochs": 2},
-         lambda s: ref_warmup(s, 3.2, 10, 0.1, ref_exponential(3.2, 20, 0.5)), [0, 9, 10, 11, 30, 50]),
+         lambda s: ref_warmup(s, 3.2, 10, 0.1, ref_exponential(3.2, 20, 0.5), offset=True), [0, 9, 10, 11, 30, 50]),
         ({"type": "exponential", "rate": 0.5, "period_epochs": 2, "staircase": True},
-         lambda s: ref_warmup(s, 3.2, 10, 0.1, ref_exponential(3.2, 20, 0.5, True)), [10, 29, 30, 31, 49, 50]),
+         lambda s: ref_warmup(s, 3.2, 10, 0.1, ref_exponential(3.2, 20, 0.5, True), offset=True), [10, 29, 30, 31, 49, 50]),
         ({"type": "step", "boundaries": [5, 10], "factor": 0.1},
-         lambda s: ref_warmup(s, 3.2, 10, 0.1, ref_piecewise([49, 99], [3.2, 0.32, 0.032])), [9, 10, 58, 59, 60, 109, 110]),
+         lambda s: ref_warmup(s, 3.2, 10, 0.1, ref_piecewise([49, 99], [3.2, 0.32, 0.032]), offset=True), [9, 10, 58, 59, 60, 109, 110]),
         ({"type": "step", "boundaries": [5], "multipliers": [1.0, 0.25]},
-         lambda s: ref_warmup(s, 3.2, 10, 0.1, ref_piecewise([49], [3.2, 0.8])), [59, 60]),
+         lambda s: ref_warmup(s, 3.2, 10, 0.1, ref_piecewise([49], [3.2, 0.8]), offset=True), [59, 60]),
         ({"type": "cosine", "alpha": 0.01},
-         lambda s: ref_warmup(s, 3.2, 10, 0.1, ref_cosine(3.2, 190, 0.01)), [0, 9, 10, 11, 104, 199, 200]),
+         lambda s: ref_warmup(s, 3.2, 10, 0.1, ref_cosine(3.2, 190, 0.01), offset=True), [0, 9, 10, 11, 104, 199, 200]),
         ({"type": "cosine", "decay_epochs": 5},
-         lambda s: ref_warmup(s, 3.2, 10, 0.1, ref_cosine(3.2, 50)), [10, 35, 60, 61]),
+         lambda s: ref_warmup(s, 3.2, 10, 0.1, ref_cosine(3.2, 50), offset=True), [10, 35, 60, 61]),
         ({"type": "polynomial", "end_factor": 0.01, "power": 2.0},
-         lambda s: ref_warmup(s, 3.2, 10, 0.1, ref_polynomial(3.2, 190, 0.032, 2.0)), [9, 10, 11, 100, 199, 200]),
+         lambda s: ref_warmup(s, 3.2, 10, 0.1, ref_polynomial(3.2, 190, 0.032, 2.0), offset=True), [9, 10, 11, 100, 199, 200]),
     ],
     ids=["exponential", "exponential_staircase", "step_factor", "step_multipliers", "cosine_rest_of_training", "cosine_fixed", "polynomial"],
 )
-def test_build_every_decay_type_after_one_epoch_of_warmup(decay, reference, steps):
-    schedule = build({"rule": "linear", "warmup_epochs": 1, "decay": decay})
+def test_build_every_decay_type_after_one_epoch_of_warmup_clocked_after_warmup(decay, reference, steps):
+    schedule = build({"rule": "linear", "warmup_epochs": 1, "decay": decay, "decay_clock": "after_warmup"})
     assert_matches(schedule, reference, steps)
+
+
+@pytest.mark.parametrize(
+    "decay, reference, steps",
+    [
+        ({"type": "exponential", "rate": 0.5, "period_epochs": 2},
+         lambda s: ref_warmup(s, 3.2, 10, 0.1, ref_exponential(3.2, 20, 0.5)), [0, 9, 10, 11, 30, 50]),
+        ({"type": "exponential", "rate": 0.5, "period_epochs": 2, "staircase": True},
+         lambda s: ref_warmup(s, 3.2, 10, 0.1, ref_exponential(3.2, 20, 0.5, True)), [10, 19, 20, 21, 39, 40]),
+        ({"type": "step", "boundaries": [5, 10], "factor": 0.1},
+         lambda s: ref_warmup(s, 3.2, 10, 0.1, ref_piecewise([49, 99], [3.2, 0.32, 0.032])), [9, 10, 48, 49, 50, 99, 100]),
+        ({"type": "step", "boundaries": [5], "multipliers": [1.0, 0.25]},
+         lambda s: ref_warmup(s, 3.2, 10, 0.1, ref_piecewise([49], [3.2, 0.8])), [49, 50]),
+        ({"type": "cosine", "alpha": 0.01},
+         lambda s: ref_warmup(s, 3.2, 10, 0.1, ref_cosine(3.2, 200, 0.01)), [0, 9, 10, 11, 100, 199, 200]),
+        ({"type": "cosine", "decay_epochs": 5},
+         lambda s: ref_warmup(s, 3.2, 10, 0.1, ref_cosine(3.2, 50)), [10, 25, 50, 51]),
+        ({"type": "polynomial", "end_factor": 0.01, "power": 2.0},
+         lambda s: ref_warmup(s, 3.2, 10, 0.1, ref_polynomial(3.2, 200, 0.032, 2.0)), [9, 10, 11, 100, 199, 200]),
+    ],
+    ids=["exponential", "exponential_staircase", "step_factor", "step_multipliers", "cosine_rest_of_training", "cosine_fixed", "polynomial"],
+)
+def test_build_every_decay_type_after_one_epoch_of_warmup_clocked_from_step_0(decay, reference, steps):
+    for spec in ({"rule": "linear", "warmup_epochs": 1, "decay": decay},
+                 {"rule": "linear", "warmup_epochs": 1, "decay": decay, "decay_clock": "from_step_0"}):
+        assert_matches(build(spec), reference, steps)
 
 
 def test_build_step_boundary_applies_from_the_first_step_of_that_epoch():
@@ -175,16 +241,113 @@ def test_build_step_boundary_applies_from_the_first_step_of_that_epoch():
     assert float(schedule(29)) == pytest.approx(0.1) and float(schedule(30)) == pytest.approx(0.01)
 
 
-def test_build_decay_not_offset_counts_from_step_zero():
-    schedule = build({"rule": "linear", "warmup_epochs": 1, "offset_decay": False, "decay": {"type": "cosine"}})
+def test_build_decay_clock_from_step_0_counts_from_step_zero():
+    schedule = build({"rule": "linear", "warmup_epochs": 1, "decay_clock": "from_step_0", "decay": {"type": "cosine"}})
     assert_matches(schedule, lambda s: ref_warmup(s, 3.2, 10, 0.1, ref_cosine(3.2, 200), offset=False), [9, 10, 100, 200])
+
+
+# ---------------------------------------------------------------- every registered decay
+
+TOTAL_EPOCHS, STEPS_PER_EPOCH, WARMUP_EPOCHS = 20, 10, 2
+HORIZON = TOTAL_EPOCHS * STEPS_PER_EPOCH + 15
+
+# Values for the keys a decay requires; a decay registered with a new required key fails
+# here with "lr.decay.<key> is required" until it gets an example.
+REQUIRED_EXAMPLES = {"rate": 0.5, "boundaries": [2, 5, 12]}
+
+
+def registered_decay(kind):
+    _, defaults = DECAYS[kind]
+    return {"type": kind, **{key: value for key, value in REQUIRED_EXAMPLES.items() if key in defaults}}
+
+
+def key_steps(warmup_steps):
+    """Steps around the end of warmup, every epoch boundary, and the end of training."""
+    edges = {0, warmup_steps, *range(0, HORIZON, STEPS_PER_EPOCH)}
+    return sorted({s + d for s in edges for d in (-1, 0, 1) if 0 <= s + d < HORIZON})
+
+
+@pytest.mark.parametrize("clock", DECAY_CLOCKS)
+@pytest.mark.parametrize("warmup_epochs", [0, WARMUP_EPOCHS])
+@pytest.mark.parametrize("kind", DECAYS)
+def test_every_registered_decay_builds_and_survives_a_round_trip(kind, warmup_epochs, clock):
+    spec = {"rule": "linear", "warmup_epochs": warmup_epochs, "decay": registered_decay(kind), "decay_clock": clock}
+    schedule = build(spec, steps_per_epoch=STEPS_PER_EPOCH, total_epochs=TOTAL_EPOCHS)
+    warmup_steps = warmup_epochs * STEPS_PER_EPOCH
+    assert isinstance(schedule, Warmup) == (warmup_epochs > 0)
+    values = schedule_values(schedule, HORIZON)
+    np.testing.assert_array_equal(schedule_values(round_trip(schedule), HORIZON), values)
+    steps = key_steps(warmup_steps)
+    for candidate in (schedule, round_trip(schedule)):
+        got = [float(candidate(tf.constant(s, tf.int64))) for s in steps]
+        # Eager and graph float32 differ in the last bits of cos near 0: atol covers values ~1e-7 x the peak.
+        np.testing.assert_allclose(got, values[steps], rtol=1e-6, atol=1e-6, err_msg=type(candidate).__name__)
+    if warmup_steps:
+        np.testing.assert_allclose(values[:warmup_steps], warmup_lr(np.arange(warmup_steps), warmup_steps, 0.1, 3.2), rtol=1e-6)
+    decayed = values[warmup_steps:]
+    assert np.all(np.isfinite(values)) and np.all(values >= 0)
+    assert np.all(np.diff(decayed) <= 1e-6 * decayed[:-1]), "a decay never raises the LR"
+    if clock == "after_warmup" or warmup_epochs == 0:
+        assert decayed[0] == pytest.approx(3.2, rel=1e-6)  # decays start from the scaled LR
+
+
+@pytest.mark.parametrize("kind", DECAYS)
+def test_decay_clock_from_step_0_makes_warmup_leave_the_decay_unchanged(kind):
+    """Goyal et al. 2017: with and without warmup the LR is the same from the end of warmup on,
+    so comparing the two measures warmup alone, not warmup plus steps at the peak LR."""
+    spec = {"rule": "linear", "decay": registered_decay(kind)}
+    without = schedule_values(build({**spec, "warmup_epochs": 0}), HORIZON)
+    warmed = schedule_values(build({**spec, "warmup_epochs": WARMUP_EPOCHS}), HORIZON)
+    warmup_steps = WARMUP_EPOCHS * STEPS_PER_EPOCH
+    np.testing.assert_array_equal(warmed[warmup_steps:], without[warmup_steps:])
+    np.testing.assert_allclose(warmed[:warmup_steps], warmup_lr(np.arange(warmup_steps), warmup_steps, 0.1, 3.2), rtol=1e-6)
+
+
+@pytest.mark.parametrize("kind", DECAYS)
+def test_decay_clock_after_warmup_shifts_the_whole_decay_by_the_warmup(kind):
+    spec = {"rule": "linear", "decay": registered_decay(kind), "decay_clock": "after_warmup"}
+    warmup_steps = WARMUP_EPOCHS * STEPS_PER_EPOCH
+    # The decay of the remaining TOTAL - WARMUP epochs, started at the end of warmup.
+    without = schedule_values(build({**spec, "warmup_epochs": 0}, total_epochs=TOTAL_EPOCHS - WARMUP_EPOCHS), HORIZON)
+    warmed = schedule_values(build({**spec, "warmup_epochs": WARMUP_EPOCHS}), HORIZON + warmup_steps)
+    np.testing.assert_array_equal(warmed[warmup_steps:], without)
+
+
+# The two decays by hand, over 20 epochs of 10 steps: (decay, reference clocked from step 0,
+# reference of the decay started after 2 epochs of warmup).
+HAND_REFERENCES = {
+    "cosine": ({"type": "cosine"}, ref_cosine(3.2, 200), ref_cosine(3.2, 180)),
+    "step": ({"type": "step", "boundaries": [5, 10]}, ref_piecewise([49, 99], [3.2, 0.32, 0.032]),
+             ref_piecewise([49, 99], [3.2, 0.32, 0.032])),
+}
+
+
+@pytest.mark.parametrize("name", HAND_REFERENCES)
+def test_cosine_and_step_decay_with_and_without_warmup_against_numpy_at_every_step(name):
+    decay, from_step_0, after_warmup = HAND_REFERENCES[name]
+    warmup_steps = WARMUP_EPOCHS * STEPS_PER_EPOCH
+    steps = np.arange(HORIZON)
+    warmup = warmup_lr(steps[:warmup_steps], warmup_steps, 0.1, 3.2)
+    without = schedule_values(build({"rule": "linear", "decay": decay}), HORIZON)
+    warmed = schedule_values(build({"rule": "linear", "decay": decay, "warmup_epochs": WARMUP_EPOCHS}), HORIZON)
+    # float32 against a float64 reference: atol covers the last bits near the end of a cosine.
+    np.testing.assert_allclose(without, [from_step_0(s) for s in steps], rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(warmed[warmup_steps:], without[warmup_steps:])
+    np.testing.assert_allclose(warmed[:warmup_steps], warmup, rtol=1e-6)
+    shifted = schedule_values(build({"rule": "linear", "decay": decay, "warmup_epochs": WARMUP_EPOCHS,
+                                     "decay_clock": "after_warmup"}), HORIZON)
+    np.testing.assert_allclose(shifted[:warmup_steps], warmup, rtol=1e-6)
+    np.testing.assert_allclose(shifted[warmup_steps:], [after_warmup(s) for s in steps[: HORIZON - warmup_steps]], rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize(
     "spec, overrides, message",
     [
         ({"rule": "cubic"}, {}, r"lr.rule must be one of 'linear', 'sqrt', 'none' or a float exponent, got 'cubic'"),
-        ({"rul": "linear"}, {}, r"lr: unknown key 'rul' \(allowed: rule, warmup_epochs, warmup_start, decay, offset_decay\)"),
+        ({"rul": "linear"}, {}, r"lr: unknown key 'rul' \(allowed: rule, warmup_epochs, warmup_start, decay, decay_clock\)"),
+        ({"offset_decay": True}, {}, r"lr: unknown key 'offset_decay' \(allowed: rule, warmup_epochs, warmup_start, decay, decay_clock\)"),
+        ({"decay_clock": "offset"}, {}, r"lr.decay_clock must be one of 'from_step_0', 'after_warmup', got 'offset'"),
+        ({"decay_clock": True}, {}, r"lr.decay_clock must be one of 'from_step_0', 'after_warmup', got True"),
         ({"warmup_epochs": -1}, {}, r"lr.warmup_epochs must be a non-negative number, got -1"),
         ({"warmup_epochs": 1, "warmup_start": 5.0}, {}, r"lr.warmup_start must be a number in \[0, 3.2\]"),
         ({"decay": {"type": "cosin"}}, {}, r"lr.decay.type: unknown decay 'cosin' \(allowed: none, exponential, step, cosine, polynomial\)"),
@@ -193,7 +356,8 @@ def test_build_decay_not_offset_counts_from_step_zero():
         ({"decay": {"type": "step", "boundaries": [10, 5]}}, {}, r"lr.decay.boundaries must be strictly increasing"),
         ({"decay": {"type": "step", "boundaries": [5], "multipliers": [1.0]}}, {}, r"lr.decay.multipliers must be a list of len\(boundaries\) \+ 1 = 2"),
         ({"decay": {"type": "cosine"}}, {"total_epochs": None}, r"lr.decay.decay_epochs is required"),
-        ({"warmup_epochs": 20, "decay": {"type": "cosine"}}, {}, r"lr.decay: no epochs are left to decay over after warmup \(0\)"),
+        ({"warmup_epochs": 20, "decay": {"type": "cosine"}, "decay_clock": "after_warmup"}, {},
+         r"lr.decay: no epochs are left to decay over after warmup \(0\)"),
         ({"decay": {"type": "cosine", "alpha": 2}}, {}, r"lr.decay.alpha must be a number in \[0, 1\], got 2"),
         ({"decay": {"type": "polynomial", "power": 0}}, {}, r"lr.decay.power must be a positive number, got 0"),
         ({"decay": "cosine"}, {}, r"lr.decay must be a mapping, got str"),

@@ -10,11 +10,13 @@ import time
 import numpy as np
 import optuna
 import pytest
+import tensorflow as tf
 import yaml
 
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, goyal_blow_up_run
 from lbtrain.config import ConfigError, ExperimentConfig, load_experiment
-from lbtrain.sweep import check_sweepable, fit_lr_exponent, open_study, optimize, storage_url, summary_rows, trial_run
+from lbtrain.distributed import SimulatedWorld
+from lbtrain.sweep import _PruningCallback, check_sweepable, fit_lr_exponent, open_study, optimize, storage_url, summary_rows, trial_run
 from lbtrain.cli import main
 
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
@@ -29,7 +31,7 @@ def sweep_spec(tmp_path, **changes):
         "training": {"per_worker_batch": 16, "epochs": 2},
         "lr": {"base_batch": 16, "rule": "none"},
         "grid": {"world_sizes": [1, 2]},
-        "search": {"lr.base_lr": {"type": "float", "low": 0.001, "high": 1.0, "log": True},
+        "search": {"lr.base_lr": {"type": "float", "low": 0.01, "high": 0.2, "log": True},
                    "optimizer.name": {"type": "categorical", "choices": ["momentum", "adam"]}},
         "sweep": {"trials": 4, "pruner": "none"},
     }
@@ -59,8 +61,10 @@ def test_tiny_sweep_on_sqlite_writes_studies_summary_and_figures(tmp_path, capsy
         assert set(study.best_params) == {"lr.base_lr", "optimizer.name"}
         assert (results / "figures" / f"sweep_history_w{world_size}.png").stat().st_size > 1000
     summary = (results / "sweep_summary.csv").read_text().splitlines()
-    assert summary[0].startswith("world_size,study,complete,pruned,global_batch,best_validation_accuracy,best_test_accuracy")
-    assert len(summary) == 3 and summary[2].startswith("2,tiny-w2,4,0,32,")
+    assert summary[0].startswith("world_size,study,complete,pruned,diverged,collapsed,global_batch,best_validation_accuracy,best_test_accuracy")
+    statuses = [t.user_attrs["status"] for t in optuna.load_study(study_name="tiny-w2", storage=storage).get_trials()]
+    assert len(summary) == 3
+    assert summary[2].startswith(f"2,tiny-w2,4,0,{statuses.count('diverged')},{statuses.count('collapsed')},32,")
     assert yaml.safe_load((results / "sweep_fit.json").read_text())["points"] == 2
 
 
@@ -79,6 +83,37 @@ def test_diverging_trials_are_pruned_with_their_reason(tmp_path):
     pruned = study.get_trials(states=(optuna.trial.TrialState.PRUNED,))
     assert len(pruned) == 2
     assert all(t.user_attrs["reason"].startswith("loss became nan") or "exceeds" in t.user_attrs["reason"] for t in pruned)
+
+
+def test_the_goyal_blow_up_as_a_sweep_trial_is_never_an_ok_best(tmp_path):
+    base = goyal_blow_up_run(world_size=32)
+    experiment = ExperimentConfig.model_validate({
+        "name": "goyal", "output_dir": str(tmp_path / "results"), **base,
+        "data": {**base["data"], "validation_split": 0.1}, "grid": {"world_sizes": [32]},
+        "search": {"lr.base_lr": {"type": "categorical", "choices": [0.05]}}, "sweep": {"trials": 1, "pruner": "none"},
+    })
+    study = optimize(experiment, 32, 1)
+    (trial,) = study.get_trials()
+    assert trial.user_attrs["status"] in ("diverged", "collapsed") and trial.user_attrs["reason"]
+    assert trial.state == (optuna.trial.TrialState.PRUNED if trial.user_attrs["status"] == "diverged"
+                           else optuna.trial.TrialState.COMPLETE)
+    (row,) = summary_rows(experiment)
+    assert row["diverged"] + row["collapsed"] == 1 and "best_validation_accuracy" not in row
+
+
+class AlwaysPrune(optuna.pruners.BasePruner):
+    def prune(self, study, trial):
+        return True
+
+
+def test_pruning_waits_until_the_trials_warmup_has_ended():
+    study = optuna.create_study(pruner=AlwaysPrune())
+    callback = _PruningCallback(study.ask(), SimulatedWorld(1), warmup_epochs=1.5)
+    callback.set_model(tf.keras.Sequential([tf.keras.layers.Dense(1)]))
+    callback.on_epoch_end(0, {"val_accuracy": 0.5})
+    assert callback.pruned_at is None and not callback.model.stop_training
+    callback.on_epoch_end(1, {"val_accuracy": 0.5})
+    assert callback.pruned_at == 2 and callback.model.stop_training
 
 
 def test_median_pruner_stops_a_clearly_bad_trial_after_its_first_epoch(tmp_path):
@@ -184,7 +219,8 @@ def running_for(storage, name, seconds):
 
 @pytest.mark.slow
 def test_resume_after_sigkill_fails_the_stale_trial_and_completes_the_study(tmp_path):
-    spec = sweep_spec(tmp_path, grid={"world_sizes": [1]}, training={"per_worker_batch": 16, "epochs": 15},
+    # Trials of 40 epochs (a few seconds each) leave time to kill one while it trains.
+    spec = sweep_spec(tmp_path, grid={"world_sizes": [1]}, training={"per_worker_batch": 16, "epochs": 40},
                       sweep={"trials": 4, "pruner": "none", "heartbeat_seconds": 1, "grace_seconds": 2})
     path = write_spec(tmp_path, spec)
     storage = f"sqlite:///{(tmp_path / 'results' / 'tiny' / 'optuna.db').resolve()}"

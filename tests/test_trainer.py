@@ -5,10 +5,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lbtrain.config import run_config_from_dict
+from conftest import goyal_blow_up_run
+from lbtrain.config import ConfigError, run_config_from_dict
 from lbtrain.distributed import SimulatedWorld
+from lbtrain.results import RunResult
 from lbtrain.schedules import build_schedule
-from lbtrain.trainer import RunResult, train
+from lbtrain.trainer import train
 
 
 def config(**sections):
@@ -29,6 +31,9 @@ def test_result_holds_scaled_lr_steps_metrics_gap_and_history():
     result = train(run, SimulatedWorld(4))
     assert result.status == "ok" and result.reason is None
     assert (result.world_size, result.global_batch, result.steps_per_epoch, result.total_steps) == (4, 32, 6, 12)
+    assert result.budget == {"epochs": 2}
+    # The step-0 loss, before any update, of a 10-class net near its initialisation: about ln 10.
+    assert result.initial_loss == pytest.approx(math.log(10), abs=0.3)
     assert result.learning_rate == pytest.approx(0.05 * math.sqrt(2))
     assert set(result.metrics) == {f"{split}_{m}" for split in ("train", "test", "validation") for m in ("loss", "accuracy")}
     assert result.generalization_gap["accuracy"] == pytest.approx(result.metrics["train_accuracy"] - result.metrics["test_accuracy"])
@@ -102,7 +107,7 @@ def test_tensorboard_logs_on_request(tmp_path):
 def test_failed_result_keeps_the_error_on_one_line():
     result = RunResult.failed(config(), ValueError("bad\nthing"))
     assert result.status == "failed" and result.reason == "ValueError: bad thing"
-    with pytest.raises(ValueError, match="status must be one of ok, diverged, failed"):
+    with pytest.raises(ValueError, match="status must be one of ok, diverged, collapsed, failed"):
         RunResult(config={}, status="crashed")
 
 
@@ -116,3 +121,51 @@ def test_analysis_section_measures_noise_scale_and_sharpness_without_changing_tr
     assert measured.metrics["sharpness"] > 0 and measured.metrics["noise_scale"] == measured.history[-1]["noise_scale"]
     assert {"noise_scale", "noise_trace", "gradient_norm_sq"} <= set(measured.history[0])
     assert "sharpness" not in plain.metrics and "noise_scale" not in plain.history[0]
+
+
+def test_a_step_budget_takes_the_same_steps_at_every_batch_and_decays_over_them():
+    results = {world: train(config(training={"world_size": world, "epochs": None, "steps": 10}, lr={"warmup_epochs": 0}),
+                            SimulatedWorld(world)) for world in (2, 4)}
+    assert [results[w].total_steps for w in (2, 4)] == [10, 10]
+    assert results[4].steps_per_epoch == 6 and [row["epoch"] for row in results[4].history] == [1, 2]
+    assert results[2].steps_per_epoch == 12 and [row["epoch"] for row in results[2].history] == [1]
+    assert results[4].budget == {"steps": 10}
+    # Cosine over the 10 budgeted steps: the last step applies 0.05 sqrt(2) (1 + cos(pi 9/10)) / 2.
+    last = 0.05 * math.sqrt(2) * (1 + math.cos(math.pi * 9 / 10)) / 2
+    assert results[4].history[-1]["lr"] == pytest.approx(last, rel=1e-5)
+
+
+def test_a_sample_budget_is_samples_over_the_global_batch():
+    result = train(config(training={"epochs": None, "samples": 330}, lr={"warmup_epochs": 0}), SimulatedWorld(4))
+    assert result.total_steps == 330 // 32 and result.budget == {"samples": 330}
+
+
+def test_stop_at_a_training_target_ends_the_run_at_the_first_epoch_reaching_it():
+    reached = train(config(training={"epochs": 3, "stop_at": {"train_accuracy": 0.01}}), SimulatedWorld(4))
+    assert reached.total_steps == 6 and reached.metrics["target_reached_step"] == 6
+    assert reached.budget == {"epochs": 3, "stop_at": {"train_accuracy": 0.01}}
+    unreachable = train(config(training={"epochs": 2, "stop_at": {"train_loss": 1e-6}}), SimulatedWorld(4))
+    assert unreachable.total_steps == 12 and "target_reached_step" not in unreachable.metrics
+
+
+@pytest.mark.parametrize("training, lr, message", [
+    ({"epochs": 2, "steps": 10}, {}, "give one budget, epochs, steps or samples, not epochs=2 and steps=10"),
+    ({"epochs": None, "samples": 31}, {}, r"training.samples \(31\) is less than one global batch \(32\)"),
+    ({"epochs": 1}, {"warmup_epochs": 2}, r"lr.warmup_epochs \(2\) is longer than the budget \(training.epochs 1\)"),
+    ({"stop_at": {"train_loss": 0.1, "train_accuracy": 0.9}}, {}, "give one target"),
+])
+def test_contradictory_or_impossible_budgets_are_config_errors(training, lr, message):
+    with pytest.raises(ConfigError, match=message):
+        config(training=training, lr=lr)
+
+
+def test_a_warmup_longer_than_a_step_budget_is_caught_against_the_real_epoch_length():
+    run = config(training={"epochs": None, "steps": 5}, lr={"warmup_epochs": 1})
+    with pytest.raises(ConfigError, match=r"lr.warmup_epochs \(1 = 6 steps\) is longer than the budget \(5 steps = 5 steps"):
+        run.schedule(6)
+
+
+def test_goyal_case_linear_rule_at_4096_without_warmup_is_never_ok():
+    result = train(run_config_from_dict(goyal_blow_up_run()), SimulatedWorld(32))
+    assert result.status in ("diverged", "collapsed"), result.reason
+    assert result.initial_loss == pytest.approx(math.log(10), abs=0.5)

@@ -69,10 +69,10 @@ def learning_curves(records: Sequence[RunRecord], metric: str) -> dict[str, list
 
 def applied_schedules(records: Sequence[RunRecord]) -> dict[str, list[Line]]:
     """One panel per recipe, one line per world size: the learning rate of every step the run
-    took (its schedule rebuilt from the resolved config, as ``build_schedule`` made it), over
+    took (its schedule rebuilt from the resolved config, as ``RunConfig.schedule`` made it), over
     epochs. Seeds share a schedule, so the first seed's run stands for all."""
     from lbtrain.config import run_config_from_dict
-    from lbtrain.schedules import build_schedule, schedule_values
+    from lbtrain.schedules import schedule_values
 
     panels: dict[str, list[Line]] = {}
     for recipe in recipes(records):
@@ -82,11 +82,7 @@ def applied_schedules(records: Sequence[RunRecord]) -> dict[str, list[Line]]:
             if record.global_batch in shown or not result.steps_per_epoch or not result.total_steps:
                 continue
             shown.add(record.global_batch)
-            config = run_config_from_dict(result.config)
-            schedule = build_schedule(
-                config.lr.schedule_spec(), steps_per_epoch=result.steps_per_epoch, base_lr=config.lr.base_lr,
-                base_batch=config.lr.base_batch, global_batch=result.global_batch, total_epochs=config.training.epochs,
-            )
+            schedule = run_config_from_dict(result.config).schedule(result.steps_per_epoch)
             steps = result.total_steps
             panels.setdefault(recipe, []).append(Line(
                 f"world {record.row['world_size']}", list(np.arange(steps) / result.steps_per_epoch), list(schedule_values(schedule, steps))))
@@ -147,6 +143,12 @@ def noise_scale_at_target(records: Sequence[RunRecord], target: float, metric: s
     return values
 
 
+def budgets_text(records: Sequence[RunRecord]) -> str:
+    """The budgets the runs were given, as the summary states them ("10 epochs"; several joined
+    by "; "), so every comparison says whether it was at equal epochs, steps or samples."""
+    return "; ".join(dict.fromkeys(str(r.row.get("budget") or f"{r.row.get('epochs')} epochs") for r in records))
+
+
 def failures(records: Sequence[RunRecord], test_accuracy: Sequence[Aggregate]) -> list[str]:
     """Plain sentences: every diverged or failed run, and every recipe and batch whose test
     accuracy is ``FAILURE_DROP`` or more below its small-batch reference (``large_batch_gap``)."""
@@ -186,13 +188,15 @@ def _accuracy_section(report: _Report, records: Sequence[RunRecord]) -> list[Agg
     rows = [
         [item.recipe, item.world_size, item.global_batch, f"{rates[(item.recipe, item.global_batch)]:.4g}",
          train[(item.recipe, item.global_batch)].describe(), item.describe(), gap[(item.recipe, item.global_batch)].describe(),
-         "-" if drop is None else f"{drop:+.4f}", f"{item.runs}" + (f" ({item.diverged} diverged)" if item.diverged else "")]
+         "-" if drop is None else f"{drop:+.4f}", item.count_text()]
         for item, drop in large_batch_gap(test)
     ]
     report.add("## Accuracy and generalization gap",
-               "Final accuracy on the full train and test sets, mean ± sample std over seeds (runs with status ok). "
+               f"Budget: {budgets_text(records)}. "
+               "Final accuracy on the full train and test sets, mean ± sample std over the seeds whose run was judged ok "
+               "(diverged, collapsed and failed runs are counted in *runs*, never averaged in). "
                "*gap* = train − test accuracy; *large-batch gap* = test accuracy at the recipe's smallest batch (for a "
-               "recipe run at one batch only: at the experiment's smallest batch) − test accuracy here (same epoch budget).",
+               "recipe run at one batch only: at the experiment's smallest batch) − test accuracy here.",
                markdown_table(["recipe", "world", "global batch", "lr", "train acc", "test acc", "gap", "large-batch gap", "runs"], rows))
     names = recipes(records)
     report.figure("accuracy_vs_batch.png", {"test accuracy": [_series(test, r) for r in names]}, "test accuracy vs global batch",

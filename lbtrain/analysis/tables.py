@@ -3,8 +3,8 @@ seeds, and written as Markdown.
 
 The *generalization gap* of a run is train accuracy - test accuracy; the *large-batch gap* of
 a recipe at global batch B is test accuracy(smallest batch) - test accuracy(B), same epoch
-budget (Keskar et al. 2017). Only runs with status ``ok`` enter the means; diverged runs are
-counted beside them.
+budget (Keskar et al. 2017). Only runs with status ``ok`` enter the means; runs that diverged,
+collapsed or failed are counted beside them ("2 of 3 ok, 1 diverged"), never averaged in.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from lbtrain.results import RUNS_FOLDER, SUMMARY_FILE, is_finished, read_run
-from lbtrain.trainer import RunResult
+from lbtrain.results import RUNS_FOLDER, STATUSES, SUMMARY_FILE, RunResult, is_finished, read_run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +41,8 @@ class RunRecord:
 
 @dataclasses.dataclass(frozen=True)
 class Aggregate:
-    """A metric of one recipe at one global batch over its seeds."""
+    """A metric of one recipe at one global batch over its seeds: the mean of the ``runs`` ok
+    runs that have it, and ``excluded``, how many of the group's runs were not ok, by status."""
 
     recipe: str
     global_batch: int
@@ -50,11 +50,24 @@ class Aggregate:
     mean: float | None
     std: float
     runs: int
-    diverged: int
+    excluded: dict[str, int] = dataclasses.field(default_factory=dict)
+    ok_runs: int = 0
+
+    @property
+    def total(self) -> int:
+        """Runs in the group, ok or not (ok runs missing the metric included)."""
+        return self.ok_runs + sum(self.excluded.values())
 
     def describe(self, digits: int = 4) -> str:
         """``mean ± std`` (sample standard deviation; no ``±`` for a single run)."""
         return mean_std(self.mean, self.std, self.runs, digits)
+
+    def count_text(self) -> str:
+        """``"3"`` when every run was ok, else ``"2 of 3 ok (1 diverged)"``."""
+        if not self.excluded:
+            return str(self.ok_runs)
+        others = ", ".join(f"{count} {status}" for status, count in self.excluded.items())
+        return f"{self.ok_runs} of {self.total} ok ({others})"
 
 
 def mean_std(mean: float | None, std: float, runs: int, digits: int = 4) -> str:
@@ -109,11 +122,14 @@ def aggregate(records: Sequence[RunRecord], value_of) -> list[Aggregate]:
     aggregates = []
     for (recipe, batch), members in sorted(groups.items(), key=lambda item: (order[item[0][0]], item[0][1])):
         values = [float(v) for v in (value_of(r) for r in members if r.ok) if v is not None and math.isfinite(float(v))]
+        statuses = [r.row["status"] for r in members]
         aggregates.append(Aggregate(
             recipe=recipe, global_batch=batch, world_size=int(members[0].row["world_size"]),
             mean=statistics.fmean(values) if values else None,
             std=statistics.stdev(values) if len(values) > 1 else 0.0,
-            runs=len(values), diverged=sum(r.row["status"] == "diverged" for r in members),
+            runs=len(values),
+            excluded={status: statuses.count(status) for status in STATUSES if status != "ok" and status in statuses},
+            ok_runs=statuses.count("ok"),
         ))
     return aggregates
 

@@ -47,14 +47,8 @@ class LAMB(LayerwiseAdaptiveOptimizer):
         name: str = "LAMB",
         **kwargs,
     ):
-        super().__init__(
-            learning_rate=learning_rate,
-            weight_decay=weight_decay,
-            exclude_from_weight_decay=exclude_from_weight_decay,
-            exclude_from_layer_adaptation=exclude_from_layer_adaptation,
-            name=name,
-            **kwargs,
-        )
+        super().__init__(learning_rate=learning_rate, weight_decay=weight_decay, exclude_from_weight_decay=exclude_from_weight_decay,
+                         exclude_from_layer_adaptation=exclude_from_layer_adaptation, name=name, **kwargs)
         self.beta_1 = _check_number("LAMB", "beta_1", beta_1, low=0, low_inclusive=True, high=1)
         self.beta_2 = _check_number("LAMB", "beta_2", beta_2, low=0, low_inclusive=True, high=1)
         self.epsilon = _check_number("LAMB", "epsilon", epsilon, low=0, low_inclusive=False)

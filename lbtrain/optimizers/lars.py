@@ -68,14 +68,8 @@ class LARS(LayerwiseAdaptiveOptimizer):
         name: str = "LARS",
         **kwargs,
     ):
-        super().__init__(
-            learning_rate=learning_rate,
-            weight_decay=weight_decay,
-            exclude_from_weight_decay=exclude_from_weight_decay,
-            exclude_from_layer_adaptation=exclude_from_layer_adaptation,
-            name=name,
-            **kwargs,
-        )
+        super().__init__(learning_rate=learning_rate, weight_decay=weight_decay, exclude_from_weight_decay=exclude_from_weight_decay,
+                         exclude_from_layer_adaptation=exclude_from_layer_adaptation, name=name, **kwargs)
         self.momentum = _check_number("LARS", "momentum", momentum, low=0, low_inclusive=True, high=1)
         self.eta = _check_number("LARS", "eta", eta, low=0, low_inclusive=False)
         self.epsilon = _check_number("LARS", "epsilon", epsilon, low=0, low_inclusive=True)

@@ -129,7 +129,7 @@ def test_targets_reached_in_the_first_epoch_are_upper_bounds_left_out_of_the_fit
 def synthetic(recipe, world, seed, curve, status="ok", test=0.8):
     """A run record with a validation curve (one value per epoch) and 10 steps an epoch at world 1."""
     from lbtrain.analysis.tables import RunRecord
-    from lbtrain.trainer import RunResult
+    from lbtrain.results import RunResult
 
     history = [{"epoch": e + 1, "val_accuracy": v, "accuracy": v + 0.01} for e, v in enumerate(curve)]
     row = {"run_id": f"{recipe}{world}{seed}", "label": recipe, "status": status, "world_size": world, "global_batch": 16 * world,

@@ -1,7 +1,7 @@
 import pytest
 
 from lbtrain.analysis.tables import RunRecord, aggregate, column, large_batch_gap, load_records, markdown_table, mean_std
-from lbtrain.trainer import RunResult
+from lbtrain.results import RunResult
 
 
 def record(recipe, world, seed, test, status="ok", train=None):
@@ -23,7 +23,8 @@ def test_aggregate_means_ok_runs_per_recipe_and_batch_and_counts_diverged():
     assert [(a.recipe, a.global_batch) for a in items] == [("linear", 128), ("linear", 1024), ("sqrt", 128), ("sqrt", 1024)]
     linear_small, linear_large, sqrt_small, sqrt_large = items
     assert linear_small.mean == pytest.approx(0.91) and linear_small.std == pytest.approx(0.0141421, rel=1e-5)
-    assert linear_large.mean == pytest.approx(0.87) and linear_large.runs == 2 and linear_large.diverged == 1
+    assert linear_large.mean == pytest.approx(0.87) and linear_large.runs == 2 and linear_large.excluded == {"diverged": 1}
+    assert linear_large.count_text() == "2 of 3 ok (1 diverged)" and linear_small.count_text() == "2"
     assert sqrt_large.runs == 1 and sqrt_large.std == 0.0 and sqrt_large.world_size == 8
     assert linear_small.describe() == "0.9100 ± 0.0141" and sqrt_large.describe() == "0.8700"
 
@@ -41,7 +42,7 @@ def test_recipes_at_one_batch_each_are_compared_with_the_smallest_batch():
 
 def test_missing_values_and_all_diverged_groups_give_no_mean():
     items = aggregate([record("x", 1, 0, None), record("x", 2, 0, 0.5, status="diverged")], column("test_accuracy"))
-    assert [a.mean for a in items] == [None, None] and items[1].diverged == 1
+    assert [a.mean for a in items] == [None, None] and items[1].excluded == {"diverged": 1}
     assert mean_std(None, 0.0, 0) == "-"
     assert [gap for _, gap in large_batch_gap(items)] == [None, None]
 

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lbtrain.analysis.sharpness import random_subspace, sharpness
+from lbtrain.analysis.flatness import random_subspace, sharpness
 
 
 def quadratic_model(weights):

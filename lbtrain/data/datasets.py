@@ -1,51 +1,27 @@
-"""Datasets and the tf.data input pipeline.
+"""The dataset registry and how each dataset is loaded.
 
 Every dataset lbtrain knows sits in one registry, ``DATASETS``; ``load_dataset`` is the
 only way in. Real Fashion-MNIST/MNIST are read from IDX files on disk (``$LBTRAIN_DATA_DIR``,
 then the Debian package's folder) and only then from Keras's download cache; MNIST-1D is
 generated offline (Greydanus 2020) and cached; ``synthetic`` is random data for throughput.
-
-The input pipeline shards one seeded stream of indices across ranks so that the union of
-the ranks' batches at step k is exactly the global batch k a single process would take
-(see ``make_input_pipeline``): this is what makes a simulated world equal a real one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import gzip
 import io
 import os
-import zlib
 from pathlib import Path
 from typing import Callable, NamedTuple
 
 import numpy as np
 
+from lbtrain.data.errors import DatasetError
+from lbtrain.data.formats import find_idx_directory, idx_search_path, read_idx_directory
 from lbtrain.files import write_atomic
 
-DEBIAN_DATASET_ROOT = Path("/usr/share/datasets")
-
-_IDX_DTYPES = {
-    0x08: np.uint8,
-    0x09: np.int8,
-    0x0B: np.dtype(">i2"),
-    0x0C: np.dtype(">i4"),
-    0x0D: np.dtype(">f4"),
-    0x0E: np.dtype(">f8"),
-}
-
-_IDX_FILES = {
-    "x_train": "train-images-idx3-ubyte",
-    "y_train": "train-labels-idx1-ubyte",
-    "x_test": "t10k-images-idx3-ubyte",
-    "y_test": "t10k-labels-idx1-ubyte",
-}
-
-
-class DatasetError(ValueError):
-    """A dataset cannot be loaded: unknown name, bad option, missing or corrupt file."""
+__all__ = ["DATASETS", "Dataset", "DatasetInfo", "RawData", "cache_dir", "dataset_info", "load_dataset"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,77 +69,14 @@ class DatasetInfo:
     locate: Callable[[], str]
 
 
-# ---------------------------------------------------------------- IDX files
-
-
-def read_idx(path: str | os.PathLike) -> np.ndarray:
-    """Reads one IDX file (LeCun's MNIST format), gzipped or not.
-
-    Layout: two zero bytes, a type code, the number of dimensions n, n big-endian
-    uint32 sizes, then exactly prod(sizes) items. Anything else is a ``DatasetError``
-    naming the file and what is wrong.
-    """
-    path = Path(path)
-    try:
-        raw = path.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-    except FileNotFoundError:
-        raise DatasetError(f"{path}: file not found") from None
-    except (EOFError, gzip.BadGzipFile, zlib.error) as error:
-        raise DatasetError(f"{path}: corrupt or truncated gzip stream ({error})") from None
-    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
-        raise DatasetError(f"{path}: not an IDX file (bad magic number {raw[:4].hex() or 'empty'})")
-    type_code, ndim = raw[2], raw[3]
-    if type_code not in _IDX_DTYPES:
-        allowed = ", ".join(f"0x{code:02x}" for code in _IDX_DTYPES)
-        raise DatasetError(f"{path}: unknown IDX type code 0x{type_code:02x} (allowed: {allowed})")
-    header_size = 4 + 4 * ndim
-    if len(raw) < header_size:
-        raise DatasetError(f"{path}: truncated header ({len(raw)} bytes, need {header_size})")
-    dims = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
-    dtype = np.dtype(_IDX_DTYPES[type_code])
-    expected = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
-    found = len(raw) - header_size
-    if found != expected:
-        problem = "truncated" if found < expected else "trailing bytes"
-        raise DatasetError(
-            f"{path}: {problem}: dims {dims} need {expected} bytes of data, found {found}"
-        )
-    return np.frombuffer(raw, dtype=dtype, offset=header_size).reshape(dims).astype(dtype.newbyteorder("="))
-
-
-def _idx_path(directory: Path, stem: str) -> Path | None:
-    for candidate in (directory / f"{stem}.gz", directory / stem):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def idx_search_path(folder: str) -> list[Path]:
-    """Folders searched for a dataset's IDX files, in order: ``$LBTRAIN_DATA_DIR/<folder>``,
-    ``$LBTRAIN_DATA_DIR``, then Debian's ``/usr/share/datasets/<folder>``."""
-    folders = []
-    if os.environ.get("LBTRAIN_DATA_DIR"):
-        root = Path(os.environ["LBTRAIN_DATA_DIR"])
-        folders += [root / folder, root]
-    folders.append(DEBIAN_DATASET_ROOT / folder)
-    return folders
-
-
-def find_idx_directory(folder: str) -> Path | None:
-    """The first folder of ``idx_search_path`` that holds all four IDX files, if any."""
-    for directory in idx_search_path(folder):
-        if all(_idx_path(directory, stem) for stem in _IDX_FILES.values()):
-            return directory
-    return None
+# ---------------------------------------------------------------- Fashion-MNIST, MNIST
 
 
 def _load_idx_dataset(folder: str, keras_module: str) -> Callable[[], RawData]:
     def load() -> RawData:
         directory = find_idx_directory(folder)
         if directory is not None:
-            arrays = {key: read_idx(_idx_path(directory, stem)) for key, stem in _IDX_FILES.items()}
+            arrays = read_idx_directory(directory)
             source = str(directory)
         else:
             arrays, source = _keras_download(keras_module, folder)
@@ -286,6 +199,9 @@ def _load_synthetic(
     )
 
 
+# ---------------------------------------------------------------- registry
+
+
 DATASETS: dict[str, DatasetInfo] = {
     info.name: info
     for info in (
@@ -312,7 +228,16 @@ DATASETS: dict[str, DatasetInfo] = {
 
 
 def dataset_info(name: str) -> DatasetInfo:
-    """The registry entry for ``name``; an unknown name lists the valid ones."""
+    """The registry entry for ``name``; an unknown name lists the valid ones.
+
+    >>> info = dataset_info("mnist1d")
+    >>> info.input_shape, info.train_size, info.test_size
+    ((40,), 4000, 1000)
+    >>> dataset_info("cifar10")
+    Traceback (most recent call last):
+      ...
+    lbtrain.data.DatasetError: unknown dataset 'cifar10' (allowed: fashion_mnist, mnist, mnist1d, synthetic)
+    """
     try:
         return DATASETS[name]
     except KeyError:
@@ -345,6 +270,12 @@ def load_dataset(
 
     Returns:
       A ``Dataset``. Raw arrays are cached per process, so repeated loads are cheap.
+
+    Example:
+      >>> dataset = load_dataset("synthetic", input_shape=[8], train_size=100, test_size=10,
+      ...                        train_subset=50, validation_split=0.2)
+      >>> dataset.x_train.shape, dataset.x_validation.shape, dataset.x_test.shape
+      ((40, 8), (10, 8), (10, 8))
     """
     info = dataset_info(name)
     if not 0.0 <= validation_split < 1.0:
@@ -377,79 +308,3 @@ def load_dataset(
         num_classes=raw.num_classes,
         source=raw.source,
     )
-
-
-# ---------------------------------------------------------------- input pipeline
-
-
-def steps_per_epoch(num_samples: int, per_worker_batch: int, world_size: int) -> int:
-    """Optimizer steps in one epoch: ``num_samples // (world_size * per_worker_batch)``.
-
-    The remainder of the epoch's shuffled stream is dropped so that every rank takes the
-    same number of steps (a rank with one step more would hang an allreduce). This is the
-    one place where epochs become steps.
-    """
-    global_batch = world_size * per_worker_batch
-    steps = num_samples // global_batch
-    if steps < 1:
-        raise DatasetError(
-            f"{num_samples} training samples are fewer than one global batch "
-            f"({world_size} workers x {per_worker_batch}); use a larger dataset or smaller batch"
-        )
-    return steps
-
-
-def epoch_order(num_samples: int, seed: int, epoch):
-    """The shuffled sample order of one epoch: a stateless function of (seed, epoch), so
-    every rank, a resumed run and a simulated world all see the same stream."""
-    import tensorflow as tf
-
-    seed_pair = tf.stack([tf.cast(seed, tf.int64), tf.cast(epoch, tf.int64)])
-    return tf.random.experimental.stateless_shuffle(tf.range(num_samples, dtype=tf.int64), seed=seed_pair)
-
-
-def make_input_pipeline(
-    x: np.ndarray,
-    y: np.ndarray,
-    *,
-    per_worker_batch: int,
-    rank: int,
-    world_size: int,
-    seed: int,
-    training: bool,
-    initial_epoch: int = 0,
-):
-    """A tf.data pipeline of one rank's batches.
-
-    Training: an endless stream of epochs (pass ``steps_per_epoch`` to ``fit``). Epoch e is
-    ``epoch_order(n, seed, e)`` cut to ``steps * world_size * per_worker_batch`` indices;
-    rank r takes every ``world_size``-th index starting at r and batches them by
-    ``per_worker_batch``. The ranks' step-k batches together are positions
-    ``[k*W*b, (k+1)*W*b)`` of the stream, the global batch of one process with batch W*b,
-    and rank r's samples are exactly ghost batch r of Keras's ``virtual_batch_size=b``
-    batch norm, which reshapes the global batch to ``[b, W, ...]``.
-
-    Evaluation: rank r's shard in order, last batch kept.
-    """
-    import tensorflow as tf
-
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
-    if per_worker_batch < 1:
-        raise ValueError(f"per_worker_batch must be a positive integer, got {per_worker_batch}")
-    features, labels = tf.constant(x), tf.constant(y)
-    num_samples = len(x)
-
-    def gather(index):
-        return tf.gather(features, index), tf.gather(labels, index)
-
-    if training:
-        usable = steps_per_epoch(num_samples, per_worker_batch, world_size) * world_size * per_worker_batch
-        epochs = tf.data.Dataset.counter(start=initial_epoch)
-        indices = epochs.flat_map(
-            lambda epoch: tf.data.Dataset.from_tensor_slices(epoch_order(num_samples, seed, epoch)[:usable])
-        )
-        indices = indices.shard(world_size, rank).batch(per_worker_batch, drop_remainder=True)
-    else:
-        indices = tf.data.Dataset.range(num_samples).shard(world_size, rank).batch(per_worker_batch)
-    return indices.map(gather, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)

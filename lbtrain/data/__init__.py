@@ -1,0 +1,48 @@
+"""Datasets and the tf.data input pipeline.
+
+- ``datasets``: the registry ``DATASETS`` and ``load_dataset``, the only way to a dataset's arrays.
+- ``formats``: IDX files on disk (Fashion-MNIST, MNIST): reading them and finding their folder.
+- ``pipeline``: ``steps_per_epoch`` and ``make_input_pipeline``, which shards one seeded stream
+  across ranks so that a simulated world takes exactly the batches of a real one.
+- ``errors``: ``DatasetError``, raised by all three.
+
+Every public name is importable from ``lbtrain.data`` itself.
+"""
+
+from lbtrain.data.datasets import (
+    DATASETS,
+    Dataset,
+    DatasetInfo,
+    RawData,
+    cache_dir,
+    dataset_info,
+    load_dataset,
+)
+from lbtrain.data.errors import DatasetError
+from lbtrain.data.formats import (
+    DEBIAN_DATASET_ROOT,
+    find_idx_directory,
+    idx_search_path,
+    read_idx,
+    read_idx_directory,
+)
+from lbtrain.data.pipeline import epoch_order, make_input_pipeline, steps_per_epoch
+
+__all__ = [
+    "DATASETS",
+    "DEBIAN_DATASET_ROOT",
+    "Dataset",
+    "DatasetError",
+    "DatasetInfo",
+    "RawData",
+    "cache_dir",
+    "dataset_info",
+    "epoch_order",
+    "find_idx_directory",
+    "idx_search_path",
+    "load_dataset",
+    "make_input_pipeline",
+    "read_idx",
+    "read_idx_directory",
+    "steps_per_epoch",
+]

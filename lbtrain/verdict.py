@@ -1,0 +1,151 @@
+"""The verdict on a run: ``ok``, ``diverged``, ``collapsed`` or ``failed``, decided in one place.
+
+- **diverged**: the training loss became non-finite, or a step's loss exceeded ``factor`` times
+  the loss at step 0 (measured on the first batch, before any update), checked from the very
+  first step. The reference is never an epoch mean: a run that blows up inside its first epoch
+  (Goyal et al. 2017, sec. 2.2: large LRs without warmup are unstable early) and settles back
+  at chance would otherwise be its own reference and pass.
+- **collapsed**: the run finished, but its final train accuracy is within ``margin`` of chance
+  (the accuracy of always predicting the most frequent training class), or its final train
+  loss is not below the step-0 loss: it learned nothing.
+- **failed**: it raised or was killed.
+- **ok**: none of these.
+
+Pure functions of numbers, no TensorFlow: the trainer's ``DivergenceGuard`` applies
+``step_divergence`` after every step, the trainer ``judge``s the finished run, and stored
+results are re-judged from their recorded losses with the same code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Iterable, Sequence
+
+from lbtrain.results import STATUSES, RunResult
+
+DEFAULT_FACTOR = 10.0
+DEFAULT_MARGIN = 0.05
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """A run's status and, unless ok, why."""
+
+    status: str
+    reason: str | None = None
+
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {self.status!r}")
+
+
+def chance_accuracy(labels: Sequence[int]) -> float:
+    """The accuracy of always predicting the most frequent label: ``max_c n_c / n``.
+
+    >>> chance_accuracy([0, 1, 2, 2])
+    0.5
+    """
+    counts: dict[int, int] = {}
+    for label in labels:
+        counts[int(label)] = counts.get(int(label), 0) + 1
+    return max(counts.values()) / len(labels) if counts else 0.0
+
+
+def step_divergence(loss: float, initial_loss: float | None, factor: float = DEFAULT_FACTOR) -> str | None:
+    """Why a step's ``loss`` means divergence, or None: non-finite, or above ``factor *
+    initial_loss`` (no such check while the step-0 loss is unknown).
+
+    >>> step_divergence(3.0, 2.3) is None
+    True
+    >>> step_divergence(40.0, 2.3)
+    'loss 40 exceeds 10 x the step-0 loss 2.3'
+    """
+    if not math.isfinite(loss):
+        return f"loss became {loss}"
+    if initial_loss is not None and loss > factor * initial_loss:
+        return f"loss {loss:.4g} exceeds {factor:g} x the step-0 loss {initial_loss:.4g}"
+    return None
+
+
+def first_divergence(losses: Iterable[float], initial_loss: float | None, factor: float = DEFAULT_FACTOR) -> tuple[int, str] | None:
+    """``(index, reason)`` of the first loss of a trace that diverged, or None."""
+    for index, loss in enumerate(losses):
+        reason = step_divergence(float(loss), initial_loss, factor)
+        if reason is not None:
+            return index, reason
+    return None
+
+
+def collapse(
+    final_train_loss: float, final_train_accuracy: float, initial_loss: float | None, chance: float, margin: float = DEFAULT_MARGIN
+) -> str | None:
+    """Why a finished run learned nothing, or None (see the module docstring).
+
+    >>> collapse(2.30, 0.101, 2.31, chance=0.1)
+    'final train accuracy 0.101 is within 0.05 of chance (0.1)'
+    """
+    if final_train_accuracy <= chance + margin:
+        return f"final train accuracy {final_train_accuracy:.3g} is within {margin:g} of chance ({chance:.3g})"
+    if initial_loss is not None and not final_train_loss < initial_loss:
+        return f"final train loss {final_train_loss:.4g} is not below the step-0 loss {initial_loss:.4g}"
+    return None
+
+
+def judge(
+    *,
+    initial_loss: float | None,
+    final_train_loss: float | None,
+    final_train_accuracy: float | None,
+    chance: float,
+    losses: Iterable[float] = (),
+    divergence: str | None = None,
+    error: str | None = None,
+    factor: float = DEFAULT_FACTOR,
+    margin: float = DEFAULT_MARGIN,
+) -> Verdict:
+    """The verdict on one run, in order of precedence: ``error`` (failed); ``divergence`` (a
+    reason the guard already found) or the first diverging loss of ``losses``, or non-finite
+    final metrics (diverged); a collapse (collapsed); else ok.
+
+    >>> judge(initial_loss=2.3, final_train_loss=0.4, final_train_accuracy=0.86, chance=0.1, losses=[2.3, 1.1, 0.6])
+    Verdict(status='ok', reason=None)
+    >>> judge(initial_loss=2.3, final_train_loss=2.3, final_train_accuracy=0.1, chance=0.1, losses=[2.3, 4e23, 2.3]).status
+    'diverged'
+    """
+    if error is not None:
+        return Verdict("failed", error)
+    if divergence is None:
+        found = first_divergence(losses, initial_loss, factor)
+        divergence = None if found is None else f"{found[1]} (step {found[0]})"
+    if divergence is not None:
+        return Verdict("diverged", divergence)
+    finals = (final_train_loss, final_train_accuracy)
+    if any(value is None or not math.isfinite(value) for value in finals):
+        return Verdict("diverged", f"final train loss/accuracy are not finite ({final_train_loss}, {final_train_accuracy})")
+    reason = collapse(final_train_loss, final_train_accuracy, initial_loss, chance, margin)
+    return Verdict("collapsed", reason) if reason else Verdict("ok")
+
+
+def judge_recorded(result: RunResult, chance: float, num_classes: int) -> Verdict:
+    """Re-judges a stored run from its record: the epoch-mean training losses of its history
+    against its step-0 loss, or, for a run recorded before step-0 losses were kept, against
+    ``ln(num_classes)`` (the cross-entropy of a uniform prediction, which a freshly initialised
+    classifier starts near); then its final train loss and accuracy. An epoch mean above
+    ``factor`` x the reference implies a step above it, so nothing judged diverged here would be
+    ok live; the converse does not hold (a short spike can hide in an epoch mean). Failed runs
+    stay failed."""
+    if result.status == "failed":
+        return Verdict("failed", result.reason)
+    training = result.config.get("training", {})
+    initial_loss = result.initial_loss if result.initial_loss is not None else math.log(num_classes)
+    live = result.reason if result.status == "diverged" else None
+    return judge(
+        initial_loss=initial_loss, final_train_loss=result.metrics.get("train_loss"),
+        final_train_accuracy=result.metrics.get("train_accuracy"), chance=chance, divergence=live,
+        losses=[math.nan if row.get("loss") is None else row["loss"] for row in result.history],
+        factor=training.get("divergence_factor", DEFAULT_FACTOR), margin=training.get("collapse_margin", DEFAULT_MARGIN),
+    )
+
+
+__all__ = ["Verdict", "chance_accuracy", "collapse", "first_divergence", "judge", "judge_recorded", "step_divergence"]

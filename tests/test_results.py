@@ -1,0 +1,54 @@
+import json
+import math
+
+import pytest
+
+from conftest import run_python
+from lbtrain.results import STATUSES, RunResult, finite_or_none, is_finished, read_run, write_run
+
+
+def test_results_and_report_tables_load_without_tensorflow_or_matplotlib():
+    code = ("import sys, lbtrain.results, lbtrain.verdict, lbtrain.analysis.tables; "
+            "print(sorted(m for m in ('tensorflow', 'matplotlib', 'keras') if m in sys.modules))")
+    completed = run_python(code)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert completed.stdout.strip() == "[]"
+
+
+def test_import_lbtrain_is_lazy_and_registers_keras_objects_once_tensorflow_loads():
+    code = (
+        "import sys, lbtrain; print('tensorflow' in sys.modules, any(m.startswith('matplotlib') for m in sys.modules)); "
+        "import tensorflow as tf; get = tf.keras.utils.get_registered_object; "
+        "print([get(f'lbtrain>{n}') is not None for n in ('Warmup', 'Constant', 'LARS', 'LAMB', 'GhostBatchNormalization')]); "
+        "print(lbtrain.LARS.__module__, lbtrain.sharpness.__module__)"
+    )
+    completed = run_python(code)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert completed.stdout.splitlines() == [
+        "False False", "[True, True, True, True, True]", "lbtrain.optimizers.lars lbtrain.analysis.flatness"]
+
+
+def test_unknown_public_name_is_an_attribute_error():
+    import lbtrain
+
+    with pytest.raises(AttributeError, match="module 'lbtrain' has no attribute 'Lars'"):
+        lbtrain.Lars  # noqa: B018
+    assert "LARS" in dir(lbtrain) and "RunResult" in lbtrain.__all__
+
+
+def test_a_run_is_written_metrics_last_and_read_back(tmp_path):
+    result = RunResult(config={"lr": {"base_lr": 0.1}}, status="diverged", reason="loss became nan",
+                       metrics={"train_loss": math.nan, "train_accuracy": 0.1}, history=[{"epoch": 1, "loss": math.inf}],
+                       budget={"steps": 600}, initial_loss=2.3)
+    assert not is_finished(tmp_path)
+    write_run(tmp_path, result)
+    assert is_finished(tmp_path)
+    assert (tmp_path / "history.csv").read_text() == "epoch,loss\n1,\n"
+    assert json.loads((tmp_path / "metrics.json").read_text())["metrics"] == {"train_loss": None, "train_accuracy": 0.1}
+    back = read_run(tmp_path)
+    assert (back.status, back.reason, back.budget, back.initial_loss) == ("diverged", "loss became nan", {"steps": 600}, 2.3)
+
+
+def test_statuses_and_finite_or_none():
+    assert STATUSES == ("ok", "diverged", "collapsed", "failed")
+    assert finite_or_none([1.0, {"a": -math.inf}, "x"]) == [1.0, {"a": None}, "x"]

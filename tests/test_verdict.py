@@ -1,0 +1,92 @@
+import math
+
+import pytest
+
+from lbtrain.results import RunResult
+from lbtrain.verdict import Verdict, chance_accuracy, collapse, first_divergence, judge, judge_recorded, step_divergence
+
+# Recorded in results/goyal_scaling (run linear-w32-s1, mlp at global batch 4096, linear rule,
+# no warmup): epoch-mean training losses. It blew up inside epoch 1 and settled at chance, and
+# was once recorded "ok" because epoch 1 was its own reference.
+GOYAL_W32_EPOCH_LOSSES = [3.98e23, 8.064, 4.465, 2.792, 2.461, 2.351, 2.317, 2.308, 2.304, 2.304]
+LN10 = math.log(10)
+
+
+def test_chance_is_the_most_frequent_class():
+    assert chance_accuracy([0, 1, 2, 3] * 25) == 0.25
+    assert chance_accuracy([1, 1, 1, 0]) == 0.75
+
+
+@pytest.mark.parametrize("loss, expected", [
+    (2.3, None),
+    (22.9, None),
+    (23.1, "loss 23.1 exceeds 10 x the step-0 loss 2.3"),
+    (math.inf, "loss became inf"),
+    (math.nan, "loss became nan"),
+])
+def test_step_divergence_against_ten_times_the_step_zero_loss(loss, expected):
+    assert step_divergence(loss, 2.3) == expected
+
+
+def test_without_a_step_zero_loss_only_non_finite_losses_diverge():
+    assert step_divergence(1e30, None) is None
+    assert step_divergence(math.nan, None) == "loss became nan"
+
+
+def test_first_divergence_finds_the_first_offending_step():
+    assert first_divergence([2.3, 2.0, 30.0, math.nan], 2.3) == (2, "loss 30 exceeds 10 x the step-0 loss 2.3")
+    assert first_divergence([2.3, 2.0, 1.5], 2.3) is None
+    assert first_divergence([2.3, 5.0], 2.3, factor=2.0) == (1, "loss 5 exceeds 2 x the step-0 loss 2.3")
+
+
+def test_the_recorded_goyal_blow_up_is_diverged_not_ok():
+    verdict = judge(initial_loss=LN10, final_train_loss=2.3041, final_train_accuracy=0.0994, chance=0.1,
+                    losses=GOYAL_W32_EPOCH_LOSSES)
+    assert verdict == Verdict("diverged", "loss 3.98e+23 exceeds 10 x the step-0 loss 2.303 (step 0)")
+
+
+def test_a_run_that_stays_at_chance_without_blowing_up_is_collapsed():
+    verdict = judge(initial_loss=2.31, final_train_loss=2.302, final_train_accuracy=0.101, chance=0.1, losses=[2.31, 2.305, 2.302])
+    assert verdict.status == "collapsed"
+    assert verdict.reason == "final train accuracy 0.101 is within 0.05 of chance (0.1)"
+
+
+def test_a_run_whose_loss_ends_above_its_start_is_collapsed_even_above_chance():
+    assert collapse(1.2, 0.6, 1.1, chance=0.5) == "final train loss 1.2 is not below the step-0 loss 1.1"
+    assert collapse(1.0, 0.6, 1.1, chance=0.5) is None
+    assert collapse(1.0, 0.54, 1.1, chance=0.5) == "final train accuracy 0.54 is within 0.05 of chance (0.5)"
+    assert collapse(1.0, 0.54, 1.1, chance=0.5, margin=0.02) is None
+
+
+def test_a_healthy_run_is_ok_and_precedence_is_failed_diverged_collapsed():
+    healthy = dict(initial_loss=2.3, final_train_loss=0.3, final_train_accuracy=0.9, chance=0.1, losses=[2.3, 1.0, 0.5])
+    assert judge(**healthy) == Verdict("ok")
+    assert judge(**healthy, error="KeyError: x") == Verdict("failed", "KeyError: x")
+    assert judge(**healthy, divergence="loss became nan at epoch 2, step 3") == Verdict("diverged", "loss became nan at epoch 2, step 3")
+    assert judge(**{**healthy, "final_train_loss": math.nan}).status == "diverged"
+    assert judge(**{**healthy, "final_train_accuracy": None}).status == "diverged"
+
+
+def test_unknown_status_is_rejected():
+    with pytest.raises(ValueError, match="status must be one of ok, diverged, collapsed, failed"):
+        Verdict("crashed")
+
+
+def recorded(status, losses, train_accuracy, train_loss, reason=None, initial_loss=None):
+    return RunResult(config={"training": {"divergence_factor": 10.0}}, status=status, reason=reason,
+                     history=[{"epoch": i + 1, "loss": loss} for i, loss in enumerate(losses)],
+                     metrics={"train_loss": train_loss, "train_accuracy": train_accuracy}, initial_loss=initial_loss)
+
+
+def test_stored_runs_are_rejudged_from_their_epoch_losses_against_ln_classes():
+    blown_up = recorded("ok", GOYAL_W32_EPOCH_LOSSES, 0.0994, 2.3041)
+    assert judge_recorded(blown_up, chance=0.1, num_classes=10).status == "diverged"
+    at_chance = recorded("ok", [2.31, 2.305, 2.303], 0.101, 2.303)
+    assert judge_recorded(at_chance, chance=0.1, num_classes=10).status == "collapsed"
+    healthy = recorded("ok", [0.9, 0.5, 0.4], 0.88, 0.35)
+    assert judge_recorded(healthy, chance=0.1, num_classes=10) == Verdict("ok")
+    # A live reason and a recorded step-0 loss win over the reconstruction; NaN (stored null) diverges.
+    live = recorded("diverged", [2.0, None], 0.1, None, reason="loss became nan at epoch 2, step 6")
+    assert judge_recorded(live, chance=0.1, num_classes=10) == Verdict("diverged", "loss became nan at epoch 2, step 6")
+    assert judge_recorded(recorded("ok", [0.9, 5.0], 0.8, 0.5, initial_loss=0.4), chance=0.1, num_classes=10).status == "diverged"
+    assert judge_recorded(recorded("failed", [], None, None, reason="KeyError: x"), chance=0.1, num_classes=10).status == "failed"
