@@ -138,13 +138,18 @@ def judge_recorded(result: RunResult, chance: float, num_classes: int) -> Verdic
     if result.status == "failed":
         return Verdict("failed", result.reason)
     training = result.config.get("training", {})
+    factor = training.get("divergence_factor", DEFAULT_FACTOR)
     initial_loss = result.initial_loss if result.initial_loss is not None else math.log(num_classes)
-    live = result.reason if result.status == "diverged" else None
+    divergence = result.reason if result.status == "diverged" else None
+    epoch_means = [math.nan if row.get("loss") is None else row["loss"] for row in result.history]
+    found = first_divergence(epoch_means, initial_loss, factor) if divergence is None else None
+    if found is not None:
+        stand_in = "" if result.initial_loss is not None else f"; ln {num_classes} stands for the unrecorded step-0 loss"
+        divergence = f"epoch {found[0] + 1} mean {found[1]}{stand_in}"
     return judge(
         initial_loss=initial_loss, final_train_loss=result.metrics.get("train_loss"),
-        final_train_accuracy=result.metrics.get("train_accuracy"), chance=chance, divergence=live,
-        losses=[math.nan if row.get("loss") is None else row["loss"] for row in result.history],
-        factor=training.get("divergence_factor", DEFAULT_FACTOR), margin=training.get("collapse_margin", DEFAULT_MARGIN),
+        final_train_accuracy=result.metrics.get("train_accuracy"), chance=chance, divergence=divergence,
+        factor=factor, margin=training.get("collapse_margin", DEFAULT_MARGIN),
     )
 
 

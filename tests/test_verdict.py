@@ -80,7 +80,8 @@ def recorded(status, losses, train_accuracy, train_loss, reason=None, initial_lo
 
 def test_stored_runs_are_rejudged_from_their_epoch_losses_against_ln_classes():
     blown_up = recorded("ok", GOYAL_W32_EPOCH_LOSSES, 0.0994, 2.3041)
-    assert judge_recorded(blown_up, chance=0.1, num_classes=10).status == "diverged"
+    assert judge_recorded(blown_up, chance=0.1, num_classes=10) == Verdict(
+        "diverged", "epoch 1 mean loss 3.98e+23 exceeds 10 x the step-0 loss 2.303; ln 10 stands for the unrecorded step-0 loss")
     at_chance = recorded("ok", [2.31, 2.305, 2.303], 0.101, 2.303)
     assert judge_recorded(at_chance, chance=0.1, num_classes=10).status == "collapsed"
     healthy = recorded("ok", [0.9, 0.5, 0.4], 0.88, 0.35)
@@ -88,5 +89,6 @@ def test_stored_runs_are_rejudged_from_their_epoch_losses_against_ln_classes():
     # A live reason and a recorded step-0 loss win over the reconstruction; NaN (stored null) diverges.
     live = recorded("diverged", [2.0, None], 0.1, None, reason="loss became nan at epoch 2, step 6")
     assert judge_recorded(live, chance=0.1, num_classes=10) == Verdict("diverged", "loss became nan at epoch 2, step 6")
-    assert judge_recorded(recorded("ok", [0.9, 5.0], 0.8, 0.5, initial_loss=0.4), chance=0.1, num_classes=10).status == "diverged"
+    assert judge_recorded(recorded("ok", [0.9, 5.0], 0.8, 0.5, initial_loss=0.4), chance=0.1, num_classes=10) == Verdict(
+        "diverged", "epoch 2 mean loss 5 exceeds 10 x the step-0 loss 0.4")
     assert judge_recorded(recorded("failed", [], None, None, reason="KeyError: x"), chance=0.1, num_classes=10).status == "failed"

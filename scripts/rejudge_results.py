@@ -1,0 +1,143 @@
+"""Re-judges committed results recorded before lbtrain had one verdict per run.
+
+For every study folder given (default: every folder of ``results/`` with an ``experiment.yaml``):
+
+- the recorded configs say what the runs did: ``lr.offset_decay`` (the old name) becomes
+  ``lr.decay_clock`` (``after_warmup`` for ``true``, today's default ``from_step_0`` for
+  ``false``), and an ``experiment.yaml`` that relied on the old default gets
+  ``lr.decay_clock: after_warmup`` written out;
+- each run is judged again by ``lbtrain.verdict.judge_recorded`` (its epoch losses against
+  ln(classes), its final train loss and accuracy against chance) and rewritten, and
+  ``summary.csv`` is rebuilt with the current columns;
+- a sweep's trials get the user attribute ``status``: a trial pruned for its loss is
+  ``diverged``; a complete trial whose validation accuracy is within the collapse margin of
+  chance is ``collapsed`` (no train accuracy was stored for trials); the others ``ok``; then
+  the sweep's summary, fit and figures are written again.
+
+Prints one line per run or trial whose status moved. Run from the repository root:
+``.venv/bin/python scripts/rejudge_results.py [results/NAME ...]``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sqlite3
+import sys
+from pathlib import Path
+
+import optuna
+import yaml
+
+from lbtrain.config import load_experiment, run_config_from_dict
+from lbtrain.data import load_dataset
+from lbtrain.files import write_atomic
+from lbtrain.results import EXPERIMENT_FILE, METRICS_FILE, RUNS_FOLDER, SUMMARY_FILE, RunResult, write_run
+from lbtrain.runner import PlannedRun, summary_csv, summary_row
+from lbtrain.verdict import DEFAULT_MARGIN, chance_accuracy, judge_recorded
+
+OLD_CLOCK = {True: "after_warmup", False: "from_step_0"}
+
+
+def migrate_lr(lr: dict) -> dict:
+    """An ``lr`` section with ``offset_decay`` (or its old default, true) as ``decay_clock``."""
+    lr = dict(lr)
+    if "decay_clock" not in lr:
+        lr["decay_clock"] = OLD_CLOCK[bool(lr.pop("offset_decay", True))]
+    return lr
+
+
+def migrate_experiment(folder: Path) -> Path:
+    path = folder / EXPERIMENT_FILE
+    data = yaml.safe_load(path.read_text())
+    data["lr"] = migrate_lr(data.get("lr", {}))
+    write_atomic(path, yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def dataset_facts(config, cache: dict) -> tuple[float, int]:
+    """(chance accuracy, number of classes) of a run's training split."""
+    key = json.dumps(config.data.model_dump(mode="json"), sort_keys=True) + str(config.training.seed)
+    if key not in cache:
+        data = load_dataset(config.data.dataset, train_subset=config.data.train_subset,
+                            validation_split=config.data.validation_split, seed=config.training.seed, **config.data.options)
+        cache[key] = (chance_accuracy(data.y_train), data.num_classes)
+    return cache[key]
+
+
+def rejudge_runs(folder: Path) -> None:
+    labels = {}
+    summary = folder / SUMMARY_FILE
+    if summary.is_file():
+        with open(summary, newline="") as handle:
+            labels = {row["run_id"]: row["label"] for row in csv.DictReader(handle)}
+    cache: dict = {}
+    rows = []
+    for run_id, label in labels.items():
+        run_dir = folder / RUNS_FOLDER / run_id
+        data = json.loads((run_dir / METRICS_FILE).read_text())
+        data["config"]["lr"] = migrate_lr(data["config"]["lr"])
+        config = run_config_from_dict(data["config"])
+        data["config"] = config.to_dict()
+        result = RunResult.from_dict(data)
+        if not result.budget:
+            result.budget = config.training.budget
+        chance, classes = dataset_facts(config, cache)
+        verdict = judge_recorded(result, chance, classes)
+        if verdict.status != result.status:
+            print(f"{folder.name}/{run_id}: {result.status} -> {verdict.status} ({verdict.reason})")
+        result.status, result.reason = verdict.status, verdict.reason
+        write_run(run_dir, result)
+        rows.append(summary_row(PlannedRun(run_id, label, config), result))
+    if rows:
+        write_atomic(summary, summary_csv(rows))
+
+
+def set_user_attrs(database: Path, study_name: str, number: int, attrs: dict) -> None:
+    """User attributes of a finished trial, written into the SQLite file itself: Optuna's API
+    refuses to change a finished trial, which is right for live studies and wrong for this
+    one-off re-judging."""
+    with sqlite3.connect(database) as connection:
+        (trial_id,) = connection.execute(
+            "SELECT trial_id FROM trials JOIN studies USING (study_id) WHERE study_name = ? AND number = ?", (study_name, number),
+        ).fetchone()
+        for key, value in attrs.items():
+            connection.execute("DELETE FROM trial_user_attributes WHERE trial_id = ? AND key = ?", (trial_id, key))
+            connection.execute("INSERT INTO trial_user_attributes (trial_id, key, value_json) VALUES (?, ?, ?)",
+                               (trial_id, key, json.dumps(value)))
+
+
+def rejudge_sweep(folder: Path) -> None:
+    from lbtrain.sweep import open_study, storage_url, trial_run, world_sizes, write_outputs
+
+    experiment = load_experiment(folder / EXPERIMENT_FILE)
+    storage = storage_url(experiment)
+    cache: dict = {}
+    for world_size in world_sizes(experiment):
+        study = open_study(experiment, world_size, storage)
+        for trial in study.get_trials(deepcopy=False):
+            attrs = {}
+            if trial.state == optuna.trial.TrialState.PRUNED:
+                attrs["status"] = "diverged" if trial.user_attrs.get("reason", "").startswith("loss") else "ok"
+            elif trial.state == optuna.trial.TrialState.COMPLETE:
+                chance, _ = dataset_facts(trial_run(experiment, world_size, trial.params), cache)
+                attrs["status"] = "collapsed" if trial.value <= chance + DEFAULT_MARGIN else "ok"
+                if attrs["status"] == "collapsed":
+                    attrs["reason"] = f"validation accuracy {trial.value:.3g} is within {DEFAULT_MARGIN:g} of chance ({chance:.3g})"
+            if attrs and trial.user_attrs.get("status") != attrs["status"]:
+                print(f"{study.study_name} trial {trial.number}: {trial.user_attrs.get('status', 'unjudged')} -> {attrs['status']}")
+                set_user_attrs(folder / "optuna.db", study.study_name, trial.number, attrs)
+    write_outputs(experiment, storage)
+
+
+def main(folders: list[str]) -> None:
+    targets = [Path(f) for f in folders] or sorted(p.parent for p in Path("results").glob(f"*/{EXPERIMENT_FILE}"))
+    for folder in targets:
+        migrate_experiment(folder)
+        rejudge_runs(folder)
+        if (folder / "optuna.db").is_file():
+            rejudge_sweep(folder)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
