@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import Sequence
 
 
@@ -75,9 +76,15 @@ def _run_command(args: argparse.Namespace) -> int:
                   f"{run.config.optimizer.name}  rule {run.config.lr.rule}  seed {settings.seed}")
         return 0
     print(f"{experiment.name}: {len(planned)} runs ({experiment.mode}) -> {experiment.results_dir}", flush=True)
-    rows = run_experiment(experiment, fresh=args.fresh, progress=lambda line: print(line, flush=True))
+    rows = run_experiment(experiment, config_file=str(Path(args.experiment).resolve()), fresh=args.fresh,
+                          progress=lambda line: print(line, flush=True))
     print(summary_table(rows))
     print(f"wrote {experiment.results_dir / 'summary.csv'}")
+    failed = sum(row["status"] == "failed" for row in rows)
+    if failed:
+        print(f"lbtrain: {failed} of {len(rows)} runs failed (reasons in {experiment.results_dir / 'summary.csv'}); "
+              "a rerun retries them", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -113,7 +120,8 @@ def _report_command(args: argparse.Namespace) -> int:
     from lbtrain.analysis.report import write_report
 
     tf.get_logger().setLevel("ERROR")  # rebuilding many schedules makes TensorFlow warn about retracing
-    path = write_report(args.results, target=args.target, metric=args.metric)
+    path = write_report(args.results, target=args.target, metric=args.metric,
+                        on_damaged=lambda problem: print(f"lbtrain: warning: {problem}", file=sys.stderr))
     print(f"wrote {path} and its figures in {path.parent / 'figures'}")
     return 0
 
@@ -142,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--storage", help="an SQLAlchemy URL (default sqlite:///results/<name>/optuna.db)")
     sweep.add_argument("--workers", type=_positive_int, default=1, help="processes sharing the studies")
     sweep.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", help="override a field")
-    sweep.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    sweep.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     sweep.set_defaults(handler=_sweep_command)
     report = commands.add_parser("report", help="write report.md and figures for an experiment's (or sweep's) results folder")
     report.add_argument("results", help="a results folder, e.g. results/quickstart")
@@ -166,9 +174,10 @@ def user_errors() -> tuple[type[Exception], ...]:
     from lbtrain.config import ConfigError
     from lbtrain.data import DatasetError
     from lbtrain.models import ModelError
+    from lbtrain.results import ResultsError
     from lbtrain.schedules import ScheduleError
 
-    return (ConfigError, DatasetError, ModelError, ReportError, ScheduleError)
+    return (ConfigError, DatasetError, ModelError, ReportError, ResultsError, ScheduleError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -182,6 +191,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The reader went away (`lbtrain run x.yaml --dry-run | head`): stop quietly.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as error:
+        # A disk that filled up or a folder that became unwritable while working: what was
+        # written before stays (every file is written atomically); say which file, no traceback.
+        where = f" ({error.filename})" if error.filename else ""
+        print(f"lbtrain: error: {error.strerror or error}{where}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -43,6 +43,15 @@ class DataConfig(_Strict):
 
         return dataset_info(name).name
 
+    @field_validator("options")
+    @classmethod
+    def _known_options(cls, options: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        from lbtrain.data import check_dataset_options
+
+        if "dataset" in info.data:
+            check_dataset_options(info.data["dataset"], options)
+        return options
+
 
 class ModelConfig(_Strict):
     """A model of the zoo and its options (see ``lbtrain.models.build_model``)."""
@@ -56,6 +65,15 @@ class ModelConfig(_Strict):
         from lbtrain.models import model_info
 
         return model_info(name).name
+
+    @field_validator("options")
+    @classmethod
+    def _options_build(cls, options: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        from lbtrain.models import check_model_options
+
+        if "name" in info.data:
+            check_model_options(info.data["name"], options)
+        return options
 
 
 class OptimizerConfig(_Strict):

@@ -19,9 +19,14 @@ def write_atomic(path: str | os.PathLike, content: str | bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = "wb" if isinstance(content, bytes) else "w"
     with tempfile.NamedTemporaryFile(mode, dir=path.parent, prefix=f".{path.name}.", suffix=".partial", delete=False) as handle:
-        handle.write(content)
-        handle.flush()
-        os.fsync(handle.fileno())
+        try:
+            handle.write(content)
+            handle.flush()
+            os.fsync(handle.fileno())
+        except BaseException:
+            # A full disk or an interrupt: the old file stays as it was, and no half file is left.
+            os.unlink(handle.name)
+            raise
     # Temporary files are created 0600; a result file gets the mode any new file would.
     os.chmod(handle.name, 0o666 & ~_umask())
     os.replace(handle.name, path)

@@ -12,11 +12,13 @@ Inputs of rank 1 (signals such as MNIST-1D) use 1-D convolutions, rank 2 or 3 (i
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Sequence
+import inspect
+from typing import Any, Callable, Sequence
 
 import tensorflow as tf
 
 from lbtrain.layers import GhostBatchNormalization, is_batch_norm
+from lbtrain.spelling import did_you_mean
 
 
 class ModelError(ValueError):
@@ -157,6 +159,58 @@ MODELS: dict[str, ModelInfo] = {
 }
 
 
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _is_counts(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and all(_is_count(item) for item in value)
+
+
+# What each option of the zoo must be: checked before a model is built, because an impossible
+# layer (a Dense of width 0) is not a Python error but an abort inside oneDNN that ends the process.
+OPTION_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "widths": ("a list of positive integers", _is_counts),
+    "filters": ("a list of positive integers", _is_counts),
+    "dense": ("a list of positive integers", _is_counts),
+    "kernel_size": ("a positive integer", _is_count),
+    "blocks_per_stage": ("a positive integer", _is_count),
+    "virtual_batch_size": ("a positive integer", _is_count),
+    "batch_norm": ("true or false", lambda value: isinstance(value, bool)),
+    "dropout": ("a number in [0, 1)", lambda value: isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1),
+}
+
+
+def model_options(name: str) -> tuple[str, ...]:
+    """The options model ``name`` takes: the keyword-only arguments of its body builder."""
+    parameters = inspect.signature(model_info(name).build_body).parameters.values()
+    return tuple(p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
+def check_model_options(name: str, options: dict[str, Any]) -> None:
+    """Raises ``ModelError`` naming the first option ``name`` does not take (with the allowed
+    ones and the closest match) or whose value it cannot build (see ``OPTION_RULES``).
+
+    >>> check_model_options("mlp", {"widths": [64, 0]})
+    Traceback (most recent call last):
+      ...
+    lbtrain.models.ModelError: widths must be a list of positive integers, got [64, 0]
+    >>> check_model_options("mlp", {"widht": [64]})
+    Traceback (most recent call last):
+      ...
+    lbtrain.models.ModelError: unknown option 'widht' for model 'mlp' (did you mean 'widths'? allowed: widths, batch_norm, dropout, virtual_batch_size)
+    """
+    allowed = model_options(name)
+    for key, value in options.items():
+        if key not in allowed:
+            raise ModelError(f"unknown option {key!r} for model {name!r} ({did_you_mean(key, allowed)}allowed: {', '.join(allowed)})")
+        what, valid = OPTION_RULES[key]
+        if not valid(value):
+            raise ModelError(f"{key} must be {what}, got {value!r}")
+    if name == "resnet" and not options.get("widths", (16,)):
+        raise ModelError("widths must name at least one stage for model 'resnet', got []")
+
+
 def model_info(name: str) -> ModelInfo:
     """The registry entry for ``name``; an unknown name lists the valid ones."""
     try:
@@ -185,14 +239,12 @@ def build_model(
         normalization layer (ghost BN).
     """
     info = model_info(name)
+    check_model_options(name, options)
     if seed is not None:
         tf.keras.utils.set_random_seed(seed)
     input_shape = tuple(int(d) for d in input_shape)
     inputs = tf.keras.Input(shape=input_shape, name="inputs")
-    try:
-        body = info.build_body(inputs, input_shape, num_classes, **options)
-    except TypeError as error:
-        raise ModelError(f"model {name!r}: bad option ({error})") from None
+    body = info.build_body(inputs, input_shape, num_classes, **options)
     logits = tf.keras.layers.Dense(num_classes, name="logits")(body)
     return tf.keras.Model(inputs, logits, name=name)
 

@@ -3,20 +3,25 @@ results layout.
 
 ``results/<experiment>/runs/<run_id>/`` holds one run: ``config.yaml`` (the resolved run),
 ``history.csv`` (one row per epoch), ``metrics.json`` (the ``RunResult``) and, while it trains,
-``checkpoints/``. Beside the runs: ``experiment.yaml`` (the resolved experiment) and
-``summary.csv`` (one row per run). Every file is written atomically and ``metrics.json`` last: a run is
-finished exactly when its ``metrics.json`` exists, so a killed experiment resumes cleanly.
+``checkpoints/``. Beside the runs: ``experiment.yaml`` (the resolved experiment),
+``summary.csv`` (one row per run), ``owner.json`` (the experiment name and config file that
+own the folder) and ``.lock`` (held by the process running the experiment). Every file is
+written atomically and ``metrics.json`` last: a run is finished exactly when its
+``metrics.json`` exists, so a killed experiment resumes cleanly.
 
 This module loads no TensorFlow: reports and tables read results through it alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import json
 import math
+import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 import yaml
 
@@ -32,6 +37,13 @@ CONFIG_FILE = "config.yaml"
 HISTORY_FILE = "history.csv"
 METRICS_FILE = "metrics.json"
 CHECKPOINT_FOLDER = "checkpoints"
+OWNER_FILE = "owner.json"
+LOCK_FILE = ".lock"
+
+class ResultsError(ValueError):
+    """A results folder or file that cannot be used: damaged, not writable, or another
+    experiment's."""
+
 
 # A run's status, decided by ``lbtrain.verdict``: trained and learned (ok); blew up (diverged);
 # finished at chance or above its starting loss (collapsed); raised or was killed (failed).
@@ -120,5 +132,69 @@ def is_finished(run_dir: str | Path) -> bool:
 
 
 def read_run(run_dir: str | Path) -> RunResult:
-    """The ``RunResult`` a finished run wrote."""
-    return RunResult.from_dict(json.loads((Path(run_dir) / METRICS_FILE).read_text()))
+    """The ``RunResult`` a finished run wrote; a file that is not one (truncated, edited by
+    hand) is a ``ResultsError`` naming it."""
+    path = Path(run_dir) / METRICS_FILE
+    try:
+        return RunResult.from_dict(json.loads(path.read_text()))
+    except (UnicodeDecodeError, json.JSONDecodeError, TypeError, ValueError) as error:
+        raise ResultsError(f"{path} is damaged ({type(error).__name__}: {' '.join(str(error).split())})") from None
+
+
+def claim_folder(folder: Path, name: str, config_file: str | None, experiment: dict[str, Any]) -> None:
+    """Makes ``folder`` the results folder of experiment ``name`` from ``config_file``, or
+    refuses with a ``ResultsError``: when it cannot be created or written, or when another
+    config file with the same experiment name owns it and the two resolved experiments
+    (``experiment`` and the folder's ``experiment.yaml``) differ. Two experiments with one name
+    would otherwise mix their runs, and ``--fresh`` on one would delete the other's."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ResultsError(f"{folder}: a file is where the results folder should be (set output_dir or name)") from None
+    except OSError as error:
+        raise ResultsError(f"{folder}: cannot create the results folder ({error.strerror})") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ResultsError(f"{folder}: the results folder is not writable")
+    owner_path = folder / OWNER_FILE
+    owner = _read_owner(owner_path)
+    recorded = folder / EXPERIMENT_FILE
+    if owner is not None and owner["config_file"] != config_file:
+        previous = yaml.safe_load(recorded.read_text()) if recorded.is_file() else None
+        if previous != experiment:
+            raise ResultsError(
+                f"{folder} holds experiment {name!r} from {owner['config_file']}; {config_file} has the same name but "
+                "another config (give it another name, or another output_dir)"
+            )
+        return
+    write_json_atomic(owner_path, {"name": name, "config_file": config_file})
+
+
+def _read_owner(path: Path) -> dict[str, Any] | None:
+    try:
+        owner = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ResultsError(f"{path} is damaged ({error}); delete it to let this experiment claim the folder") from None
+    return owner if isinstance(owner, dict) and "config_file" in owner else None
+
+
+@contextlib.contextmanager
+def folder_lock(folder: Path, name: str) -> Iterator[None]:
+    """Holds an exclusive lock on ``folder`` (``flock`` on its ``.lock`` file, released when the
+    process ends, however it ends); a second process that asks while it is held gets a
+    ``ResultsError`` naming the holder's pid."""
+    handle = open(folder / LOCK_FILE, "a+")
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            raise ResultsError(f"experiment {name!r} is already running in {folder} (process {holder}); wait for it or stop it") from None
+        handle.truncate(0)
+        handle.write(str(os.getpid()))
+        handle.flush()
+        yield
+    finally:
+        handle.close()

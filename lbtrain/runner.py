@@ -3,7 +3,8 @@
 ``expand`` turns an ``ExperimentConfig`` into ``PlannedRun``s with stable ids (a hash of the
 resolved run config, after a readable prefix). ``run_experiment`` trains the runs that have no
 ``metrics.json`` yet (so a killed experiment resumes where it stopped; an interrupted run
-continues from its last epoch checkpoint), in this process for ``mode: simulated`` or under
+continues from its last epoch checkpoint), in a child process for ``mode: simulated``
+(``lbtrain.isolation``: a run that crashes the process is recorded, not fatal) or under
 ``horovodrun -np W`` for ``mode: horovod``, records diverged and failed runs and goes on, then
 writes ``summary.csv``.
 """
@@ -31,7 +32,11 @@ from lbtrain.config import (
     with_overrides,
 )
 from lbtrain.files import csv_text, write_atomic
-from lbtrain.results import CONFIG_FILE, EXPERIMENT_FILE, RUNS_FOLDER, SUMMARY_FILE, RunResult, is_finished, read_run, write_run
+from lbtrain.isolation import RunProcess
+from lbtrain.results import (
+    CONFIG_FILE, EXPERIMENT_FILE, METRICS_FILE, RUNS_FOLDER, SUMMARY_FILE, ResultsError, RunResult, claim_folder, folder_lock,
+    is_finished, read_run, write_run,
+)
 
 SUMMARY_COLUMNS = (
     "run_id", "label", "status", "world_size", "per_worker_batch", "global_batch", "rule", "warmup_epochs", "optimizer",
@@ -135,24 +140,32 @@ def expand(experiment: ExperimentConfig) -> list[PlannedRun]:
     return planned
 
 
-def check_budgets(planned: list[PlannedRun]) -> None:
-    """Every run's budget against its dataset, before anything trains: a global batch no larger
-    than the training set, a warmup no longer than the budget, a schedule that builds at the
-    real number of steps per epoch. A problem is a ``ConfigError`` naming the run."""
+def check_runs(planned: list[PlannedRun]) -> None:
+    """Every run against its dataset, before anything trains: the data loads with its options
+    and subset, the global batch fits the training set, the warmup fits the budget, the schedule
+    builds at the real number of steps per epoch, and the model builds for the data's shape
+    (once per distinct data and model config, so a large grid is checked in seconds). A problem
+    is a ``ConfigError`` naming the run."""
     from lbtrain.data import DatasetError, load_dataset, steps_per_epoch
+    from lbtrain.models import ModelError, build_model
     from lbtrain.schedules import ScheduleError
 
-    train_samples: dict[str, int] = {}
+    datasets: dict[str, Any] = {}
+    models_built: set[str] = set()
     for run in planned:
         config = run.config
-        key = json.dumps(config.data.model_dump(mode="json"), sort_keys=True)
+        data_key = json.dumps(config.data.model_dump(mode="json"), sort_keys=True)
         try:
-            if key not in train_samples:
-                data = load_dataset(config.data.dataset, train_subset=config.data.train_subset,
-                                    validation_split=config.data.validation_split, **config.data.options)
-                train_samples[key] = len(data.x_train)
-            config.schedule(steps_per_epoch(train_samples[key], config.training.per_worker_batch, config.training.world_size))
-        except (ConfigError, DatasetError, ScheduleError) as error:
+            if data_key not in datasets:
+                datasets[data_key] = load_dataset(config.data.dataset, train_subset=config.data.train_subset,
+                                                  validation_split=config.data.validation_split, **config.data.options)
+            data = datasets[data_key]
+            config.schedule(steps_per_epoch(len(data.x_train), config.training.per_worker_batch, config.training.world_size))
+            model_key = json.dumps([config.model.model_dump(mode="json"), data.input_shape, data.num_classes], sort_keys=True)
+            if model_key not in models_built:
+                build_model(config.model.name, data.input_shape, data.num_classes, **config.model.options)
+                models_built.add(model_key)
+        except (ConfigError, DatasetError, ModelError, ScheduleError) as error:
             raise ConfigError(f"{error} (run {run.label}, world size {config.training.world_size})") from None
 
 
@@ -215,20 +228,6 @@ def write_experiment(experiment: ExperimentConfig) -> Path:
     return write_atomic(experiment.results_dir / EXPERIMENT_FILE, yaml.safe_dump(experiment.model_dump(mode="json"), sort_keys=False))
 
 
-def _train_simulated(planned: PlannedRun, run_dir: Path) -> RunResult:
-    """Trains (or resumes) one run in this process and writes it; an exception is a failed run."""
-    from lbtrain.distributed import SimulatedWorld
-    from lbtrain.trainer import train
-
-    settings = planned.config.training
-    try:
-        result = train(planned.config, SimulatedWorld(settings.world_size, settings.micro_batches), run_dir=run_dir, resume=True)
-    except Exception as error:  # a failed run is recorded, the experiment goes on
-        result = RunResult.failed(planned.config, error)
-    write_run(run_dir, result)
-    return result
-
-
 def horovodrun_path() -> str | None:
     """The launcher: ``$HOROVODRUN`` if set (a wrapper script, say), else the ``horovodrun``
     beside this Python (the venv), else on PATH; None if there is none."""
@@ -286,48 +285,80 @@ def _duration(seconds: float) -> str:
 def run_experiment(
     experiment: ExperimentConfig,
     *,
+    config_file: str | None = None,
     fresh: bool = False,
     progress: Callable[[str], None] = print,
 ) -> list[dict[str, Any]]:
     """Trains every unfinished run of ``experiment`` and writes ``summary.csv``; returns its rows.
 
-    Every run's budget is checked against its dataset first (``check_budgets``). Runs that
-    finished ``ok``, ``diverged`` or ``collapsed`` are skipped; ``failed`` ones are tried again;
-    ``fresh`` deletes the experiment's previous runs first. One progress line per run (with
-    elapsed time and an ETA from the mean time of the runs trained so far, counting every
-    run still ahead)."""
+    Every run is checked against its dataset first (``check_runs``); then the results folder is
+    claimed for this experiment and ``config_file`` (``results.claim_folder``: another
+    experiment of the same name is refused) and locked for this process. Runs that finished
+    ``ok``, ``diverged`` or ``collapsed`` are skipped; ``failed`` ones and those whose
+    ``metrics.json`` is damaged are trained again; ``fresh`` deletes the experiment's previous
+    runs first. One progress line per run (with elapsed time and an ETA from the mean time of
+    the runs trained so far, counting every run still ahead)."""
     planned = expand(experiment)
     if experiment.mode == "horovod" and horovodrun_path() is None:
         raise ConfigError("mode: horovod needs horovodrun, which is not installed here or at $HOROVODRUN (use mode: simulated)")
-    check_budgets(planned)
-    runs_dir = experiment.results_dir / RUNS_FOLDER
-    if fresh and runs_dir.exists():
-        shutil.rmtree(runs_dir)
-    _remove_partial_files(experiment.results_dir)
-    write_experiment(experiment)
+    check_runs(planned)
+    folder = experiment.results_dir
+    claim_folder(folder, experiment.name, config_file, experiment.model_dump(mode="json"))
+    with folder_lock(folder, experiment.name):
+        runs_dir = folder / RUNS_FOLDER
+        if fresh and runs_dir.exists():
+            shutil.rmtree(runs_dir)
+        _remove_partial_files(folder)
+        write_experiment(experiment)
+        rows = _train_all(experiment, planned, runs_dir, progress)
+        write_atomic(folder / SUMMARY_FILE, summary_csv(rows))
+    return rows
+
+
+def _previous_result(run_dir: Path, progress: Callable[[str], None]) -> RunResult | None:
+    """What a run wrote before, or None; a damaged ``metrics.json`` is reported and removed, so
+    the run trains again (from its last checkpoint)."""
+    if not is_finished(run_dir):
+        return None
+    try:
+        return read_run(run_dir)
+    except ResultsError as error:
+        progress(f"{error}: training the run again")
+        (run_dir / METRICS_FILE).unlink()
+        return None
+
+
+def _train_all(experiment: ExperimentConfig, planned: list[PlannedRun], runs_dir: Path,
+               progress: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Trains the runs not finished before, in order; returns every run's summary row."""
     started, trained_seconds, trained = time.perf_counter(), 0.0, 0
     rows = []
-    for index, run in enumerate(planned, start=1):
-        run_dir = runs_dir / run.run_id
-        previous = read_run(run_dir) if is_finished(run_dir) else None
-        if previous is not None and previous.status != "failed":
-            result, note = previous, "done before, skipped"
-        else:
+    with RunProcess() as simulated:
+        for index, run in enumerate(planned, start=1):
+            run_dir = runs_dir / run.run_id
+            previous = _previous_result(run_dir, progress)
+            if previous is not None and previous.status != "failed":
+                rows.append(_report(run, previous, index, len(planned), "done before, skipped", progress))
+                continue
             run_started = time.perf_counter()
             if experiment.mode == "horovod":
                 result = _train_horovod(run, run_dir, experiment)
             else:
-                result = _train_simulated(run, run_dir)
+                result = simulated.train(run.config, run_dir)
             seconds = time.perf_counter() - run_started
             trained_seconds, trained = trained_seconds + seconds, trained + 1
             remaining = len(planned) - index
             note = f"{_duration(seconds)}, elapsed {_duration(time.perf_counter() - started)}, ETA {_duration(remaining * trained_seconds / trained)}"
-        row = summary_row(run, result)
-        rows.append(row)
-        outcome = f"test acc {_number(row['test_accuracy'])}, gap {_number(row['gap_accuracy'], 3)}"
-        if result.status != "ok":
-            outcome = f"{outcome}: {result.reason}"
-        progress(f"[{index}/{len(planned)}] {run.label} w{row['world_size']} x {row['per_worker_batch']} seed {row['seed']}: "
-                 f"{result.status}, {outcome} ({note})")
-    write_atomic(experiment.results_dir / SUMMARY_FILE, summary_csv(rows))
+            rows.append(_report(run, result, index, len(planned), note, progress))
     return rows
+
+
+def _report(run: PlannedRun, result: RunResult, index: int, count: int, note: str, progress: Callable[[str], None]) -> dict[str, Any]:
+    """The run's summary row, after one progress line about it."""
+    row = summary_row(run, result)
+    outcome = f"test acc {_number(row['test_accuracy'])}, gap {_number(row['gap_accuracy'], 3)}"
+    if result.status != "ok":
+        outcome = f"{outcome}: {result.reason}"
+    progress(f"[{index}/{count}] {run.label} w{row['world_size']} x {row['per_worker_batch']} seed {row['seed']}: "
+             f"{result.status}, {outcome} ({note})")
+    return row

@@ -24,11 +24,13 @@ from typing import Any
 
 import numpy as np
 import optuna
+import sqlalchemy.exc
 import tensorflow as tf
 
 from lbtrain.config import ConfigError, ExperimentConfig, SearchParam, run_config_from_dict, with_overrides
 from lbtrain.distributed import SimulatedWorld, World
 from lbtrain.files import csv_text, write_atomic, write_json_atomic
+from lbtrain.results import claim_folder
 from lbtrain.trainer import train
 
 # Heartbeats and the matplotlib plots are marked experimental in Optuna; lbtrain relies on them.
@@ -56,29 +58,53 @@ def world_sizes(experiment: ExperimentConfig) -> list[int]:
     return sizes
 
 
-def open_study(experiment: ExperimentConfig, world_size: int, storage: str | None = None) -> optuna.Study:
-    """Creates or loads the study of one world size."""
+def sampler_seed(experiment: ExperimentConfig, world_size: int, worker: int, finished: int) -> int:
+    """The TPE sampler's seed for one process: drawn from ``sweep.sampler_seed``, the world
+    size, the worker's index and the number of trials the study had finished when the process
+    joined, so parallel workers and reruns draw distinct trials (one seed for all makes them
+    repeat each other), while the same sweep launched the same way draws the same ones."""
+    entropy = [experiment.sweep.sampler_seed, world_size, worker, finished]
+    return int(np.random.SeedSequence(entropy).generate_state(1)[0])
+
+
+def _storage(url: str, settings) -> optuna.storages.RDBStorage:
+    """Optuna's RDB storage with heartbeats; a URL it cannot open is a ``ConfigError``."""
+    try:
+        if url.startswith("sqlite:///"):
+            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        return optuna.storages.RDBStorage(
+            url,
+            heartbeat_interval=settings.heartbeat_seconds,
+            grace_period=settings.grace_seconds,
+            heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=3),
+        )
+    except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.OperationalError, sqlalchemy.exc.NoSuchModuleError,
+            ModuleNotFoundError, OSError) as error:
+        reason = " ".join(str(getattr(error, "orig", None) or getattr(error, "strerror", None) or error).split())
+        raise ConfigError(f"storage {url!r} cannot be opened ({type(error).__name__}: {reason}); "
+                          "give an SQLAlchemy URL such as sqlite:///path/optuna.db in a writable folder") from None
+
+
+def open_study(experiment: ExperimentConfig, world_size: int, storage: str | None = None, worker: int = 0) -> optuna.Study:
+    """Creates or loads the study of one world size, with this process's sampler
+    (``sampler_seed``; worker ``worker`` of a parallel sweep)."""
     settings = experiment.sweep
-    url = storage or storage_url(experiment)
-    if url.startswith("sqlite:///"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    rdb = optuna.storages.RDBStorage(
-        url,
-        heartbeat_interval=settings.heartbeat_seconds,
-        grace_period=settings.grace_seconds,
-        heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=3),
-    )
+    rdb = _storage(storage or storage_url(experiment), settings)
     pruners = {
         "median": lambda: optuna.pruners.MedianPruner(
             n_startup_trials=settings.pruner_startup_trials, n_warmup_steps=settings.pruner_warmup_epochs),
         "successive_halving": lambda: optuna.pruners.SuccessiveHalvingPruner(min_resource=settings.pruner_warmup_epochs + 1),
         "none": optuna.pruners.NopPruner,
     }
-    pruner = pruners[settings.pruner]()
-    return optuna.create_study(
-        study_name=study_name(experiment, world_size), storage=rdb, direction="maximize",
-        sampler=optuna.samplers.TPESampler(seed=settings.sampler_seed + world_size), pruner=pruner, load_if_exists=True,
+    study = optuna.create_study(
+        study_name=study_name(experiment, world_size), storage=rdb, direction="maximize", pruner=pruners[settings.pruner](),
+        load_if_exists=True,
     )
+    # Constant liar: a worker treats the trials others are running as done and bad, so
+    # parallel workers spread out instead of sampling next to each other.
+    study.sampler = optuna.samplers.TPESampler(seed=sampler_seed(experiment, world_size, worker, finished_trials(study)),
+                                               constant_liar=True)
+    return study
 
 
 def suggest(trial: optuna.trial.BaseTrial, search: dict[str, SearchParam]) -> dict[str, Any]:
@@ -184,10 +210,14 @@ def _report_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
     print(f"[{study.study_name} trial {trial.number}] {trial.state.name.lower()}: {outcome} {trial.params}", flush=True)
 
 
-def optimize(experiment: ExperimentConfig, world_size: int, trials: int, storage: str | None = None) -> optuna.Study:
+def optimize(experiment: ExperimentConfig, world_size: int, trials: int, storage: str | None = None,
+             worker: int = 0) -> optuna.Study:
     """Runs trials of one world size's study until it has ``trials`` finished ones (across
-    every process sharing the storage), printing one line per trial."""
-    study = open_study(experiment, world_size, storage)
+    every process sharing the storage), printing one line per trial. Trials a killed process
+    left RUNNING are failed first, even when the study has its trials already; their retries
+    wait in the queue for the next top-up."""
+    study = open_study(experiment, world_size, storage, worker)
+    optuna.storages.fail_stale_trials(study)
     remaining = trials - finished_trials(study)
     if remaining > 0:
         study.optimize(
@@ -202,6 +232,8 @@ def optimize_distributed(experiment: ExperimentConfig, world: World, trials: int
     storage, asks for each trial and broadcasts its parameters; every rank trains; rank 0 tells
     the result. Returns the study on rank 0, None elsewhere."""
     study = open_study(experiment, world.size, storage) if world.is_root else None
+    if study is not None:
+        optuna.storages.fail_stale_trials(study)
     while True:
         trial = params = None
         if world.is_root and finished_trials(study) < trials:
@@ -225,16 +257,16 @@ def optimize_distributed(experiment: ExperimentConfig, world: World, trials: int
 
 def _spawn_workers(experiment: ExperimentConfig, experiment_path: str, overrides: list[str], trials: int, storage: str,
                    workers: int) -> None:
-    """``workers`` processes of ``lbtrain sweep --worker`` sharing the storage; the studies are
-    created first so the workers do not race to create them."""
+    """``workers`` processes of ``lbtrain sweep --worker INDEX`` sharing the storage; the
+    studies are created first so the workers do not race to create them."""
     import subprocess
     import sys
 
     for world_size in world_sizes(experiment):
         open_study(experiment, world_size, storage)
     command = [sys.executable, "-m", "lbtrain.cli", "sweep", experiment_path, "--trials", str(trials), "--storage", storage,
-               "--worker", *(item for value in overrides for item in ("--set", value))]
-    processes = [subprocess.Popen(command) for _ in range(workers)]
+               *(item for value in overrides for item in ("--set", value))]
+    processes = [subprocess.Popen([*command, "--worker", str(index)]) for index in range(workers)]
     if any(process.wait() for process in processes):
         raise RuntimeError("a sweep worker failed (see its output above)")
 
@@ -247,13 +279,14 @@ def run_sweep(
     trials: int | None = None,
     storage: str | None = None,
     workers: int = 1,
-    worker: bool = False,
+    worker: int | None = None,
 ) -> tuple[list[dict[str, Any]], ScalingFit | None] | None:
-    """``lbtrain sweep``: checks the search space, then runs the trials the way the process was
-    launched: every rank of a Horovod job trains each trial of its one world size; ``workers >
-    1`` spawns that many processes sharing the storage; otherwise this process tops up each
-    world size's study in turn. Then (except in a spawned worker or a non-root rank) writes the
-    outputs and returns their rows and fit.
+    """``lbtrain sweep``: checks the search space and claims the results folder, then runs the
+    trials the way the process was launched: every rank of a Horovod job trains each trial of
+    its one world size; ``workers > 1`` spawns that many processes sharing the storage (each
+    given its index ``worker``); otherwise this process tops up each world size's study in
+    turn. Then (except in a spawned worker or a non-root rank) writes the outputs and returns
+    their rows and fit.
 
     ``experiment_path`` and ``overrides`` are how spawned workers load the same experiment."""
     from lbtrain.distributed import HorovodWorld, launched_by_horovod
@@ -266,17 +299,22 @@ def run_sweep(
         world = HorovodWorld()
         if sizes != [world.size]:
             raise ConfigError(f"grid.world_sizes is {sizes} but horovodrun started {world.size} processes: sweep one world size per job")
+        if world.is_root:
+            claim_folder(experiment.results_dir, experiment.name, str(Path(experiment_path).resolve()), experiment.model_dump(mode="json"))
         study = optimize_distributed(experiment, world, trials, storage)
         if not world.is_root:
             return None
         print(f"{study.study_name}: {len(study.trials)} trials", flush=True)
-    elif workers > 1:
+        return write_outputs(experiment, storage)
+    if worker is None:
+        claim_folder(experiment.results_dir, experiment.name, str(Path(experiment_path).resolve()), experiment.model_dump(mode="json"))
+    if workers > 1:
         _spawn_workers(experiment, experiment_path, list(overrides), trials, storage, workers)
     else:
         for world_size in sizes:
-            study = optimize(experiment, world_size, trials, storage)
+            study = optimize(experiment, world_size, trials, storage, worker or 0)
             print(f"{study.study_name}: {len(study.trials)} trials", flush=True)
-    return None if worker else write_outputs(experiment, storage)
+    return None if worker is not None else write_outputs(experiment, storage)
 
 
 @dataclasses.dataclass(frozen=True)

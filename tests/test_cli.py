@@ -1,6 +1,7 @@
 """The command line as a user meets it: bad input is one line on stderr, exit code 2, no
 traceback and nothing written under results/."""
 
+import os
 import re
 
 import pytest
@@ -55,6 +56,19 @@ BAD_INPUTS = {
     "labels alike": (lambda tmp: [str(experiment_file(tmp, grid={"variants": [{"label": "a b", "lr.rule": "none"},
                                                                                {"label": "A-B", "lr.rule": "sqrt"}]}))],
                      r"grid.variants\[1\].label 'A-B' is the same recipe name as grid.variants\[0\].label 'a b'"),
+    # Once an abort inside oneDNN (exit 134) that took the whole grid down.
+    "impossible model option": (lambda tmp: [str(experiment_file(tmp, model={"name": "mlp", "options": {"widths": [0]}}))],
+                                r"model.options: widths must be a list of positive integers, got \[0\]"),
+    "model option typo": (lambda tmp: [str(experiment_file(tmp, model={"name": "mlp", "options": {"widht": [8]}}))],
+                          r"model.options: unknown option 'widht' for model 'mlp' \(did you mean 'widths'\? allowed: widths, "),
+    "option of another model": (lambda tmp: [str(experiment_file(tmp, grid={"variants": [{"label": "cnn", "model.name": "cnn"}]}))],
+                                r"model.options: unknown option 'widths' for model 'cnn'.*\(grid point cnn\)$"),
+    "data option typo": (lambda tmp: [str(experiment_file(tmp, **merge("data", options={"num_sample": 500})))],
+                         r"data.options: unknown option 'num_sample' for dataset 'mnist1d' \(did you mean 'num_samples'\?"),
+    "subset larger than the data": (lambda tmp: [str(experiment_file(tmp, **merge("data", train_subset=100000)))],
+                                    r"train_subset must be an integer in \[1, 400\] for mnist1d, got 100000 \(run base, world size 1\)"),
+    "absurd world size": (lambda tmp: [str(experiment_file(tmp, grid={"world_sizes": [1, 100000]}))],
+                          r"256 training samples are fewer than one global batch \(100000 workers x 16\).*\(run base, world size 100000\)"),
 }
 
 
@@ -138,3 +152,73 @@ def test_scientific_notation_reads_as_a_number(tmp_path):
     from lbtrain.config import load_experiment
 
     assert load_experiment(path).lr == {"base_lr": 0.1}
+
+
+def test_run_exits_non_zero_when_a_run_failed_and_says_how_many(tmp_path, capsys):
+    # Passes every check, then raises after training: a sharpness subspace larger than the model.
+    spec = experiment_file(tmp_path, grid={"world_sizes": [1], "variants": [
+        {"label": "fine"}, {"label": "fails", "analysis.sharpness": True, "analysis.sharpness_subspace": 10**9}]})
+    assert main(["run", str(spec)]) == 1
+    captured = capsys.readouterr()
+    assert "fine w1 x 16 seed 0: ok" in captured.out and "fails w1 x 16 seed 0: failed" in captured.out
+    assert captured.err.strip().startswith("lbtrain: 1 of 2 runs failed (reasons in ")
+
+
+def test_a_file_where_the_results_folder_should_be_is_refused_and_kept(tmp_path, capsys):
+    (tmp_path / "results").write_text("my notes\n")
+    assert main(["run", str(experiment_file(tmp_path))]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"lbtrain: error: {tmp_path / 'results' / 'cli'}: a file is where the results folder should be (set output_dir or name)")
+    assert (tmp_path / "results").read_text() == "my notes\n"
+
+
+def test_a_results_folder_that_cannot_be_created_is_one_line(tmp_path, capsys):
+    # /proc refuses new folders even to root, who can write anywhere else.
+    assert main(["run", str(experiment_file(tmp_path, output_dir="/proc/lbtrain-results"))]) == 2
+    assert capsys.readouterr().err.strip().startswith(
+        "lbtrain: error: /proc/lbtrain-results/cli: cannot create the results folder (")
+
+
+def test_two_experiments_with_one_name_do_not_share_a_folder(tmp_path, capsys):
+    first = experiment_file(tmp_path)
+    assert main(["run", str(first)]) == 0
+    runs = sorted(p.name for p in (tmp_path / "results" / "cli" / "runs").iterdir())
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump({**GOOD, "output_dir": str(tmp_path / "results"), "lr": {"base_lr": 0.2, "base_batch": 16}}))
+    capsys.readouterr()
+    for arguments in ([], ["--fresh"]):
+        assert main(["run", str(other), *arguments]) == 2
+        assert capsys.readouterr().err.strip() == (
+            f"lbtrain: error: {tmp_path / 'results' / 'cli'} holds experiment 'cli' from {first}; {other} has the same name "
+            "but another config (give it another name, or another output_dir)")
+    assert sorted(p.name for p in (tmp_path / "results" / "cli" / "runs").iterdir()) == runs
+    # The same experiment from another file agrees with the folder's: it may resume it.
+    copy = tmp_path / "copy.yaml"
+    copy.write_text(first.read_text())
+    assert main(["run", str(copy)]) == 0
+    assert capsys.readouterr().out.count("done before, skipped") == len(runs)
+
+
+def test_a_second_process_on_a_running_experiment_is_refused(tmp_path, capsys):
+    from lbtrain.results import folder_lock
+
+    folder = tmp_path / "results" / "cli"
+    folder.mkdir(parents=True)
+    with folder_lock(folder, "cli"):
+        assert main(["run", str(experiment_file(tmp_path))]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"lbtrain: error: experiment 'cli' is already running in {folder} (process {os.getpid()}); wait for it or stop it")
+    assert not (folder / "runs").exists()
+
+
+@pytest.mark.parametrize("storage, message", [
+    ("not-a-url", r"storage 'not-a-url' cannot be opened \(ArgumentError: "),
+    ("sqlite:////proc/lbtrain/optuna.db", r"storage 'sqlite:////proc/lbtrain/optuna.db' cannot be opened \("),
+])
+def test_a_storage_that_cannot_be_opened_is_one_line(tmp_path, storage, message):
+    spec = experiment_file(tmp_path, **merge("data", validation_split=0.25),
+                           search={"lr.base_lr": {"type": "float", "low": 0.01, "high": 0.1}})
+    result = run_cli("sweep", str(spec), "--storage", storage)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and re.search(message, lines[0]), result.stderr

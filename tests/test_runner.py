@@ -100,12 +100,13 @@ def test_run_writes_every_run_and_a_summary_then_skips_finished_runs(tmp_path):
 def test_diverged_and_failed_runs_are_recorded_and_the_rest_finish(tmp_path):
     exp = experiment(tmp_path, grid={"world_sizes": [2], "variants": [
         {"label": "huge", "lr.base_lr": 1.0e6, "lr.rule": "none"},
-        {"label": "fails", "model.options": {"depth": 3}},
+        # Passes every check, then raises after training: a sharpness subspace larger than the model.
+        {"label": "fails", "analysis.sharpness": True, "analysis.sharpness_subspace": 10**9},
         {"label": "fine", "lr.rule": "sqrt"}]})
     rows = run_experiment(exp, progress=lambda line: None)
     assert [row["status"] for row in rows] == ["diverged", "failed", "ok"]
     assert "loss became nan" in rows[0]["reason"] or "exceeds" in rows[0]["reason"]
-    assert rows[1]["reason"].startswith("ModelError: ") and "depth" in rows[1]["reason"]
+    assert rows[1]["reason"].startswith("ValueError: subspace_dim must be an integer in 1..")
     assert read_summary(tmp_path / "results" / "tiny" / "summary.csv")[1]["status"] == "failed"
 
 
@@ -187,9 +188,24 @@ def test_mode_horovod_runs_world_sizes_one_and_two_for_real(tmp_path):
 
 @pytest.mark.slow
 def test_mode_horovod_records_a_failing_job_with_its_error(tmp_path):
-    exp = experiment(tmp_path, mode="horovod", grid={"world_sizes": [2]}, model={"name": "mlp", "options": {"depth": 3}})
+    exp = experiment(tmp_path, mode="horovod", grid={"world_sizes": [2]},
+                     analysis={"sharpness": True, "sharpness_subspace": 10**9})
     rows = run_experiment(exp, progress=lambda line: None)
     assert rows[0]["status"] == "failed"
     assert rows[0]["reason"].startswith("horovodrun exited with ")
-    assert "depth" in rows[0]["reason"]
+    assert "subspace_dim must be an integer in 1.." in rows[0]["reason"]
     assert read_run(tmp_path / "results" / "tiny" / "runs" / rows[0]["run_id"]).status == "failed"
+
+
+def test_a_damaged_metrics_file_is_reported_and_its_run_trained_again(tmp_path):
+    exp = experiment(tmp_path, grid={"world_sizes": [1], "variants": [{"label": "none", "lr.rule": "none"},
+                                                                      {"label": "linear", "lr.rule": "linear"}]})
+    first = run_experiment(exp, progress=lambda line: None)
+    metrics = tmp_path / "results" / "tiny" / "runs" / first[1]["run_id"] / "metrics.json"
+    metrics.write_text(metrics.read_text()[:50])
+    lines = []
+    again = run_experiment(exp, progress=lines.append)
+    assert lines[0] == "[1/2] none w1 x 16 seed 0: ok, " + lines[0].split(": ok, ")[1] and "done before, skipped" in lines[0]
+    assert lines[1].startswith(f"{metrics} is damaged (JSONDecodeError: ") and lines[1].endswith(": training the run again")
+    assert "done before, skipped" not in lines[2] and [row["status"] for row in again] == ["ok", "ok"]
+    assert read_run(metrics.parent).metrics["test_accuracy"] == pytest.approx(first[1]["test_accuracy"])

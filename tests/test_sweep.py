@@ -257,6 +257,8 @@ def test_two_workers_share_one_study(tmp_path, capsys):
     trials = optuna.load_study(study_name="tiny-w1", storage=storage).get_trials()
     complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert 4 <= len(complete) <= 5 and len({t.number for t in trials}) == len(trials)
+    # Each worker has its own sampler seed: the two do not draw the same trials.
+    assert len({tuple(sorted(t.params.items())) for t in trials}) == len(trials)
     assert "world   1: " in capsys.readouterr().out
 
 
@@ -281,3 +283,38 @@ def test_horovodrun_two_ranks_sweep_two_trials(tmp_path):
 def test_pruner_choice(tmp_path, pruner, kind):
     experiment = ExperimentConfig.model_validate(sweep_spec(tmp_path, sweep={"pruner": pruner}))
     assert isinstance(open_study(experiment, 1).pruner, kind)
+
+
+def test_a_rerun_draws_new_trials_instead_of_repeating_the_first_ones(tmp_path):
+    experiment = ExperimentConfig.model_validate(sweep_spec(tmp_path, grid={"world_sizes": [1]}, training={"per_worker_batch": 16, "epochs": 1}))
+    optimize(experiment, 1, 2)
+    study = optimize(experiment, 1, 4)
+    rates = [trial.params["lr.base_lr"] for trial in study.get_trials()]
+    assert len(rates) == 4 and len(set(rates)) == 4, rates
+
+
+def test_parallel_workers_and_reruns_get_distinct_sampler_seeds(tmp_path):
+    from lbtrain.sweep import sampler_seed
+
+    experiment = ExperimentConfig.model_validate(sweep_spec(tmp_path))
+    seeds = {sampler_seed(experiment, world, worker, finished) for world in (1, 2) for worker in (0, 1) for finished in (0, 4)}
+    assert len(seeds) == 8 and sampler_seed(experiment, 1, 0, 0) == sampler_seed(experiment, 1, 0, 0)
+
+
+def test_a_stale_running_trial_is_failed_even_when_the_study_has_its_trials(tmp_path):
+    from lbtrain.sweep import _storage
+
+    experiment = ExperimentConfig.model_validate(sweep_spec(
+        tmp_path, grid={"world_sizes": [1]}, training={"per_worker_batch": 16, "epochs": 1},
+        sweep={"trials": 1, "pruner": "none", "heartbeat_seconds": 1, "grace_seconds": 1}))
+    optimize(experiment, 1, 1)
+    # A worker killed mid-trial leaves it RUNNING with a heartbeat that stops.
+    storage = _storage(storage_url(experiment), experiment.sweep)
+    study = optuna.load_study(study_name="tiny-w1", storage=storage)
+    stale = study.ask()
+    storage.record_heartbeat(stale._trial_id)
+    time.sleep(2.5)
+    optimize(experiment, 1, 1)
+    states = [trial.state for trial in open_study(experiment, 1).get_trials()]
+    assert states[:2] == [optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL]
+    assert states[2:] == [optuna.trial.TrialState.WAITING]  # its retry, for the next top-up

@@ -16,7 +16,7 @@ import json
 import math
 import statistics
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import yaml
@@ -281,7 +281,7 @@ def _sweep_section(report: _Report) -> None:
     path = report.results_dir / SWEEP_SUMMARY_FILE
     if not path.is_file():
         return
-    rows = [row for row in read_summary(path) if row.get("best_learning_rate") is not None]
+    rows = [row for row in read_summary(path, required=("world_size", "study")) if row.get("best_learning_rate") is not None]
     fit_path = report.results_dir / SWEEP_FIT_FILE
     fit = json.loads(fit_path.read_text()) if fit_path.is_file() else None
     params = [key for key in (rows[0] if rows else {}) if key.startswith("param:")]
@@ -307,7 +307,8 @@ def _sweep_section(report: _Report) -> None:
                       xlabel="global batch", ylabel="learning rate", log_x=True, log_y=True)
 
 
-def write_report(results_dir: str | Path, *, target: float | None = None, metric: str | None = None) -> Path:
+def write_report(results_dir: str | Path, *, target: float | None = None, metric: str | None = None,
+                 on_damaged: Callable[[str], None] | None = None) -> Path:
     """Writes ``report.md``, ``report.json`` (the headline numbers) and ``figures/*.png`` into
     ``results_dir``; returns the report's path.
 
@@ -318,6 +319,7 @@ def write_report(results_dir: str | Path, *, target: float | None = None, metric
         global batch reaches (``reachable_target``).
       metric: the per-epoch metric of the learning curves and steps to target; default
         ``val_accuracy`` when every run holds out a validation split, else ``accuracy``.
+      on_damaged: told each damaged summary row or run file left out (the report lists them too).
     """
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
@@ -327,11 +329,18 @@ def write_report(results_dir: str | Path, *, target: float | None = None, metric
     has_runs = (results_dir / SUMMARY_FILE).is_file()
     if not has_runs and not (results_dir / SWEEP_SUMMARY_FILE).is_file():
         raise ReportError(f"{results_dir} has neither {SUMMARY_FILE} nor {SWEEP_SUMMARY_FILE}: nothing to report")
-    records = load_records(results_dir) if has_runs else []
+    damaged: list[str] = []
+    records = load_records(results_dir, on_damaged=damaged.append) if has_runs else []
     experiment_file = results_dir / EXPERIMENT_FILE
     experiment = yaml.safe_load(experiment_file.read_text()) if experiment_file.is_file() else {}
     report = _Report(results_dir)
     report.add(f"# {experiment.get('name', results_dir.name)}", experiment.get("description", ""))
+    if damaged:
+        report.add("Left out, damaged (a rerun of the experiment retrains or rebuilds them):",
+                   "\n".join(f"- {problem}" for problem in damaged))
+        for problem in damaged:
+            if on_damaged is not None:
+                on_damaged(problem)
     if records:
         metric = metric or curve_metric(records)
         known = {key for r in records for row in r.result.history for key in row}

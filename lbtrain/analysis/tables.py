@@ -14,9 +14,9 @@ import dataclasses
 import math
 import statistics
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
-from lbtrain.results import RUNS_FOLDER, STATUSES, SUMMARY_FILE, RunResult, is_finished, read_run
+from lbtrain.results import RUNS_FOLDER, STATUSES, SUMMARY_FILE, ResultsError, RunResult, is_finished, read_run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,23 +87,51 @@ def _parse(value: str) -> Any:
     return value
 
 
-def read_summary(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of a ``summary.csv`` with numbers parsed and empty cells as None."""
-    with open(path, newline="") as handle:
-        return [{key: _parse(value) for key, value in row.items()} for row in csv.DictReader(handle)]
+SUMMARY_KEYS = ("run_id", "label", "status", "world_size", "global_batch")
 
 
-def load_records(results_dir: str | Path) -> list[RunRecord]:
-    """Every finished run listed in ``results_dir/summary.csv``, in its order."""
+def read_summary(path: str | Path, on_damaged: Callable[[str], None] | None = None,
+                 required: Sequence[str] = SUMMARY_KEYS) -> list[dict[str, Any]]:
+    """The rows of a summary CSV with numbers parsed and empty cells as None. A file that is no
+    summary (not CSV text, or without the ``required`` columns) is a ``ResultsError``; a row cut
+    short (a half-written file) is left out and reported to ``on_damaged``."""
+    path = Path(path)
+    try:
+        with open(path, newline="") as handle:
+            reader = csv.DictReader(handle)
+            header = reader.fieldnames or []
+            missing = [key for key in required if key not in header]
+            if missing:
+                raise ResultsError(f"{path} is damaged: no column {', '.join(missing)} (a rerun of the experiment rebuilds it)")
+            rows = []
+            for row in reader:
+                if None in row.values() or None in row or not row[required[0]]:
+                    if on_damaged is not None:
+                        on_damaged(f"{path}, line {reader.line_num}: a damaged row, left out")
+                    continue
+                rows.append({key: _parse(value) for key, value in row.items()})
+    except (UnicodeDecodeError, csv.Error) as error:
+        raise ResultsError(f"{path} is damaged ({error}; a rerun of the experiment rebuilds it)") from None
+    return rows
+
+
+def load_records(results_dir: str | Path, on_damaged: Callable[[str], None] | None = None) -> list[RunRecord]:
+    """Every finished run listed in ``results_dir/summary.csv``, in its order. Damaged rows and
+    runs whose ``metrics.json`` is damaged are left out, each reported to ``on_damaged``."""
     results_dir = Path(results_dir)
     summary = results_dir / SUMMARY_FILE
     if not summary.is_file():
         raise FileNotFoundError(f"{summary} does not exist: run the experiment first (lbtrain run EXPERIMENT.yaml)")
     records = []
-    for row in read_summary(summary):
+    for row in read_summary(summary, on_damaged):
         run_dir = results_dir / RUNS_FOLDER / str(row["run_id"])
-        if is_finished(run_dir):
+        if not is_finished(run_dir):
+            continue
+        try:
             records.append(RunRecord(row, read_run(run_dir)))
+        except ResultsError as error:
+            if on_damaged is not None:
+                on_damaged(f"{error}: run left out")
     return records
 
 

@@ -15,7 +15,9 @@ from lbtrain.data.datasets import (
     DatasetInfo,
     RawData,
     cache_dir,
+    check_dataset_options,
     dataset_info,
+    dataset_options,
     load_dataset,
 )
 from lbtrain.data.errors import DatasetError
@@ -36,7 +38,9 @@ __all__ = [
     "DatasetInfo",
     "RawData",
     "cache_dir",
+    "check_dataset_options",
     "dataset_info",
+    "dataset_options",
     "epoch_order",
     "find_idx_directory",
     "idx_search_path",

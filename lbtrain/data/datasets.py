@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import io
 import os
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
 from lbtrain.data.errors import DatasetError
 from lbtrain.data.formats import find_idx_directory, idx_search_path, read_idx_directory
 from lbtrain.files import write_atomic
+from lbtrain.spelling import did_you_mean
 
 __all__ = ["DATASETS", "Dataset", "DatasetInfo", "RawData", "cache_dir", "dataset_info", "load_dataset"]
 
@@ -244,6 +246,27 @@ def dataset_info(name: str) -> DatasetInfo:
         raise DatasetError(f"unknown dataset {name!r} (allowed: {', '.join(DATASETS)})") from None
 
 
+def dataset_options(name: str) -> tuple[str, ...]:
+    """The options dataset ``name`` takes: the arguments of its loader."""
+    return tuple(inspect.signature(dataset_info(name).load).parameters)
+
+
+def check_dataset_options(name: str, options: dict[str, Any]) -> None:
+    """Raises ``DatasetError`` for an option dataset ``name`` does not take, naming the closest
+    allowed one (the values are checked by the loader).
+
+    >>> check_dataset_options("mnist1d", {"num_sample": 500})
+    Traceback (most recent call last):
+      ...
+    lbtrain.data.DatasetError: unknown option 'num_sample' for dataset 'mnist1d' (did you mean 'num_samples'? allowed: num_samples, generator_seed)
+    """
+    allowed = dataset_options(name)
+    for key in options:
+        if key not in allowed:
+            listed = ", ".join(allowed) or "none"
+            raise DatasetError(f"unknown option {key!r} for dataset {name!r} ({did_you_mean(key, allowed)}allowed: {listed})")
+
+
 @functools.lru_cache(maxsize=8)
 def _load_raw(name: str, options: tuple) -> RawData:
     return dataset_info(name).load(**dict(options))
@@ -280,11 +303,9 @@ def load_dataset(
     info = dataset_info(name)
     if not 0.0 <= validation_split < 1.0:
         raise DatasetError(f"validation_split must be in [0, 1), got {validation_split!r}")
+    check_dataset_options(name, options)
     frozen = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in options.items()))
-    try:
-        raw = _load_raw(name, frozen)
-    except TypeError as error:
-        raise DatasetError(f"{name}: bad option ({error})") from None
+    raw = _load_raw(name, frozen)
     if train_subset is not None:
         if not isinstance(train_subset, int) or not 0 < train_subset <= len(raw.x_train):
             raise DatasetError(

@@ -172,3 +172,29 @@ def test_noise_scale_is_read_in_the_epoch_each_run_reaches_the_target():
             row["noise_scale"] = scale
     assert noise_scale_at_target([first, second, diverged], 0.7, "val_accuracy") == [120.0]
     assert noise_scale_at_target([first, second, diverged], 0.8, "val_accuracy") == [300.0, 80.0]
+
+
+def test_damaged_rows_and_run_files_are_left_out_by_name_and_the_rest_reported(tiny_results, tmp_path):
+    import shutil
+
+    results = tmp_path / "tiny"
+    shutil.copytree(tiny_results, results)
+    rows = summary_rows(results)
+    damaged_run = results / "runs" / rows[0]["run_id"] / "metrics.json"
+    damaged_run.write_text(damaged_run.read_text()[:100])
+    with open(results / "summary.csv", "a") as handle:
+        handle.write(rows[1]["run_id"] + ",linear")  # a row cut short, as a full disk leaves one
+    problems = []
+    text = write_report(results, on_damaged=problems.append).read_text()
+    assert problems == [f"{results / 'summary.csv'}, line {len(rows) + 2}: a damaged row, left out",
+                        problems[1]]
+    assert problems[1].startswith(f"{damaged_run} is damaged (JSONDecodeError: ") and problems[1].endswith(": run left out")
+    assert f"{len(rows) - 1} runs: " in text and all(f"- {problem}" in text for problem in problems)
+
+
+def test_a_summary_without_its_columns_is_one_line(tiny_results, tmp_path, capsys):
+    results = tmp_path / "tiny"
+    results.mkdir()
+    (results / "summary.csv").write_text("\x00\x01 not a summary\n")
+    assert main(["report", str(results)]) == 2
+    assert capsys.readouterr().err.strip().startswith(f"lbtrain: error: {results / 'summary.csv'} is damaged: no column run_id")

@@ -92,7 +92,8 @@ def test_subset_and_validation_split_are_disjoint_and_seeded():
         (lambda: load_dataset("cifar"), r"unknown dataset 'cifar' \(allowed: fashion_mnist, mnist, mnist1d, synthetic\)"),
         (lambda: load_dataset("synthetic", validation_split=1.0), r"validation_split must be in \[0, 1\)"),
         (lambda: load_dataset("synthetic", train_subset=0), r"train_subset must be an integer in \[1, 4096\]"),
-        (lambda: load_dataset("synthetic", colour=True), r"synthetic: bad option"),
+        (lambda: load_dataset("synthetic", colour=True), r"unknown option 'colour' for dataset 'synthetic' \(allowed: input_shape, "),
+        (lambda: load_dataset("fashion_mnist", num_samples=10), r"unknown option 'num_samples' for dataset 'fashion_mnist' \(allowed: none\)"),
         (lambda: load_dataset("mnist1d", num_samples=3), r"num_samples must be an integer >= 10"),
     ],
 )
