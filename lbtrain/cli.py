@@ -93,6 +93,8 @@ def _sweep_command(args: argparse.Namespace) -> int:
     from lbtrain.sweep import run_sweep, storage_url
 
     experiment = load_experiment(args.experiment, args.set)
+    if experiment.protocol is not None:
+        return _protocol_command(args, experiment)
     try:
         outputs = run_sweep(experiment, experiment_path=args.experiment, overrides=args.set, trials=args.trials,
                             storage=args.storage, workers=args.workers, worker=args.worker)
@@ -111,6 +113,23 @@ def _sweep_command(args: argparse.Namespace) -> int:
     if fit is not None:
         print(fit.describe())
     print(f"wrote {experiment.results_dir / 'sweep_summary.csv'} (studies in {args.storage or storage_url(experiment)})")
+    return 0
+
+
+def _protocol_command(args: argparse.Namespace, experiment) -> int:
+    """``lbtrain sweep`` on an experiment with a ``protocol`` section (``lbtrain.protocol``)."""
+    from lbtrain.config import ConfigError
+    from lbtrain.protocol import PROTOCOL_REPORT, run_protocol
+    from lbtrain.sweep import storage_url
+
+    if args.workers > 1 or args.worker is not None or args.trials is not None:
+        raise ConfigError("the tuning protocol runs in one process with sweep.trials trials per arm "
+                          "(--workers and --trials are for plain sweeps)")
+    run_protocol(experiment, storage=args.storage or storage_url(experiment), config_file=str(Path(args.experiment).resolve()),
+                 progress=lambda line: print(line, flush=True))
+    report = experiment.results_dir / PROTOCOL_REPORT
+    print(report.read_text(), end="")
+    print(f"wrote {report}")
     return 0
 
 

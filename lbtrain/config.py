@@ -483,6 +483,24 @@ class SweepConfig(_Strict):
     grace_seconds: int = Field(default=30, gt=0)
 
 
+class ProtocolConfig(_Strict):
+    """The tuning protocol of ``lbtrain sweep`` (``lbtrain.protocol``; Shallue et al. 2018,
+    Nado et al. 2021): every arm is tuned with ``sweep.trials`` trials on validation, then its
+    best configuration is re-run with each of ``seeds`` (at least 3) and tested.
+    ``reference_world_size`` (default the smallest of ``grid.world_sizes``) is where a recipe's
+    base LR is tuned for its "rule" arms."""
+
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=3)
+    reference_world_size: int | None = Field(default=None, gt=0)
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct(cls, seeds: list[int]) -> list[int]:
+        if len(set(seeds)) != len(seeds):
+            raise ValueError(f"seeds must be distinct, got {seeds}")
+        return seeds
+
+
 class ExperimentConfig(_Strict):
     """One study: a base run, a grid of changes to it, where results go and how runs start.
 
@@ -506,6 +524,7 @@ class ExperimentConfig(_Strict):
     grid: dict[str, Any] = Field(default_factory=dict)
     search: dict[str, SearchParam] = Field(default_factory=dict)
     sweep: SweepConfig = Field(default_factory=SweepConfig)
+    protocol: ProtocolConfig | None = None
 
     @field_validator("search")
     @classmethod

@@ -87,7 +87,7 @@ def _check_labels(variants: list[dict[str, Any]]) -> None:
         seen[slug] = (index, label)
 
 
-def _grid_axes(grid: dict[str, Any]) -> tuple[list[tuple[str, list[Any]]], list[dict[str, Any]]]:
+def grid_axes(grid: dict[str, Any]) -> tuple[list[tuple[str, list[Any]]], list[dict[str, Any]]]:
     """The crossed lists as (field path, values) and the variants (each with a label)."""
     axes, variants = [], [{"label": ""}]
     for key, values in grid.items():
@@ -120,7 +120,7 @@ def _point_label(variant: dict[str, Any], point: dict[str, Any]) -> str:
 def expand(experiment: ExperimentConfig) -> list[PlannedRun]:
     """Every run of the experiment, in grid order (variants outermost, then the lists in the
     order written). Each is validated; a bad one is a ``ConfigError`` naming its grid point."""
-    axes, variants = _grid_axes(experiment.grid)
+    axes, variants = grid_axes(experiment.grid)
     planned, seen = [], set()
     for variant in variants:
         overrides = {path: value for path, value in variant.items() if path != "label"}
@@ -289,7 +289,21 @@ def run_experiment(
     fresh: bool = False,
     progress: Callable[[str], None] = print,
 ) -> list[dict[str, Any]]:
-    """Trains every unfinished run of ``experiment`` and writes ``summary.csv``; returns its rows.
+    """Trains every unfinished run of ``experiment``'s grid (``expand``) and writes
+    ``summary.csv``; returns its rows (see ``run_planned``)."""
+    return run_planned(experiment, expand(experiment), config_file=config_file, fresh=fresh, progress=progress)
+
+
+def run_planned(
+    experiment: ExperimentConfig,
+    planned: list[PlannedRun],
+    *,
+    config_file: str | None = None,
+    fresh: bool = False,
+    progress: Callable[[str], None] = print,
+) -> list[dict[str, Any]]:
+    """Trains every unfinished run of ``planned`` into ``experiment``'s results folder and writes
+    ``summary.csv``; returns its rows.
 
     Every run is checked against its dataset first (``check_runs``); then the results folder is
     claimed for this experiment and ``config_file`` (``results.claim_folder``: another
@@ -298,7 +312,6 @@ def run_experiment(
     ``metrics.json`` is damaged are trained again; ``fresh`` deletes the experiment's previous
     runs first. One progress line per run (with elapsed time and an ETA from the mean time of
     the runs trained so far, counting every run still ahead)."""
-    planned = expand(experiment)
     if experiment.mode == "horovod" and horovodrun_path() is None:
         raise ConfigError("mode: horovod needs horovodrun, which is not installed here or at $HOROVODRUN (use mode: simulated)")
     check_runs(planned)

@@ -45,6 +45,31 @@ def study_name(experiment: ExperimentConfig, world_size: int) -> str:
     return f"{experiment.name}-w{world_size}"
 
 
+@dataclasses.dataclass(frozen=True)
+class StudySpec:
+    """One Optuna study: its name, the world size its trials train at, the run every trial
+    starts from (plain data) and the fields it searches. A plain sweep has one per world size
+    (``world_study``); the tuning protocol (``lbtrain.protocol``) one per arm it tunes."""
+
+    name: str
+    world_size: int
+    base: dict[str, Any]
+    search: dict[str, SearchParam]
+
+    def run(self, params: dict[str, Any]):
+        """The run config of one trial: the base run at the study's world size with ``params``."""
+        return run_config_from_dict(with_overrides(self.base, {"training.world_size": self.world_size, **params}))
+
+
+def world_study(experiment: ExperimentConfig, world_size: int) -> StudySpec:
+    """The study of a plain sweep at ``world_size``: the experiment's base run and search space."""
+    return StudySpec(study_name(experiment, world_size), world_size, experiment.base_run(), dict(experiment.search))
+
+
+def _spec(experiment: ExperimentConfig, study: int | StudySpec) -> StudySpec:
+    return study if isinstance(study, StudySpec) else world_study(experiment, study)
+
+
 def storage_url(experiment: ExperimentConfig) -> str:
     """The experiment's storage: its ``sweep.storage`` or SQLite in its results folder."""
     return experiment.sweep.storage or f"sqlite:///{(experiment.results_dir / 'optuna.db').resolve()}"
@@ -85,9 +110,10 @@ def _storage(url: str, settings) -> optuna.storages.RDBStorage:
                           "give an SQLAlchemy URL such as sqlite:///path/optuna.db in a writable folder") from None
 
 
-def open_study(experiment: ExperimentConfig, world_size: int, storage: str | None = None, worker: int = 0) -> optuna.Study:
-    """Creates or loads the study of one world size, with this process's sampler
-    (``sampler_seed``; worker ``worker`` of a parallel sweep)."""
+def open_study(experiment: ExperimentConfig, study: int | StudySpec, storage: str | None = None, worker: int = 0) -> optuna.Study:
+    """Creates or loads a study (a ``StudySpec``, or the plain sweep's study of a world size),
+    with this process's sampler (``sampler_seed``; worker ``worker`` of a parallel sweep)."""
+    spec = _spec(experiment, study)
     settings = experiment.sweep
     rdb = _storage(storage or storage_url(experiment), settings)
     pruners = {
@@ -96,15 +122,14 @@ def open_study(experiment: ExperimentConfig, world_size: int, storage: str | Non
         "successive_halving": lambda: optuna.pruners.SuccessiveHalvingPruner(min_resource=settings.pruner_warmup_epochs + 1),
         "none": optuna.pruners.NopPruner,
     }
-    study = optuna.create_study(
-        study_name=study_name(experiment, world_size), storage=rdb, direction="maximize", pruner=pruners[settings.pruner](),
-        load_if_exists=True,
+    opened = optuna.create_study(
+        study_name=spec.name, storage=rdb, direction="maximize", pruner=pruners[settings.pruner](), load_if_exists=True,
     )
     # Constant liar: a worker treats the trials others are running as done and bad, so
     # parallel workers spread out instead of sampling next to each other.
-    study.sampler = optuna.samplers.TPESampler(seed=sampler_seed(experiment, world_size, worker, finished_trials(study)),
-                                               constant_liar=True)
-    return study
+    opened.sampler = optuna.samplers.TPESampler(
+        seed=sampler_seed(experiment, spec.world_size, worker, finished_trials(opened)), constant_liar=True)
+    return opened
 
 
 def suggest(trial: optuna.trial.BaseTrial, search: dict[str, SearchParam]) -> dict[str, Any]:
@@ -121,8 +146,8 @@ def suggest(trial: optuna.trial.BaseTrial, search: dict[str, SearchParam]) -> di
 
 
 def trial_run(experiment: ExperimentConfig, world_size: int, params: dict[str, Any]):
-    """The run config of one trial: the base run at ``world_size`` with ``params`` applied."""
-    return run_config_from_dict(with_overrides(experiment.base_run(), {"training.world_size": world_size, **params}))
+    """The run config of one trial of the plain sweep at ``world_size``."""
+    return world_study(experiment, world_size).run(params)
 
 
 class _PruningCallback(tf.keras.callbacks.Callback):
@@ -169,29 +194,31 @@ def search_corners(search: dict[str, SearchParam]) -> list[dict[str, Any]]:
     return [dict(corner) for corner in itertools.product(*extremes)]
 
 
-def check_sweepable(experiment: ExperimentConfig) -> None:
+def check_sweepable(experiment: ExperimentConfig, studies: list[StudySpec] | None = None) -> None:
     """A sweep needs something to search and a validation split to score on, and every corner
-    of its search space must give a valid run at every world size (checked before any trial
-    trains, so a bad space is an error now rather than a failed trial an hour in)."""
+    of each study's search space must give a valid run at its world size (checked before any
+    trial trains, so a bad space is an error now rather than a failed trial an hour in).
+    ``studies``: default the plain sweep's, one per world size."""
     if not experiment.search:
         raise ConfigError("search: name at least one field to tune, e.g. lr.base_lr: {type: float, low: 0.01, high: 1, log: true}")
     if not experiment.data.get("validation_split"):
         raise ConfigError("data.validation_split must be > 0 for a sweep: trials are scored on validation, never on test")
-    for world_size in world_sizes(experiment):
-        for corner in search_corners(experiment.search):
+    for spec in studies if studies is not None else [world_study(experiment, w) for w in world_sizes(experiment)]:
+        for corner in search_corners(spec.search):
             try:
-                trial_run(experiment, world_size, corner)
+                spec.run(corner)
             except ConfigError as error:
                 where = ", ".join(f"{path}={value}" for path, value in corner.items())
-                raise ConfigError(f"search space corner {where} (world size {world_size}) is no valid run: {error}") from None
+                raise ConfigError(f"search space corner {where} ({spec.name}, world size {spec.world_size}) is no valid run: {error}") from None
 
 
-def objective(experiment: ExperimentConfig, world_size: int):
-    """The function a study optimizes for one world size."""
+def objective(experiment: ExperimentConfig, study: int | StudySpec):
+    """The function a study optimizes (a ``StudySpec``, or the plain sweep's world size)."""
+    spec = _spec(experiment, study)
 
     def run_trial(trial: optuna.trial.Trial) -> float:
-        config = trial_run(experiment, world_size, suggest(trial, experiment.search))
-        world = SimulatedWorld(world_size, config.training.micro_batches)
+        config = spec.run(suggest(trial, spec.search))
+        world = SimulatedWorld(spec.world_size, config.training.micro_batches)
         pruning = _PruningCallback(trial, world, config.lr.warmup_epochs)
         value = _record_result(trial, train(config, world, callbacks=[pruning]), pruning, experiment.sweep.pruner)
         if value is None:
@@ -210,21 +237,22 @@ def _report_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
     print(f"[{study.study_name} trial {trial.number}] {trial.state.name.lower()}: {outcome} {trial.params}", flush=True)
 
 
-def optimize(experiment: ExperimentConfig, world_size: int, trials: int, storage: str | None = None,
+def optimize(experiment: ExperimentConfig, study: int | StudySpec, trials: int, storage: str | None = None,
              worker: int = 0) -> optuna.Study:
-    """Runs trials of one world size's study until it has ``trials`` finished ones (across
-    every process sharing the storage), printing one line per trial. Trials a killed process
-    left RUNNING are failed first, even when the study has its trials already; their retries
-    wait in the queue for the next top-up."""
-    study = open_study(experiment, world_size, storage, worker)
-    optuna.storages.fail_stale_trials(study)
-    remaining = trials - finished_trials(study)
+    """Runs trials of one study (a ``StudySpec``, or the plain sweep's world size) until it has
+    ``trials`` finished ones (across every process sharing the storage), printing one line per
+    trial. Trials a killed process left RUNNING are failed first, even when the study has its
+    trials already; their retries wait in the queue for the next top-up."""
+    spec = _spec(experiment, study)
+    opened = open_study(experiment, spec, storage, worker)
+    optuna.storages.fail_stale_trials(opened)
+    remaining = trials - finished_trials(opened)
     if remaining > 0:
-        study.optimize(
-            objective(experiment, world_size), n_trials=remaining,
+        opened.optimize(
+            objective(experiment, spec), n_trials=remaining,
             callbacks=[optuna.study.MaxTrialsCallback(trials, states=FINISHED), _report_trial], gc_after_trial=True,
         )
-    return study
+    return opened
 
 
 def optimize_distributed(experiment: ExperimentConfig, world: World, trials: int, storage: str | None = None) -> optuna.Study | None:
@@ -446,6 +474,7 @@ def write_outputs(experiment: ExperimentConfig, storage: str | None = None) -> t
 
 __all__ = [
     "ScalingFit",
+    "StudySpec",
     "check_sweepable",
     "fit_lr_exponent",
     "lr_fit",
@@ -461,6 +490,7 @@ __all__ = [
     "summary_rows",
     "trial_run",
     "world_sizes",
+    "world_study",
     "write_figures",
     "write_outputs",
     "write_summary",

@@ -171,7 +171,7 @@ def test_a_search_corner_that_is_no_valid_run_is_an_error_before_any_trial(tmp_p
                               "lr.warmup_epochs": {"type": "int", "low": 0, "high": 1}})
     assert main(["sweep", str(write_spec(tmp_path, spec))]) == 2
     error = capsys.readouterr().err
-    assert error.startswith("lbtrain: error: search space corner lr.base_lr=0.01, lr.warmup_epochs=1 (world size 1) is no valid run: "
+    assert error.startswith("lbtrain: error: search space corner lr.base_lr=0.01, lr.warmup_epochs=1 (tiny-w1, world size 1) is no valid run: "
                             "lr.warmup_start must be") and error.count("\n") == 1
     assert not (tmp_path / "results").exists()
 

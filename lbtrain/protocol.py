@@ -1,0 +1,220 @@
+"""The tuning protocol: what does a scaling rule cost, against tuning at the large batch?
+
+Shallue et al. 2018 ("Measuring the Effects of Data Parallelism on Neural Network Training")
+and Nado et al. 2021 ("A Large Batch Optimizer Reality Check") compare recipes only after
+tuning each one with the same budget; an untuned base LR makes any comparison a comparison of
+how lucky the base LR was. ``lbtrain sweep`` on an experiment with a ``protocol`` section runs:
+
+1. **Arms.** Each recipe (a ``grid.variants`` entry) at each world size W of
+   ``grid.world_sizes`` gives two arms:
+
+   - *tuned*: the recipe's searched fields (``search``) tuned at W, scored on validation;
+   - *rule*: the recipe's fields tuned at the reference world size (``protocol.
+     reference_world_size``, default the smallest), then carried to W unchanged, so the
+     recipe's ``lr.rule`` alone scales the LR. At the reference world size the two are one arm.
+
+   Every tuned study gets ``sweep.trials`` trials, so every arm has the same tuning budget (a
+   rule arm's budget is its reference study's). A recipe without warmup does not search
+   ``lr.warmup_epochs``/``lr.warmup_start`` (nothing to tune there).
+2. **Finals.** The best ok trial of each arm's study (by validation accuracy; never test) is
+   re-run with each seed of ``protocol.seeds`` (>= 3) as ordinary runs of the experiment
+   (``results/<name>/runs``, ``summary.csv``, resumable), labelled ``"<recipe> tuned"`` and
+   ``"<recipe> rule"``.
+3. **Comparison.** ``protocol.json`` and ``protocol.md``: per recipe and world size, the test
+   accuracy of each arm (mean over its ok seeds with a 95% bootstrap interval and n), and the
+   cost of the rule, tuned − rule, with its own interval; the trials each study had.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Callable
+
+from lbtrain.config import ConfigError, ExperimentConfig, SearchParam, run_config_from_dict, with_overrides
+from lbtrain.files import write_atomic, write_json_atomic
+from lbtrain.results import claim_folder
+from lbtrain.runner import PlannedRun, grid_axes, label_slug, run_id, run_planned
+from lbtrain.sweep import FINISHED, StudySpec, best_ok_trial, check_sweepable, open_study, optimize, world_sizes
+
+ARM_KINDS = ("tuned", "rule")
+PROTOCOL_FILE = "protocol.json"
+PROTOCOL_REPORT = "protocol.md"
+WARMUP_FIELDS = ("lr.warmup_epochs", "lr.warmup_start")
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    """One arm: ``recipe`` at ``world_size``, its fields tuned in ``study`` (at this world size
+    for a tuned arm, at the reference one for a rule arm) and applied to ``base``."""
+
+    recipe: str
+    kind: str
+    world_size: int
+    base: dict[str, Any]
+    study: StudySpec
+
+    @property
+    def label(self) -> str:
+        """The label of its final runs: ``"<recipe> <kind>"``."""
+        return f"{self.recipe} {self.kind}"
+
+
+def reference_world_size(experiment: ExperimentConfig) -> int:
+    """Where rule arms are tuned: ``protocol.reference_world_size``, default the smallest world size."""
+    sizes = world_sizes(experiment)
+    reference = experiment.protocol.reference_world_size or min(sizes)
+    if reference not in sizes:
+        raise ConfigError(f"protocol.reference_world_size {reference} is not one of grid.world_sizes {sizes}")
+    return reference
+
+
+def _recipe_search(search: dict[str, SearchParam], base: dict[str, Any]) -> dict[str, SearchParam]:
+    """The search space of a recipe: the warmup fields only where the recipe warms up."""
+    warms_up = (base.get("lr") or {}).get("warmup_epochs", 0) > 0
+    return {path: param for path, param in search.items() if warms_up or path not in WARMUP_FIELDS}
+
+
+def protocol_arms(experiment: ExperimentConfig) -> list[Arm]:
+    """Every arm, recipe by recipe, world size by world size (see the module doc)."""
+    axes, variants = grid_axes(experiment.grid)
+    crossed = [path for path, _ in axes if path != "training.world_size"]
+    if crossed:
+        raise ConfigError(f"grid: the protocol crosses grid.world_sizes with grid.variants only, not {', '.join(crossed)} "
+                          "(seeds come from protocol.seeds)")
+    sizes, reference = world_sizes(experiment), reference_world_size(experiment)
+    arms = []
+    for variant in variants:
+        recipe = str(variant.get("label") or "base")
+        base = with_overrides(experiment.base_run(), {path: value for path, value in variant.items() if path != "label"})
+        search = _recipe_search(experiment.search, base)
+        studies = {size: StudySpec(f"{experiment.name}-{label_slug(recipe)}-w{size}", size, base, search) for size in sizes}
+        for size in sizes:
+            arms.append(Arm(recipe, "tuned", size, base, studies[size]))
+            if size != reference:
+                arms.append(Arm(recipe, "rule", size, base, studies[reference]))
+    return arms
+
+
+def tuned_studies(arms: list[Arm]) -> list[StudySpec]:
+    """The distinct studies the arms are tuned in, in order."""
+    return list({arm.study.name: arm.study for arm in arms}.values())
+
+
+def final_runs(experiment: ExperimentConfig, arm: Arm, params: dict[str, Any]) -> list[PlannedRun]:
+    """The arm's best parameters re-run with every seed of ``protocol.seeds``."""
+    planned = []
+    for seed in experiment.protocol.seeds:
+        data = with_overrides(arm.base, {"training.world_size": arm.world_size, **params, "training.seed": seed})
+        try:
+            config = run_config_from_dict(data)
+        except ConfigError as error:
+            raise ConfigError(f"{error} (final run of arm {arm.label}, world size {arm.world_size})") from None
+        planned.append(PlannedRun(run_id(config, arm.label), arm.label, config))
+    return planned
+
+
+def run_protocol(
+    experiment: ExperimentConfig,
+    *,
+    storage: str,
+    config_file: str | None = None,
+    progress: Callable[[str], None] = print,
+) -> list[dict[str, Any]]:
+    """Tunes every study of the protocol to ``sweep.trials`` trials, re-runs each arm's best
+    with every seed, and writes ``protocol.json`` and ``protocol.md``; returns the comparison
+    rows (``comparison_rows``). Resumable: finished trials and runs are kept."""
+    arms = protocol_arms(experiment)
+    studies = tuned_studies(arms)
+    check_sweepable(experiment, studies)
+    claim_folder(experiment.results_dir, experiment.name, config_file, experiment.model_dump(mode="json"))
+    for study in studies:
+        optimize(experiment, study, experiment.sweep.trials, storage)
+    best = {study.name: best_ok_trial(open_study(experiment, study, storage)) for study in studies}
+    planned = [run for arm in arms if best[arm.study.name] is not None
+               for run in final_runs(experiment, arm, best[arm.study.name].params)]
+    summary = run_planned(experiment, planned, config_file=config_file, progress=progress)
+    trials = {study.name: len(open_study(experiment, study, storage).get_trials(deepcopy=False, states=FINISHED))
+              for study in studies}
+    rows = comparison_rows(arms, summary, trials, reference_world_size(experiment))
+    write_protocol(experiment, rows, trials)
+    return rows
+
+
+def _test_accuracies(summary: list[dict[str, Any]], label: str, world_size: int) -> tuple[list[float], int]:
+    """The test accuracies of the ok final runs of one arm, and how many final runs it had."""
+    runs = [row for row in summary if row["label"] == label and row["world_size"] == world_size]
+    return [row["test_accuracy"] for row in runs if row["status"] == "ok"], len(runs)
+
+
+def comparison_rows(arms: list[Arm], summary: list[dict[str, Any]], trials: dict[str, int], reference: int) -> list[dict[str, Any]]:
+    """Per recipe and world size: each arm's test accuracy (``Estimate`` as plain data), the
+    cost of the rule (tuned − rule; None at the reference world size, where the rule arm is the
+    tuned arm) and the trials behind each arm."""
+    from lbtrain.analysis.statistics import bootstrap_difference, bootstrap_mean
+
+    rows = []
+    for arm in (arm for arm in arms if arm.kind == "tuned"):
+        tuned, tuned_runs = _test_accuracies(summary, arm.label, arm.world_size)
+        rule_label = arm.label if arm.world_size == reference else f"{arm.recipe} rule"
+        rule, rule_runs = _test_accuracies(summary, rule_label, arm.world_size)
+        rule_study = next(a.study.name for a in arms if a.recipe == arm.recipe and a.world_size == reference)
+        rows.append({
+            "recipe": arm.recipe,
+            "world_size": arm.world_size,
+            "global_batch": run_config_from_dict(with_overrides(arm.base, {"training.world_size": arm.world_size})).global_batch,
+            "tuned": dataclasses.asdict(bootstrap_mean(tuned)),
+            "tuned_runs": tuned_runs,
+            "tuned_trials": trials[arm.study.name],
+            "rule": dataclasses.asdict(bootstrap_mean(rule)),
+            "rule_runs": rule_runs,
+            "rule_trials": trials[rule_study],
+            # At the reference the rule arm is the tuned arm: no cost by construction.
+            "cost_of_rule": None if arm.world_size == reference else dataclasses.asdict(bootstrap_difference(tuned, rule)),
+        })
+    return rows
+
+
+def _describe(record: dict[str, Any] | None, signed: bool = False) -> str:
+    from lbtrain.analysis.statistics import Estimate
+
+    if record is None:
+        return "reference"
+    estimate = Estimate(**record)
+    if not signed or estimate.mean is None:
+        return estimate.describe()
+    return f"{estimate.mean:+.3f} [{estimate.low:+.3f}, {estimate.high:+.3f}] (n={estimate.n})"
+
+
+def protocol_markdown(experiment: ExperimentConfig, rows: list[dict[str, Any]], trials: dict[str, int]) -> str:
+    """``protocol.md``: the comparison table and the budgets, every number from ``rows``."""
+    from lbtrain.analysis.tables import markdown_table
+
+    budgets = sorted(set(trials.values()))
+    budget_text = (f"{budgets[0]} finished trials per tuned study (equal for every arm)" if len(budgets) == 1
+                   else f"unequal tuning budgets: {', '.join(f'{name} {count}' for name, count in trials.items())}")
+    table = markdown_table(
+        ["recipe", "world", "global batch", "rule: test acc [95% CI]", "tuned: test acc [95% CI]", "cost of the rule (tuned − rule)"],
+        [[row["recipe"], row["world_size"], row["global_batch"], _describe(row["rule"]), _describe(row["tuned"]),
+          _describe(row["cost_of_rule"], signed=True)] for row in rows],
+    )
+    return "\n\n".join([
+        f"# {experiment.name}: scaling rule vs tuning at the batch",
+        f"Tuning budget: {budget_text}, scored on validation accuracy; each arm's best configuration re-run with seeds "
+        f"{', '.join(str(seed) for seed in experiment.protocol.seeds)} and tested. *rule*: the recipe's search tuned at world size "
+        f"{reference_world_size(experiment)} and carried by its LR rule; *tuned*: tuned at this world size. "
+        "Means over the seeds whose run was judged ok, "
+        "95% bootstrap intervals, n = ok seeds.",
+        table,
+    ]) + "\n"
+
+
+def write_protocol(experiment: ExperimentConfig, rows: list[dict[str, Any]], trials: dict[str, int]) -> Path:
+    """Writes ``protocol.json`` (rows and trial counts) and ``protocol.md``; returns the latter."""
+    folder = experiment.results_dir
+    write_json_atomic(folder / PROTOCOL_FILE, {"rows": rows, "trials": trials})
+    return write_atomic(folder / PROTOCOL_REPORT, protocol_markdown(experiment, rows, trials))
+
+
+__all__ = ["ARM_KINDS", "Arm", "comparison_rows", "final_runs", "protocol_arms", "reference_world_size", "run_protocol",
+           "tuned_studies", "write_protocol"]

@@ -1,0 +1,109 @@
+"""The tuning protocol: equal tuning budgets per arm from the Optuna storage, best of each arm
+re-run with three seeds, the cost of a rule with its interval."""
+
+import json
+import statistics
+
+import optuna
+import pytest
+import yaml
+
+from lbtrain.analysis.tables import read_summary
+from lbtrain.cli import main
+from lbtrain.config import ConfigError, ExperimentConfig
+from lbtrain.protocol import protocol_arms, reference_world_size, tuned_studies
+from lbtrain.sweep import FINISHED, best_ok_trial, open_study
+
+
+def protocol_spec(tmp_path, **changes):
+    spec = {
+        "name": "proto",
+        "output_dir": str(tmp_path / "results"),
+        "data": {"dataset": "mnist1d", "train_subset": 320, "validation_split": 0.25, "options": {"num_samples": 500}},
+        "model": {"name": "mlp", "options": {"widths": [16]}},
+        "lr": {"base_batch": 16},
+        "training": {"per_worker_batch": 16, "epochs": 1},
+        "grid": {"world_sizes": [1, 2], "variants": [
+            {"label": "sqrt", "lr.rule": "sqrt"},
+            {"label": "linear+warmup", "lr.rule": "linear", "lr.warmup_epochs": 0.5}]},
+        "search": {"lr.base_lr": {"type": "float", "low": 0.02, "high": 0.2, "log": True},
+                   "lr.warmup_epochs": {"type": "categorical", "choices": [0.25, 0.5]}},
+        "sweep": {"trials": 2, "pruner": "none"},
+        "protocol": {"seeds": [0, 1, 2]},
+    }
+    spec.update(changes)
+    return spec
+
+
+def test_arms_pair_a_tuned_and_a_rule_arm_per_recipe_and_world_size(tmp_path):
+    experiment = ExperimentConfig.model_validate(protocol_spec(tmp_path))
+    arms = protocol_arms(experiment)
+    assert [(arm.label, arm.world_size, arm.study.name) for arm in arms] == [
+        ("sqrt tuned", 1, "proto-sqrt-w1"), ("sqrt tuned", 2, "proto-sqrt-w2"), ("sqrt rule", 2, "proto-sqrt-w1"),
+        ("linear+warmup tuned", 1, "proto-linear-warmup-w1"), ("linear+warmup tuned", 2, "proto-linear-warmup-w2"),
+        ("linear+warmup rule", 2, "proto-linear-warmup-w1"),
+    ]
+    assert reference_world_size(experiment) == 1 and len(tuned_studies(arms)) == 4
+    # A recipe without warmup does not search the warmup length.
+    assert set(arms[0].study.search) == {"lr.base_lr"} and set(arms[3].study.search) == {"lr.base_lr", "lr.warmup_epochs"}
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"grid": {"world_sizes": [1, 2], "seeds": [0, 1]}}, r"the protocol crosses grid.world_sizes with grid.variants only, not training.seed"),
+    ({"protocol": {"reference_world_size": 4}}, r"protocol.reference_world_size 4 is not one of grid.world_sizes \[1, 2\]"),
+])
+def test_protocol_grid_errors(tmp_path, changes, message):
+    with pytest.raises(ConfigError, match=message):
+        protocol_arms(ExperimentConfig.model_validate(protocol_spec(tmp_path, **changes)))
+
+
+def test_fewer_than_three_seeds_is_a_config_error(tmp_path, capsys):
+    path = tmp_path / "proto.yaml"
+    path.write_text(yaml.safe_dump(protocol_spec(tmp_path, protocol={"seeds": [0, 1]})))
+    assert main(["sweep", str(path)]) == 2
+    assert capsys.readouterr().err.startswith("lbtrain: error: protocol.seeds: List should have at least 3 items")
+
+
+@pytest.mark.slow
+def test_a_tuned_study_from_one_yaml_equal_budgets_three_seeds_and_the_cost_of_the_rule(tmp_path, capsys):
+    path = tmp_path / "proto.yaml"
+    path.write_text(yaml.safe_dump(protocol_spec(tmp_path)))
+    assert main(["sweep", str(path)]) == 0
+    results = tmp_path / "results" / "proto"
+    experiment = ExperimentConfig.model_validate(protocol_spec(tmp_path))
+
+    # Equal tuning budgets, read back from the Optuna storage.
+    studies = tuned_studies(protocol_arms(experiment))
+    storage = f"sqlite:///{results / 'optuna.db'}"
+    for study in studies:
+        assert len(optuna.load_study(study_name=study.name, storage=storage).get_trials(states=FINISHED)) == 2
+
+    # Every arm's best re-run with three seeds; the rule arm at world 2 carries world 1's best LR.
+    summary = read_summary(results / "summary.csv")
+    arms = {(row["label"], row["world_size"]) for row in summary}
+    assert arms == {(f"{recipe} {kind}", world) for recipe in ("sqrt", "linear+warmup")
+                    for kind, world in (("tuned", 1), ("tuned", 2), ("rule", 2))}
+    for label, world in arms:
+        assert sorted(row["seed"] for row in summary if (row["label"], row["world_size"]) == (label, world)) == [0, 1, 2]
+    best_reference = best_ok_trial(open_study(experiment, studies[0]))
+    rule_runs = [row for row in summary if row["label"] == "sqrt rule"]
+    for row in rule_runs:
+        config = yaml.safe_load((results / "runs" / row["run_id"] / "config.yaml").read_text())
+        assert config["lr"]["base_lr"] == best_reference.params["lr.base_lr"]
+        assert row["learning_rate"] == pytest.approx(best_reference.params["lr.base_lr"] * 2 ** 0.5)
+
+    # The comparison: means of the ok seeds' test accuracy, and tuned − rule.
+    rows = json.loads((results / "protocol.json").read_text())["rows"]
+    row = next(r for r in rows if (r["recipe"], r["world_size"]) == ("sqrt", 2))
+    tuned = [r["test_accuracy"] for r in summary if r["label"] == "sqrt tuned" and r["world_size"] == 2 and r["status"] == "ok"]
+    rule = [r["test_accuracy"] for r in rule_runs if r["status"] == "ok"]
+    assert row["tuned"]["n"] == len(tuned) and row["tuned"]["mean"] == pytest.approx(statistics.fmean(tuned))
+    assert row["cost_of_rule"]["mean"] == pytest.approx(statistics.fmean(tuned) - statistics.fmean(rule))
+    assert row["tuned_trials"] == row["rule_trials"] == 2
+    text = (results / "protocol.md").read_text()
+    assert "2 finished trials per tuned study (equal for every arm)" in text and "| sqrt | 2 | 32 |" in text
+
+    # Resumable: a rerun trains nothing new.
+    capsys.readouterr()
+    assert main(["sweep", str(path)]) == 0
+    assert capsys.readouterr().out.count("done before, skipped") == len(summary)
