@@ -1,7 +1,7 @@
 """Analyses of large-batch runs: gap tables, sharpness (Keskar et al. 2017), steps to target
-(Shallue et al. 2018) and the critical batch (McCandlish et al. 2018), figures, and the
-report that puts them together. The gradient noise scale is measured during training by
-``lbtrain.callbacks.GradientNoiseScale``.
+(Shallue et al. 2018), the critical batch and the gradient noise scale (McCandlish et al. 2018),
+the learning rate's exponent in the batch, figures, and the report that puts them together.
+The gradient noise scale is measured during training by ``lbtrain.callbacks.GradientNoiseScale``.
 
 Names load lazily: the tables read results without TensorFlow or matplotlib.
 """
@@ -9,9 +9,11 @@ Names load lazily: the tables read results without TensorFlow or matplotlib.
 from lbtrain._lazy import lazy_exports
 
 _LOCATIONS = {
-    **dict.fromkeys(("Line", "plot_lines", "plot_schedules"), ".plots"),
+    **dict.fromkeys(("Line", "Mark", "draw_panels", "plot_panels", "plot_schedules", "recipe_colors"), ".plots"),
+    **dict.fromkeys(("unsupported_numbers",), ".prose"),
     **dict.fromkeys(("ReportError", "write_report"), ".report"),
-    **dict.fromkeys(("CriticalBatchFit", "critical_batch", "reachable_target", "steps_to_target"), ".scaling_laws"),
+    **dict.fromkeys(("CriticalBatchFit", "LrExponentFit", "critical_batch", "lr_exponent", "reachable_target", "simple_noise_scale",
+                     "steps_to_target"), ".scaling_laws"),
     **dict.fromkeys(("random_subspace", "sharpness"), ".flatness"),
     **dict.fromkeys(("Aggregate", "RunRecord", "aggregate", "large_batch_gap", "load_records", "markdown_table"), ".tables"),
 }

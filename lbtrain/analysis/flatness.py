@@ -21,6 +21,8 @@ import numpy as np
 import scipy.optimize
 import tensorflow as tf
 
+from lbtrain._keras import tensorflow_variables
+
 LossFunction = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 
 
@@ -54,7 +56,7 @@ class _FlatLoss:
     ``(x, y)`` in batches, plus the model's regularization losses."""
 
     def __init__(self, model: tf.keras.Model, x: np.ndarray, y: np.ndarray, loss: LossFunction, batch_size: int):
-        self.model, self.variables = model, model.trainable_variables
+        self.model, self.variables = model, tensorflow_variables(model.trainable_variables)
         self.shapes = [tuple(variable.shape) for variable in self.variables]
         self.sizes = [int(np.prod(shape)) for shape in self.shapes]
         self.batches = [(x[start:start + batch_size], y[start:start + batch_size]) for start in range(0, len(x), batch_size)]

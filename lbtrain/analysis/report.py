@@ -1,49 +1,83 @@
-"""``lbtrain report results/<name>``: an experiment's runs (and sweep, if any) as ``report.md``
-plus ``figures/*.png``.
+"""``lbtrain report results/<name>``: an experiment's runs (and sweep, if any) as ``report.md``,
+``report.json`` and ``figures/*.png``.
 
-Sections: accuracy and generalization gap per recipe and global batch (mean ± std over seeds)
-with the large-batch gap against a small-batch reference; learning curves per world size;
-the learning-rate schedules the runs applied; steps to a target validation accuracy per batch
-size with the perfect-scaling line (Shallue et al. 2018) and the critical batch fitted to them
-(McCandlish et al. 2018) beside the measured gradient noise scale; sharpness (Keskar et al.
-2017) when measured; the sweep's tuned learning rate per batch with linear and sqrt reference
-lines; and a plain list of where a recipe failed.
+Sections: accuracy and generalization gap per recipe and global batch (mean, 95% bootstrap
+interval and n over seeds) with the large-batch gap against a small-batch reference; learning
+curves per world size; the learning-rate schedules the runs applied; steps to a target
+validation accuracy per batch size with the perfect-scaling line (Shallue et al. 2018) and the
+critical batch fitted to them (McCandlish et al. 2018) beside the measured gradient noise
+scale; sharpness (Keskar et al. 2017) when measured; the sweep's tuned learning rate per batch
+with linear and sqrt reference lines; and a plain list of where a recipe failed.
+
+Numbers in prose come from the data: every sentence that states a number is a template filled
+from a record that ``report.json`` holds (``lbtrain.analysis.prose`` checks it). Figures are
+drawn from records built here (``Line``, ``Mark``), one colour per recipe in every figure.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import statistics
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import numpy as np
 import yaml
 
-from lbtrain.analysis.plots import Line, plot_lines
-from lbtrain.analysis.scaling_laws import critical_batch, reachable_target, steps_to_target
+from lbtrain.analysis.plots import Line, Mark, plot_panels, recipe_colors
+from lbtrain.analysis.scaling_laws import CriticalBatchFit, critical_batch, reachable_target, simple_noise_scale, steps_to_target
+from lbtrain.analysis.statistics import DEFAULT_LEVEL, Estimate
 from lbtrain.analysis.tables import (
-    Aggregate, RunRecord, aggregate, column, large_batch_gap, load_records, markdown_table, mean_std, read_summary, recipes,
+    Aggregate, RunRecord, aggregate, column, large_batch_gap, load_records, markdown_table, read_summary, recipes,
 )
-from lbtrain.files import write_atomic
-from lbtrain.results import EXPERIMENT_FILE, SUMMARY_FILE
+from lbtrain.files import write_atomic, write_json_atomic
+from lbtrain.results import EXPERIMENT_FILE, STATUSES, SUMMARY_FILE, finite_or_none
 
 REPORT_FILE = "report.md"
+REPORT_JSON = "report.json"
 FIGURES_FOLDER = "figures"
 SWEEP_SUMMARY_FILE = "sweep_summary.csv"
 SWEEP_FIT_FILE = "sweep_fit.json"
 # A recipe "fails" at a batch when it loses this much test accuracy against its small-batch reference.
 FAILURE_DROP = 0.01
+BATCH_AXIS = {"xlabel": "global batch", "log2_x": True}
 
 
 class ReportError(ValueError):
     """A results folder a report cannot be made of; the message is one line."""
 
 
-def _series(items: Sequence[Aggregate], recipe: str) -> Line:
-    mine = [item for item in items if item.recipe == recipe and item.mean is not None]
-    return Line(recipe, [i.global_batch for i in mine], [i.mean for i in mine], error=[i.std for i in mine])
+def _estimate_record(estimate: Estimate | None) -> dict[str, Any] | None:
+    return None if estimate is None else dataclasses.asdict(estimate)
+
+
+# Figure records -------------------------------------------------------------------------------
+
+
+def status_marks(records: Sequence[RunRecord]) -> list[Mark]:
+    """One mark per (recipe, global batch, status) of the runs that were not ok, counting them,
+    on the bottom edge at their batch: a diverged recipe never vanishes from a figure."""
+    counts: dict[tuple[str, int, str], int] = {}
+    for record in records:
+        if not record.ok:
+            key = (record.recipe, record.global_batch, str(record.row["status"]))
+            counts[key] = counts.get(key, 0) + 1
+    return [Mark(status, recipe, batch, count=count) for (recipe, batch, status), count in counts.items()]
+
+
+def batch_lines(items: Sequence[Aggregate], names: Sequence[str]) -> list[Line]:
+    """Per recipe, its mean at each global batch with ok runs, and the 95% bootstrap band
+    where two or more seeds gave a value."""
+    lines = []
+    for recipe in names:
+        mine = [item for item in items if item.recipe == recipe and item.mean is not None]
+        estimates = [item.estimate() for item in mine]
+        if mine:
+            lines.append(Line(recipe, [item.global_batch for item in mine], [e.mean for e in estimates],
+                              low=[e.low if e.n > 1 else None for e in estimates],
+                              high=[e.high if e.n > 1 else None for e in estimates]))
+    return lines
 
 
 def curve_metric(records: Sequence[RunRecord]) -> str:
@@ -51,42 +85,68 @@ def curve_metric(records: Sequence[RunRecord]) -> str:
     return "val_accuracy" if all(r.result.history and "val_accuracy" in r.result.history[0] for r in records) else "accuracy"
 
 
-def learning_curves(records: Sequence[RunRecord], metric: str) -> dict[str, list[Line]]:
-    """One panel per world size, one line per recipe: ``metric`` per epoch, mean over seeds."""
-    panels: dict[str, list[Line]] = {}
+def _curve(record: RunRecord, metric: str) -> list[float]:
+    return [math.nan if row.get(metric) is None else float(row[metric]) for row in record.result.history]
+
+
+def _mean_curve(curves: Sequence[list[float]]) -> list[float]:
+    """Per epoch, the mean of the finite values of the curves that reached it (NaN if none)."""
+    means = []
+    for epoch in range(max(len(curve) for curve in curves)):
+        values = [curve[epoch] for curve in curves if epoch < len(curve) and math.isfinite(curve[epoch])]
+        means.append(statistics.fmean(values) if values else math.nan)
+    return means
+
+
+def _end_mark(record: RunRecord, curve: list[float]) -> Mark:
+    """Where a run that was not ok ended: its last finite value, or the bottom edge at epoch 1."""
+    finite = [(epoch, value) for epoch, value in enumerate(curve, 1) if math.isfinite(value)]
+    epoch, value = finite[-1] if finite else (1, None)
+    return Mark(str(record.row["status"]), record.recipe, epoch, value)
+
+
+def learning_curves(records: Sequence[RunRecord], metric: str) -> dict[str, list[Line | Mark]]:
+    """One panel per world size: a thin line per run (seed) in its recipe's colour, a thick
+    line for the mean over a recipe's ok seeds where there are two or more, and a mark where
+    each run that was not ok ended."""
+    panels: dict[str, list[Line | Mark]] = {}
     for batch in sorted({r.global_batch for r in records}):
         at_batch = [r for r in records if r.global_batch == batch]
-        title = f"world {at_batch[0].row['world_size']} (batch {batch})"
+        panel = panels.setdefault(f"world {at_batch[0].row['world_size']} (batch {batch})", [])
         for recipe in recipes(at_batch):
-            histories = [r.result.history for r in at_batch if r.recipe == recipe]
-            epochs = max(len(h) for h in histories)
-            values = [statistics.fmean(h[e][metric] for h in histories if e < len(h) and h[e].get(metric) is not None)
-                      if any(e < len(h) and h[e].get(metric) is not None for h in histories) else math.nan
-                      for e in range(epochs)]
-            panels.setdefault(title, []).append(Line(recipe, list(range(1, epochs + 1)), values))
+            mine = [r for r in at_batch if r.recipe == recipe and r.result.history]
+            curves = {id(r): _curve(r, metric) for r in mine}
+            panel += [Line(recipe, list(range(1, len(curves[id(r)]) + 1)), curves[id(r)], thin=True) for r in mine]
+            ok = [curves[id(r)] for r in mine if r.ok]
+            if len(ok) > 1:
+                mean = _mean_curve(ok)
+                panel.append(Line(recipe, list(range(1, len(mean) + 1)), mean))
+            panel += [_end_mark(r, curves[id(r)]) for r in mine if not r.ok]
     return panels
 
 
 def applied_schedules(records: Sequence[RunRecord]) -> dict[str, list[Line]]:
-    """One panel per recipe, one line per world size: the learning rate of every step the run
+    """One panel per world size, one line per recipe: the learning rate of every step the run
     took (its schedule rebuilt from the resolved config, as ``RunConfig.schedule`` made it), over
-    epochs. Seeds share a schedule, so the first seed's run stands for all."""
+    epochs. Seeds share a schedule, so the seed that trained longest stands for all."""
     from lbtrain.config import run_config_from_dict
     from lbtrain.schedules import schedule_values
 
     panels: dict[str, list[Line]] = {}
-    for recipe in recipes(records):
-        shown = set()
-        for record in sorted((r for r in records if r.recipe == recipe), key=lambda r: r.global_batch):
-            result = record.result
-            if record.global_batch in shown or not result.steps_per_epoch or not result.total_steps:
+    for batch in sorted({r.global_batch for r in records}):
+        at_batch = [r for r in records if r.global_batch == batch]
+        for recipe in recipes(at_batch):
+            result = max((r.result for r in at_batch if r.recipe == recipe), key=lambda result: result.total_steps or 0)
+            if not result.steps_per_epoch or not result.total_steps:
                 continue
-            shown.add(record.global_batch)
             schedule = run_config_from_dict(result.config).schedule(result.steps_per_epoch)
             steps = result.total_steps
-            panels.setdefault(recipe, []).append(Line(
-                f"world {record.row['world_size']}", list(np.arange(steps) / result.steps_per_epoch), list(schedule_values(schedule, steps))))
+            panels.setdefault(f"world {at_batch[0].row['world_size']} (batch {batch})", []).append(
+                Line(recipe, [step / result.steps_per_epoch for step in range(steps)], list(schedule_values(schedule, steps))))
     return panels
+
+
+# Steps to target, critical batch, noise scale ---------------------------------------------
 
 
 def _reached_in_first_epoch(record: RunRecord, target: float, metric: str) -> bool:
@@ -95,14 +155,17 @@ def _reached_in_first_epoch(record: RunRecord, target: float, metric: str) -> bo
 
 
 def steps_rows(records: Sequence[RunRecord], target: float, metric: str) -> list[dict[str, Any]]:
-    """Per (recipe, global batch): mean steps to ``target`` over the seeds that reached it;
-    ``upper_bound`` when a seed reached it by the end of its first epoch (the first point
-    measured), so the true count may be lower."""
+    """Per (recipe, global batch): mean steps to ``target`` over the seeds that reached it, with
+    its 95% bootstrap interval (``low``, ``high``); ``reached`` of ``ok_runs`` ok runs (of
+    ``runs``); ``upper_bound`` when a seed reached it by the end of its first epoch (the first
+    point measured), so the true count may be lower."""
     rows = []
     for item in aggregate(records, lambda r: steps_to_target(r.result.history, r.result.steps_per_epoch, target, metric)):
         group = [r for r in records if r.recipe == item.recipe and r.global_batch == item.global_batch]
+        estimate = item.estimate()
         rows.append({"recipe": item.recipe, "global_batch": item.global_batch, "world_size": item.world_size,
-                     "steps_to_target": item.mean, "reached": item.runs, "runs": len(group),
+                     "steps_to_target": item.mean, "low": estimate.low, "high": estimate.high, "reached": item.runs,
+                     "ok_runs": item.ok_runs, "runs": len(group),
                      "upper_bound": any(r.ok and _reached_in_first_epoch(r, target, metric) for r in group)})
     return rows
 
@@ -126,21 +189,102 @@ def _steps_text(row: dict[str, Any]) -> str:
     return ("≤" if row["upper_bound"] else "") + f"{row['steps_to_target']:.0f}"
 
 
-def _measured(records: Sequence[RunRecord], name: str) -> list[float]:
-    return [float(r.row[name]) for r in records if r.ok and r.row.get(name) is not None and math.isfinite(float(r.row[name]))]
+def steps_panel(rows: Sequence[dict[str, Any]], records: Sequence[RunRecord], fit: CriticalBatchFit) -> list[Line | Mark]:
+    """Per recipe, measured steps (with bands) as a line; upper bounds as down-pointing marks;
+    ok runs that never reached the target as marks on the top edge; runs that were not ok on
+    the bottom edge; the perfect-scaling line through the smallest measured (not bound) batch
+    of the best recipes, and the critical-batch fit when there is one."""
+    items: list[Line | Mark] = []
+    for recipe in recipes(records):
+        measured = [r for r in rows if r["recipe"] == recipe and r["steps_to_target"] is not None and not r["upper_bound"]]
+        if measured:
+            items.append(Line(recipe, [r["global_batch"] for r in measured], [r["steps_to_target"] for r in measured],
+                              low=[r["low"] if r["reached"] > 1 else None for r in measured],
+                              high=[r["high"] if r["reached"] > 1 else None for r in measured]))
+        mine = [r for r in rows if r["recipe"] == recipe]
+        items += [Mark("upper bound", recipe, r["global_batch"], r["steps_to_target"]) for r in mine
+                  if r["upper_bound"] and r["steps_to_target"] is not None]
+        items += [Mark("not reached", recipe, r["global_batch"], count=r["ok_runs"] - r["reached"]) for r in mine
+                  if r["ok_runs"] > r["reached"]]
+    items += status_marks(records)
+    best = [row for row in best_steps(rows) if not row["upper_bound"]]
+    if best:
+        batches, anchor = [row["global_batch"] for row in best], best[0]
+        items.append(Line("perfect scaling", batches, [anchor["steps_to_target"] * anchor["global_batch"] / b for b in batches],
+                          reference=True))
+    if fit.fitted:
+        batches = [point["global_batch"] for point in fit.residuals]
+        low, high = min(batches), max(batches)
+        grid = [low * (high / low) ** (i / 49) for i in range(50)]
+        items.append(Line(f"fit, B_crit = {fit.b_crit:.0f}", grid, [fit.steps(b) for b in grid], reference=True))
+    return items
 
 
-def noise_scale_at_target(records: Sequence[RunRecord], target: float, metric: str) -> list[float]:
-    """The gradient noise scale each ok run logged at the end of the epoch in which ``metric``
-    first reached ``target``: McCandlish et al. predict the critical batch for a target from
-    B_simple measured where training reaches it (it grows as the loss falls)."""
-    values = []
-    for record in records:
-        reached = next((row for row in record.result.history if record.ok and (row.get(metric) or -math.inf) >= target), None)
-        value = None if reached is None else reached.get("noise_scale")
-        if value is not None and math.isfinite(value) and value > 0:
-            values.append(float(value))
-    return values
+def noise_scale_at_target(records: Sequence[RunRecord], target: float, metric: str) -> list[dict[str, Any]]:
+    """Per ok run that reached ``target``: the gradient noise scale it logged at the end of the
+    epoch in which ``metric`` first reached it (McCandlish et al. predict the critical batch for
+    a target from B_simple measured where training reaches it; it grows as the loss falls).
+
+    Each record has ``recipe``, ``global_batch``, ``seed``, ``epoch``, ``noise_scale`` (None when
+    undetermined) and ``undetermined`` (the reason, or None), both from the logged ``noise_trace``
+    and ``gradient_norm_sq`` by ``simple_noise_scale``. Runs that did not measure it are left out."""
+    found = []
+    for record in (r for r in records if r.ok):
+        row = next((row for row in record.result.history if (row.get(metric) or -math.inf) >= target), None)
+        if row is None or row.get("noise_trace") is None or row.get("gradient_norm_sq") is None:
+            continue
+        scale, reason = simple_noise_scale(float(row["noise_trace"]), float(row["gradient_norm_sq"]))
+        found.append({"recipe": record.recipe, "global_batch": record.global_batch, "seed": record.row.get("seed"),
+                      "epoch": row.get("epoch"), "noise_scale": None if reason else scale, "undetermined": reason})
+    return found
+
+
+def noise_scale_summary(found: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The median of the determined noise scales over runs, how many there were, and how many
+    runs were undetermined for each reason."""
+    values = [item["noise_scale"] for item in found if item["noise_scale"] is not None]
+    reasons = [item["undetermined"] for item in found if item["undetermined"]]
+    return {"median": statistics.median(values) if values else None, "runs": len(values),
+            "undetermined": {reason: reasons.count(reason) for reason in dict.fromkeys(reasons)}}
+
+
+def noise_scale_sentence(summary: dict[str, Any]) -> str:
+    """Where the noise scale came from, and the runs where it was undetermined, with the reason."""
+    undetermined = "; ".join(f"{count} run{'s' if count > 1 else ''} undetermined ({reason})"
+                             for reason, count in summary["undetermined"].items())
+    if summary["median"] is None:
+        return f"Gradient noise scale at the target: {undetermined}." if undetermined else ""
+    text = (f"B_simple is the median over {summary['runs']} runs of the gradient noise scale logged at the end of the "
+            f"epoch each reached the target")
+    return text + (f"; {undetermined}, left out." if undetermined else ".")
+
+
+# Failures ------------------------------------------------------------------------------------
+
+
+def failures(records: Sequence[RunRecord], test_accuracy: Sequence[Aggregate]) -> list[dict[str, Any]]:
+    """Records: every run that was not ok (``kind`` "status", with its reason), then every
+    recipe and batch whose test accuracy is ``FAILURE_DROP`` or more below its small-batch
+    reference (``kind`` "drop", the ``large_batch_gap`` estimate)."""
+    found = [{"kind": "status", "recipe": r.recipe, "global_batch": r.global_batch, "world_size": r.row["world_size"],
+              "seed": r.row["seed"], "learning_rate": float(r.row["learning_rate"]), "status": r.row["status"],
+              "reason": r.row.get("reason") or "no reason recorded"} for r in records if not r.ok]
+    for item, drop in large_batch_gap(test_accuracy):
+        if drop is not None and drop.mean is not None and drop.mean >= FAILURE_DROP:
+            found.append({"kind": "drop", "recipe": item.recipe, "global_batch": item.global_batch, "drop": _estimate_record(drop)})
+    return found
+
+
+def failure_sentence(failure: dict[str, Any]) -> str:
+    """One failure record as a sentence."""
+    if failure["kind"] == "status":
+        return (f"`{failure['recipe']}` at global batch {failure['global_batch']} (world {failure['world_size']}, seed "
+                f"{failure['seed']}, lr {failure['learning_rate']:.4g}) {failure['status']}: {failure['reason']}")
+    drop = failure["drop"]
+    interval = f" ({100 * drop['level']:.0f}% CI {100 * drop['low']:.1f} to {100 * drop['high']:.1f}, n={drop['n']})" \
+        if drop["n"] > 1 else " (n=1)"
+    return (f"`{failure['recipe']}` at global batch {failure['global_batch']} loses {100 * drop['mean']:.1f} points of test "
+            f"accuracy against the small-batch reference{interval}")
 
 
 def budgets_text(records: Sequence[RunRecord]) -> str:
@@ -149,31 +293,22 @@ def budgets_text(records: Sequence[RunRecord]) -> str:
     return "; ".join(dict.fromkeys(str(r.row.get("budget") or f"{r.row.get('epochs')} epochs") for r in records))
 
 
-def failures(records: Sequence[RunRecord], test_accuracy: Sequence[Aggregate]) -> list[str]:
-    """Plain sentences: every diverged or failed run, and every recipe and batch whose test
-    accuracy is ``FAILURE_DROP`` or more below its small-batch reference (``large_batch_gap``)."""
-    lines = [f"`{r.recipe}` at global batch {r.global_batch} (world {r.row['world_size']}, seed {r.row['seed']}, "
-             f"lr {float(r.row['learning_rate']):.4g}) {r.row['status']}: {r.row.get('reason') or 'no reason recorded'}"
-             for r in records if not r.ok]
-    for item, drop in large_batch_gap(test_accuracy):
-        if drop is not None and drop >= FAILURE_DROP:
-            lines.append(f"`{item.recipe}` at global batch {item.global_batch} loses {100 * drop:.1f} points of test accuracy "
-                         f"against the small-batch reference")
-    return lines
+# The report ---------------------------------------------------------------------------------
 
 
 class _Report:
-    """Collects Markdown sections and figures for one results folder."""
+    """Collects Markdown sections, figures and the JSON record for one results folder."""
 
-    def __init__(self, results_dir: Path):
+    def __init__(self, results_dir: Path, colors: dict[str, str]):
         self.results_dir = results_dir
         self.figures = results_dir / FIGURES_FOLDER
+        self.colors = colors
         self.sections: list[str] = []
-        self.summary: dict[str, Any] = {}
+        self.summary: dict[str, Any] = {"confidence_level": DEFAULT_LEVEL, "failure_drop": FAILURE_DROP}
 
-    def figure(self, name: str, panels: dict[str, list[Line]], caption: str, **options) -> None:
+    def figure(self, name: str, panels: dict[str, list[Line | Mark]], caption: str, **options) -> None:
         if any(panels.values()):
-            plot_lines(panels, self.figures / name, **options)
+            plot_panels(panels, self.figures / name, colors=self.colors, **options)
             self.sections.append(f"![{caption}]({FIGURES_FOLDER}/{name})")
 
     def add(self, *parts: str) -> None:
@@ -185,41 +320,54 @@ def _accuracy_section(report: _Report, records: Sequence[RunRecord]) -> list[Agg
     train = {(a.recipe, a.global_batch): a for a in aggregate(records, column("train_accuracy"))}
     gap = {(a.recipe, a.global_batch): a for a in aggregate(records, column("gap_accuracy"))}
     rates = {(r.recipe, r.global_batch): float(r.row["learning_rate"]) for r in records}
-    rows = [
-        [item.recipe, item.world_size, item.global_batch, f"{rates[(item.recipe, item.global_batch)]:.4g}",
-         train[(item.recipe, item.global_batch)].describe(), item.describe(), gap[(item.recipe, item.global_batch)].describe(),
-         "-" if drop is None else f"{drop:+.4f}", item.count_text()]
-        for item, drop in large_batch_gap(test)
-    ]
+    entries, rows = [], []
+    for item, drop in large_batch_gap(test):
+        key = (item.recipe, item.global_batch)
+        estimate = item.estimate()
+        entries.append({"recipe": item.recipe, "world_size": item.world_size, "global_batch": item.global_batch,
+                        "learning_rate": rates[key], "test_accuracy": item.mean, "low": estimate.low, "high": estimate.high,
+                        "std": item.std, "runs": item.runs, "ok_runs": item.ok_runs, "total": item.total, "excluded": item.excluded,
+                        "train_accuracy": _estimate_record(train[key].estimate()), "gap_accuracy": _estimate_record(gap[key].estimate()),
+                        "large_batch_gap": _estimate_record(drop)})
+        rows.append([item.recipe, item.world_size, item.global_batch, f"{rates[key]:.4g}", train[key].describe(), item.describe(),
+                     gap[key].describe(), "reference" if drop is None else drop.describe(4), item.count_text()])
+    report.summary["accuracy"] = entries
     report.add("## Accuracy and generalization gap",
-               f"Budget: {budgets_text(records)}. "
-               "Final accuracy on the full train and test sets, mean ± sample std over the seeds whose run was judged ok "
-               "(diverged, collapsed and failed runs are counted in *runs*, never averaged in). "
-               "*gap* = train − test accuracy; *large-batch gap* = test accuracy at the recipe's smallest batch (for a "
-               "recipe run at one batch only: at the experiment's smallest batch) − test accuracy here.",
+               f"Budget: {budgets_text(records)}. Final accuracy on the full train and test sets: mean [{100 * DEFAULT_LEVEL:.0f}% "
+               "bootstrap confidence interval] (n) over the seeds whose run was judged ok (diverged, collapsed and failed runs "
+               "are counted in *runs*, never averaged in). *gap* = train − test accuracy; *large-batch gap* = test accuracy at "
+               "the recipe's smallest batch (for a recipe run at one batch only: at the experiment's smallest batch, its "
+               "recipes pooled) − test accuracy here, the interval resampling both groups' seeds.",
                markdown_table(["recipe", "world", "global batch", "lr", "train acc", "test acc", "gap", "large-batch gap", "runs"], rows))
-    names = recipes(records)
-    report.figure("accuracy_vs_batch.png", {"test accuracy": [_series(test, r) for r in names]}, "test accuracy vs global batch",
-                  xlabel="global batch", ylabel="test accuracy", log_x=True)
-    report.figure("gap_vs_batch.png", {"generalization gap (train - test accuracy)": [_series(list(gap.values()), r) for r in names]},
-                  "generalization gap vs global batch", xlabel="global batch", ylabel="train - test accuracy", log_x=True)
+    names, marks = recipes(records), status_marks(records)
+    report.figure("accuracy_vs_batch.png", {"test accuracy": [*batch_lines(test, names), *marks]}, "test accuracy vs global batch",
+                  ylabel="test accuracy", **BATCH_AXIS)
+    report.figure("gap_vs_batch.png", {"generalization gap (train - test accuracy)": [*batch_lines(list(gap.values()), names), *marks]},
+                  "generalization gap vs global batch", ylabel="train - test accuracy", **BATCH_AXIS)
     return test
 
 
+def _default_target(records: Sequence[RunRecord], metric: str) -> float:
+    peaks: dict[int, float] = {}
+    for r in (r for r in records if r.ok):
+        values = [row[metric] for row in r.result.history if row.get(metric) is not None]
+        if values:
+            peaks[r.global_batch] = max(peaks.get(r.global_batch, -math.inf), max(values))
+    return reachable_target(peaks.values())
+
+
 def _steps_section(report: _Report, records: Sequence[RunRecord], target: float | None, metric: str) -> None:
-    ok = [r for r in records if r.ok]
-    if not ok:
+    if not any(r.ok for r in records):
         return
-    if target is None:
-        peaks: dict[int, float] = {}
-        for r in ok:
-            values = [row[metric] for row in r.result.history if row.get(metric) is not None]
-            if values:
-                peaks[r.global_batch] = max(peaks.get(r.global_batch, -math.inf), max(values))
-        target = reachable_target(peaks.values())
+    target = _default_target(records, metric) if target is None else target
     rows = steps_rows(records, target, metric)
     best = best_steps(rows)
-    report.summary.update({"target": target, "metric": metric, "steps_to_target": rows})
+    noise = noise_scale_at_target(records, target, metric)
+    noise_summary = noise_scale_summary(noise)
+    fit = critical_batch([row for row in best if not row["upper_bound"]], noise_scale=noise_summary["median"])
+    report.summary.update({"target": target, "metric": metric, "steps_to_target": rows, "critical_batch": fit.to_dict()})
+    if noise:
+        report.summary["noise_scale"] = {**noise_summary, "runs_at_target": noise}
     report.add(
         "## Steps to target",
         f"Optimizer steps until `{metric}` first reaches **{target:.3f}** (interpolated between epoch ends; mean over the seeds "
@@ -227,90 +375,121 @@ def _steps_section(report: _Report, records: Sequence[RunRecord], target: float 
         f"≤ marks a count reached by the end of the first epoch, the first point measured: an upper bound.",
         markdown_table(["recipe", "global batch", "steps to target", "reached"],
                        [[row["recipe"], row["global_batch"], _steps_text(row), f"{row['reached']}/{row['runs']}"] for row in rows]),
+        "### Critical batch (McCandlish et al. 2018)",
+        f"`S(B) = S_min (1 + B_crit / B)` fitted to the fewest steps at each batch (the best recipe there; upper bounds left "
+        f"out; a fit needs {fit.min_batches} batch sizes or more): {fit.describe()}.",
+        noise_scale_sentence(noise_summary) if noise else "",
     )
-    lines = [Line(recipe, [r["global_batch"] for r in rows if r["recipe"] == recipe and r["steps_to_target"] is not None],
-                  [r["steps_to_target"] for r in rows if r["recipe"] == recipe and r["steps_to_target"] is not None])
-             for recipe in recipes(records)]
-    lines = [line for line in lines if line.x]
-    if best:
-        batches = [row["global_batch"] for row in best]
-        anchor = best[0]
-        lines.append(Line("perfect scaling", batches, [anchor["steps_to_target"] * anchor["global_batch"] / b for b in batches], dashed=True))
-    noise = noise_scale_at_target(records, target, metric)
-    try:
-        fit = critical_batch([row for row in best if not row["upper_bound"]], noise_scale=statistics.median(noise) if noise else None)
-    except ValueError as error:
-        report.add(f"Critical batch: not fitted ({error}).")
-    else:
-        report.summary["critical_batch"] = fit.to_dict()
-        grid = np.geomspace(min(row["global_batch"] for row in best), max(row["global_batch"] for row in best), 50)
-        lines.append(Line(f"fit, B_crit = {fit.b_crit:.0f}", list(grid), [fit.steps(b) for b in grid], dashed=True))
-        report.add(
-            "### Critical batch (McCandlish et al. 2018)",
-            f"Fitted to the best recipe per batch (upper bounds left out): {fit.describe()}."
-            + (f" B_simple is the median over {len(noise)} runs of the noise scale logged in the epoch each reached the target."
-               if noise else ""),
-            markdown_table(["global batch", "best recipe", "measured steps", "fitted steps"],
-                           [[row["global_batch"], row["recipe"], _steps_text(row), f"{fit.steps(row['global_batch']):.0f}"]
-                            for row in best]),
-        )
-    report.figure("steps_to_target.png", {f"steps to {metric} >= {target:.3f}": lines}, "steps to target vs global batch",
-                  xlabel="global batch", ylabel="steps", log_x=True, log_y=True)
+    if fit.fitted:
+        recipe_of = {row["global_batch"]: row["recipe"] for row in best}
+        report.add(markdown_table(
+            ["global batch", "best recipe", "measured steps", "fitted steps", "residual"],
+            [[point["global_batch"], recipe_of[point["global_batch"]], f"{point['steps']:.0f}", f"{point['fitted_steps']:.0f}",
+              f"{100 * point['relative_residual']:+.1f}%"] for point in fit.residuals]))
+    report.figure("steps_to_target.png", {f"steps to {metric} >= {target:.3f}": steps_panel(rows, records, fit)},
+                  "steps to target vs global batch", ylabel="steps", log_y=True, **BATCH_AXIS)
 
 
 def _sharpness_section(report: _Report, records: Sequence[RunRecord]) -> None:
-    if not _measured(records, "sharpness"):
+    if not any(r.ok and r.row.get("sharpness") is not None and math.isfinite(float(r.row["sharpness"])) for r in records):
         return
     sharp = aggregate(records, column("sharpness"))
-    report.summary["sharpness"] = [{"recipe": a.recipe, "global_batch": a.global_batch, "sharpness": a.mean, "std": a.std} for a in sharp]
     test = {(a.recipe, a.global_batch): a for a in aggregate(records, column("test_accuracy"))}
     train = {(a.recipe, a.global_batch): a for a in aggregate(records, column("train_accuracy"))}
+    report.summary["sharpness"] = [{"recipe": a.recipe, "global_batch": a.global_batch, "sharpness": a.mean, "std": a.std,
+                                    **{key: value for key, value in dataclasses.asdict(a.estimate()).items() if key != "mean"}}
+                                   for a in sharp]
     report.add(
         "## Sharpness (Keskar et al. 2017)",
-        "Sharpness of the final weights: 100 (max f(x + y) − f(x)) / (1 + f(x)) over the box |y_i| ≤ ε(|x_i| + 1), "
-        "maximised by L-BFGS-B (10 iterations).",
+        "Sharpness of the final weights: `100 (max f(x + y) − f(x)) / (1 + f(x))` over the box `|y_i| ≤ ε (|x_i| + 1)`, "
+        "maximised by L-BFGS-B as in the paper; mean [95% interval] (n) over ok seeds.",
         markdown_table(["recipe", "global batch", "train acc", "test acc", "sharpness"],
                        [[a.recipe, a.global_batch, train[(a.recipe, a.global_batch)].describe(),
                          test[(a.recipe, a.global_batch)].describe(), a.describe(2)] for a in sharp]),
     )
-    report.figure("sharpness_vs_batch.png", {"sharpness": [_series(sharp, r) for r in recipes(records)]},
-                  "sharpness vs global batch", xlabel="global batch", ylabel="sharpness", log_x=True)
+    report.figure("sharpness_vs_batch.png", {"sharpness": [*batch_lines(sharp, recipes(records)), *status_marks(records)]},
+                  "sharpness vs global batch", ylabel="sharpness", **BATCH_AXIS)
+
+
+def _cell(value: Any, digits: str = ".4g") -> str:
+    if value is None:
+        return "-"
+    return f"{value:{digits}}" if isinstance(value, float) else str(value)
+
+
+def lr_exponent_sentence(fit: dict[str, Any]) -> str:
+    """The sweep's fitted exponent with its interval, or why there is none (``note``)."""
+    if fit.get("alpha") is None:
+        return f"Tuned lr vs global batch: {fit.get('note') or 'not fitted'}."
+    if fit.get("alpha_95_low") is not None:
+        interval = f" (95% CI {fit['alpha_95_low']:.2f} to {fit['alpha_95_high']:.2f})"
+    else:
+        interval = f" ({fit.get('note') or 'no interval'})"
+    return f"Tuned lr ~ global_batch^{fit['alpha']:.2f}{interval}: `alpha = 1` is the linear rule, `alpha = 0.5` the sqrt rule."
+
+
+def sweep_panel(rows: Sequence[dict[str, Any]]) -> list[Line | Mark]:
+    """The best trial's learning rate per global batch, linear and sqrt lines from the smallest
+    batch, and the trials that diverged or collapsed as marks at their batch."""
+    tuned = [row for row in rows if row.get("best_learning_rate") is not None]
+    if not tuned:
+        return []
+    label, batches, first = "tuned (best trial)", [row["global_batch"] for row in tuned], tuned[0]
+    items: list[Line | Mark] = [Line(label, batches, [row["best_learning_rate"] for row in tuned])]
+    for name, alpha in (("linear", 1.0), ("sqrt", 0.5)):
+        items.append(Line(f"{name} from the smallest batch", batches,
+                          [first["best_learning_rate"] * (b / first["global_batch"]) ** alpha for b in batches], reference=True))
+    items += [Mark(status, label, row["global_batch"], count=int(row[status])) for row in tuned
+              for status in ("diverged", "collapsed") if row.get(status)]
+    return items
 
 
 def _sweep_section(report: _Report) -> None:
     path = report.results_dir / SWEEP_SUMMARY_FILE
     if not path.is_file():
         return
-    rows = [row for row in read_summary(path, required=("world_size", "study")) if row.get("best_learning_rate") is not None]
+    rows = read_summary(path, required=("world_size", "study"))
     fit_path = report.results_dir / SWEEP_FIT_FILE
     fit = json.loads(fit_path.read_text()) if fit_path.is_file() else None
     params = [key for key in (rows[0] if rows else {}) if key.startswith("param:")]
+    report.summary["sweep"] = {"rows": rows, "fit": fit}
     report.add(
         "## Sweep: tuned learning rate per world size",
         "Best trial of each world size's Optuna study (scored on validation; its test accuracy reported).",
         markdown_table(["world", "global batch", "trials (pruned)", "best lr", "validation acc", "test acc", *[p[6:] for p in params]],
-                       [[row["world_size"], row["global_batch"], f"{row['complete']} ({row['pruned']})", f"{row['best_learning_rate']:.4g}",
-                         f"{row['best_validation_accuracy']:.4f}", f"{row['best_test_accuracy']:.4f}",
-                         *[row[p] if not isinstance(row[p], float) else f"{row[p]:.4g}" for p in params]] for row in rows]),
+                       [[row["world_size"], _cell(row.get("global_batch")), f"{row['complete']} ({row['pruned']})",
+                         _cell(row.get("best_learning_rate")), _cell(row.get("best_validation_accuracy"), ".4f"),
+                         _cell(row.get("best_test_accuracy"), ".4f"), *[_cell(row[p]) for p in params]] for row in rows]),
+        lr_exponent_sentence(fit) if fit else "",
     )
-    if fit and fit.get("alpha") is not None:
-        interval = "" if fit.get("alpha_95_low") is None else f" (95% CI {fit['alpha_95_low']:.2f} to {fit['alpha_95_high']:.2f})"
-        report.add(f"Tuned lr ~ global_batch^{fit['alpha']:.2f}{interval}: 1 is the linear rule, 0.5 the sqrt rule.")
-    if rows:
-        batches = [row["global_batch"] for row in rows]
-        first = rows[0]
-        lines = [Line("tuned (best trial)", batches, [row["best_learning_rate"] for row in rows])]
-        for name, alpha in (("linear", 1.0), ("sqrt", 0.5)):
-            lines.append(Line(f"{name} from the smallest batch", batches,
-                              [first["best_learning_rate"] * (b / first["global_batch"]) ** alpha for b in batches], dashed=True))
-        report.figure("sweep_lr_vs_batch.png", {"tuned learning rate": lines}, "tuned learning rate vs global batch",
-                      xlabel="global batch", ylabel="learning rate", log_x=True, log_y=True)
+    report.figure("sweep_lr_vs_batch.png", {"tuned learning rate": sweep_panel(rows)}, "tuned learning rate vs global batch",
+                  ylabel="learning rate", log_y=True, **BATCH_AXIS)
+
+
+def _runs_section(report: _Report, records: Sequence[RunRecord], metric: str, target: float | None) -> None:
+    statuses = [str(r.row["status"]) for r in records]
+    counts = {status: statuses.count(status) for status in (*STATUSES, *statuses) if status in statuses}
+    report.summary.update({"runs": {"total": len(records), **counts}, "budget": budgets_text(records)})
+    report.add(f"{len(records)} runs: " + ", ".join(f"{count} {status}" for status, count in counts.items()) + ".")
+    test = _accuracy_section(report, records)
+    report.add("## Learning curves", "One panel per world size: thin lines are single seeds, thick lines the mean over a "
+               "recipe's ok seeds, marks where a run that was not ok ended.")
+    report.figure("learning_curves.png", learning_curves(records, metric), f"{metric} per epoch", xlabel="epoch", ylabel=metric)
+    report.add("## Learning-rate schedules applied")
+    report.figure("lr_schedules.png", applied_schedules(records), "learning rate per step", xlabel="epoch",
+                  ylabel="learning rate", share_y=False)
+    _steps_section(report, records, target, metric)
+    _sharpness_section(report, records)
+    broken = failures(records, test)
+    report.summary["failures"] = broken
+    report.add("## Where a recipe fails", "\n".join(f"- {failure_sentence(f)}" for f in broken) if broken else
+               f"No run diverged and no recipe lost {100 * FAILURE_DROP:.0f} point of test accuracy against the small-batch reference.")
 
 
 def write_report(results_dir: str | Path, *, target: float | None = None, metric: str | None = None,
                  on_damaged: Callable[[str], None] | None = None) -> Path:
-    """Writes ``report.md``, ``report.json`` (the headline numbers) and ``figures/*.png`` into
-    ``results_dir``; returns the report's path.
+    """Writes ``report.md``, ``report.json`` (every record the report's sentences and tables are
+    rendered from) and ``figures/*.png`` into ``results_dir``; returns the report's path.
 
     Args:
       results_dir: an experiment's folder (``summary.csv`` and ``runs/``) or a sweep's
@@ -331,37 +510,27 @@ def write_report(results_dir: str | Path, *, target: float | None = None, metric
         raise ReportError(f"{results_dir} has neither {SUMMARY_FILE} nor {SWEEP_SUMMARY_FILE}: nothing to report")
     damaged: list[str] = []
     records = load_records(results_dir, on_damaged=damaged.append) if has_runs else []
+    if records:
+        metric = metric or curve_metric(records)
+        known = {key for r in records for row in r.result.history for key in row}
+        if metric not in known:
+            raise ReportError(f"--metric {metric!r} is not in the runs' history (have: {', '.join(sorted(known))})")
     experiment_file = results_dir / EXPERIMENT_FILE
     experiment = yaml.safe_load(experiment_file.read_text()) if experiment_file.is_file() else {}
-    report = _Report(results_dir)
-    report.add(f"# {experiment.get('name', results_dir.name)}", experiment.get("description", ""))
+    report = _Report(results_dir, recipe_colors(recipes(records)))
+    name = str(experiment.get("name", results_dir.name))
+    report.summary["experiment"] = name
+    description = str(experiment.get("description") or "").strip()
+    report.add(f"# {name}", "\n".join(f"> {line}" for line in description.splitlines()))
     if damaged:
+        report.summary["damaged"] = damaged
         report.add("Left out, damaged (a rerun of the experiment retrains or rebuilds them):",
                    "\n".join(f"- {problem}" for problem in damaged))
         for problem in damaged:
             if on_damaged is not None:
                 on_damaged(problem)
     if records:
-        metric = metric or curve_metric(records)
-        known = {key for r in records for row in r.result.history for key in row}
-        if metric not in known:
-            raise ReportError(f"--metric {metric!r} is not in the runs' history (have: {', '.join(sorted(known))})")
-        statuses = [r.row["status"] for r in records]
-        report.add(f"{len(records)} runs: " + ", ".join(f"{statuses.count(s)} {s}" for s in dict.fromkeys(statuses)) + ".")
-        test = _accuracy_section(report, records)
-        report.add("## Learning curves")
-        report.figure("learning_curves.png", learning_curves(records, metric), f"{metric} per epoch",
-                      xlabel="epoch", ylabel=metric)
-        report.add("## Learning-rate schedules applied")
-        report.figure("lr_schedules.png", applied_schedules(records), "learning rate per step", xlabel="epoch",
-                      ylabel="learning rate", share_y=False)
-        _steps_section(report, records, target, metric)
-        _sharpness_section(report, records)
-        broken = failures(records, test)
-        report.add("## Where a recipe fails", "\n".join(f"- {line}" for line in broken) if broken else "No run diverged and no recipe "
-                   f"lost {100 * FAILURE_DROP:.0f} point of test accuracy against the small-batch reference.")
-        report.summary["accuracy"] = [
-            {"recipe": a.recipe, "global_batch": a.global_batch, "test_accuracy": a.mean, "std": a.std, "runs": a.runs} for a in test]
+        _runs_section(report, records, metric, target)
     _sweep_section(report)
-    write_atomic(results_dir / "report.json", json.dumps(report.summary, indent=2))
+    write_json_atomic(results_dir / REPORT_JSON, finite_or_none(report.summary))
     return write_atomic(results_dir / REPORT_FILE, "\n\n".join(report.sections) + "\n")

@@ -4,7 +4,8 @@ seeds, and written as Markdown.
 The *generalization gap* of a run is train accuracy - test accuracy; the *large-batch gap* of
 a recipe at global batch B is test accuracy(smallest batch) - test accuracy(B), same epoch
 budget (Keskar et al. 2017). Only runs with status ``ok`` enter the means; runs that diverged,
-collapsed or failed are counted beside them ("2 of 3 ok, 1 diverged"), never averaged in.
+collapsed or failed are counted beside them ("2 of 3 ok, 1 diverged"), never averaged in. Every
+mean comes with its 95% bootstrap interval and n (``lbtrain.analysis.statistics``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from lbtrain.analysis.statistics import Estimate, bootstrap_difference, bootstrap_mean
 from lbtrain.results import RUNS_FOLDER, STATUSES, SUMMARY_FILE, ResultsError, RunResult, is_finished, read_run
 
 
@@ -41,8 +43,9 @@ class RunRecord:
 
 @dataclasses.dataclass(frozen=True)
 class Aggregate:
-    """A metric of one recipe at one global batch over its seeds: the mean of the ``runs`` ok
-    runs that have it, and ``excluded``, how many of the group's runs were not ok, by status."""
+    """A metric of one recipe at one global batch over its seeds: the ``values`` of the ``runs``
+    ok runs that have it, their mean and sample std, and ``excluded``, how many of the group's
+    runs were not ok, by status."""
 
     recipe: str
     global_batch: int
@@ -52,15 +55,20 @@ class Aggregate:
     runs: int
     excluded: dict[str, int] = dataclasses.field(default_factory=dict)
     ok_runs: int = 0
+    values: tuple[float, ...] = ()
 
     @property
     def total(self) -> int:
         """Runs in the group, ok or not (ok runs missing the metric included)."""
         return self.ok_runs + sum(self.excluded.values())
 
+    def estimate(self) -> Estimate:
+        """The mean of ``values`` with its 95% percentile-bootstrap interval."""
+        return bootstrap_mean(self.values)
+
     def describe(self, digits: int = 4) -> str:
-        """``mean ± std`` (sample standard deviation; no ``±`` for a single run)."""
-        return mean_std(self.mean, self.std, self.runs, digits)
+        """``mean [low, high] (n=k)``, the 95% bootstrap interval (``Estimate.describe``)."""
+        return self.estimate().describe(digits)
 
     def count_text(self) -> str:
         """``"3"`` when every run was ok, else ``"2 of 3 ok (1 diverged)"``."""
@@ -68,12 +76,6 @@ class Aggregate:
             return str(self.ok_runs)
         others = ", ".join(f"{count} {status}" for status, count in self.excluded.items())
         return f"{self.ok_runs} of {self.total} ok ({others})"
-
-
-def mean_std(mean: float | None, std: float, runs: int, digits: int = 4) -> str:
-    if mean is None:
-        return "-"
-    return f"{mean:.{digits}f}" if runs < 2 else f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
 def _parse(value: str) -> Any:
@@ -158,6 +160,7 @@ def aggregate(records: Sequence[RunRecord], value_of) -> list[Aggregate]:
             runs=len(values),
             excluded={status: statuses.count(status) for status in STATUSES if status != "ok" and status in statuses},
             ok_runs=statuses.count("ok"),
+            values=tuple(values),
         ))
     return aggregates
 
@@ -167,23 +170,26 @@ def column(name: str):
     return lambda record: record.row.get(name)
 
 
-def large_batch_gap(test_accuracy: Sequence[Aggregate]) -> list[tuple[Aggregate, float | None]]:
-    """For each aggregate of test accuracy: the reference mean minus its own (None where either
-    is missing). The reference is the recipe's own smallest global batch; a recipe measured at
-    one batch only (a grid whose variants are the batch sizes, as in keskar_gap) is compared
-    with the experiment's smallest batch (the mean over the recipes measured there)."""
+def large_batch_gap(test_accuracy: Sequence[Aggregate]) -> list[tuple[Aggregate, Estimate | None]]:
+    """For each aggregate of test accuracy: reference mean minus its own, with a 95% bootstrap
+    interval resampling both groups' seeds (``bootstrap_difference``); None for the reference
+    itself. The reference is the recipe's own smallest global batch; a recipe measured at one
+    batch only (a grid whose variants are the batch sizes, as in keskar_gap) is compared with
+    the experiment's smallest batch (the ok runs of every recipe measured there, pooled)."""
     smallest: dict[str, Aggregate] = {}
     for item in test_accuracy:
         if item.recipe not in smallest or item.global_batch < smallest[item.recipe].global_batch:
             smallest[item.recipe] = item
     batches_of = {recipe: {i.global_batch for i in test_accuracy if i.recipe == recipe} for recipe in smallest}
     overall = min((i.global_batch for i in test_accuracy), default=0)
-    overall_means = [i.mean for i in test_accuracy if i.global_batch == overall and i.mean is not None]
-    overall_mean = statistics.fmean(overall_means) if overall_means else None
-    gaps = []
+    at_overall = [i for i in test_accuracy if i.global_batch == overall]
+    gaps: list[tuple[Aggregate, Estimate | None]] = []
     for item in test_accuracy:
-        base = smallest[item.recipe].mean if len(batches_of[item.recipe]) > 1 else overall_mean
-        gaps.append((item, None if base is None or item.mean is None else base - item.mean))
+        reference = [smallest[item.recipe]] if len(batches_of[item.recipe]) > 1 else at_overall
+        if reference == [item]:
+            gaps.append((item, None))
+        else:
+            gaps.append((item, bootstrap_difference([v for group in reference for v in group.values], item.values)))
     return gaps
 
 

@@ -2,12 +2,16 @@ import csv
 import json
 import math
 import statistics
+from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import run_cli
+from conftest import REPO_ROOT, run_cli
+from lbtrain.analysis.plots import OKABE_ITO
+from lbtrain.analysis.prose import unsupported_numbers
 from lbtrain.analysis.report import write_report
+from lbtrain.analysis.statistics import bootstrap_mean
 from lbtrain.cli import main
 from lbtrain.config import ExperimentConfig
 from lbtrain.runner import run_experiment
@@ -50,17 +54,49 @@ def test_report_writes_every_section_and_figure(tiny_results):
     path = write_report(tiny_results)
     assert path == tiny_results / "report.md"
     text = path.read_text()
-    assert text.startswith("# tiny\n\na tiny report test")
+    assert text.startswith("# tiny\n\n> a tiny report test")
     for heading in ("## Accuracy and generalization gap", "## Learning curves", "## Learning-rate schedules applied",
                     "## Steps to target", "## Sharpness (Keskar et al. 2017)", "## Sweep: tuned learning rate per world size",
                     "## Where a recipe fails"):
         assert heading in text
     assert {p.name for p in (tiny_results / "figures").iterdir()} == FIGURES
     assert all((tiny_results / "figures" / name).stat().st_size > 5000 for name in FIGURES)
-    assert "Tuned lr ~ global_batch^0.50" in text and "| 4 | 64 | 4 (0) | 0.1 | 0.5800 | 0.5700 | 0.1 |" in text
+    assert "Tuned lr ~ global_batch^0.50 (no interval)" in text and "| 4 | 64 | 4 (0) | 0.1 | 0.5800 | 0.5700 | 0.1 |" in text
 
 
-def test_report_means_and_stds_are_those_of_the_summary(tiny_results):
+def test_every_number_in_the_reports_prose_is_in_its_tables_or_json(tiny_results):
+    text = write_report(tiny_results).read_text()
+    record = json.loads((tiny_results / "report.json").read_text())
+    assert unsupported_numbers(text, record) == []
+    assert record["runs"]["total"] == len(summary_rows(tiny_results)) and record["failure_drop"] == 0.01
+    # The check has teeth: a hand-written number, or one edited in a sentence, is caught.
+    drifted = text.replace("runs: ", "runs (grew 25-fold): ", 1)
+    assert unsupported_numbers(drifted, record) == [("25", next(l for l in drifted.splitlines() if "25-fold" in l))]
+    target_line = next(line for line in text.splitlines() if "first reaches **" in line)
+    edited = text.replace(target_line, target_line.replace(f"**{record['target']:.3f}**", f"**{record['target'] + 0.2:.3f}**"))
+    assert [token for token, _ in unsupported_numbers(edited, record)] == [f"{record['target'] + 0.2:.3f}"]
+
+
+@pytest.mark.parametrize("study", ["goyal_scaling", "critical_batch", "keskar_gap", "goyal_scaling_cnn", "goyal_sweep"])
+def test_committed_reports_state_only_numbers_from_their_data(study):
+    folder = Path(REPO_ROOT) / "results" / study
+    assert unsupported_numbers((folder / "report.md").read_text(), json.loads((folder / "report.json").read_text())) == []
+
+
+def test_each_recipe_has_one_colour_in_every_figure(tiny_results):
+    import matplotlib.colors
+    import matplotlib.image
+
+    write_report(tiny_results)
+    first, second = (tuple(round(255 * c) for c in matplotlib.colors.to_rgb(color)) for color in OKABE_ITO[:2])
+    for name in ("accuracy_vs_batch.png", "gap_vs_batch.png", "learning_curves.png", "lr_schedules.png", "steps_to_target.png",
+                 "sharpness_vs_batch.png"):
+        image = matplotlib.image.imread(tiny_results / "figures" / name)
+        pixels = {tuple(pixel) for pixel in (image[..., :3] * 255).round().astype(int).reshape(-1, 3)}
+        assert first in pixels and second in pixels, name  # "none" in blue, "linear+warmup" in vermillion
+
+
+def test_report_means_and_intervals_are_those_of_the_summary(tiny_results):
     write_report(tiny_results)
     rows = summary_rows(tiny_results)
     headline = json.loads((tiny_results / "report.json").read_text())
@@ -70,9 +106,12 @@ def test_report_means_and_stds_are_those_of_the_summary(tiny_results):
         assert entry["runs"] == len(group) == 2
         assert entry["test_accuracy"] == pytest.approx(statistics.fmean(group))
         assert entry["std"] == pytest.approx(statistics.stdev(group))
+        estimate = bootstrap_mean(group)
+        assert (entry["low"], entry["high"]) == pytest.approx((estimate.low, estimate.high)) and entry["low"] <= entry["test_accuracy"]
         line = next(l for l in (tiny_results / "report.md").read_text().splitlines()
                     if l.startswith(f"| {entry['recipe']} | {entry['global_batch'] // 16} | {entry['global_batch']} |"))
-        assert f"{statistics.fmean(group):.4f} ± {statistics.stdev(group):.4f}" in line
+        assert f"| {estimate.describe(4)} |" in line and line.endswith("| 2 |")
+        assert estimate.describe(4).endswith("(n=2)")
 
 
 def test_default_target_is_the_highest_every_batch_reaches(tiny_results):
@@ -90,7 +129,7 @@ def test_default_target_is_the_highest_every_batch_reaches(tiny_results):
 def test_explicit_target_above_every_run_reports_nothing_reached(tiny_results):
     write_report(tiny_results, target=0.999)
     text = (tiny_results / "report.md").read_text()
-    assert "reaches **0.999**" in text and "Critical batch: not fitted (critical_batch needs steps to target at two or more" in text
+    assert "reaches **0.999**" in text and "not fitted — not enough points (n = 0 batch sizes < 4)" in text
 
 
 def test_cli_report_and_its_errors(tiny_results, tmp_path, capsys):
@@ -123,7 +162,7 @@ def test_targets_reached_in_the_first_epoch_are_upper_bounds_left_out_of_the_fit
     rows = [line for line in section.splitlines() if line.startswith("| none |")]
     # 384 * 0.75 = 288 training samples: 18 steps an epoch at batch 16, 4 at batch 64.
     assert rows == ["| none | 16 | ≤18 | 2/2 |", "| none | 64 | ≤4 | 2/2 |"]
-    assert "Critical batch: not fitted" in text
+    assert "not fitted — not enough points (n = 0 batch sizes < 4)" in text
 
 
 def synthetic(recipe, world, seed, curve, status="ok", test=0.8):
@@ -137,41 +176,105 @@ def synthetic(recipe, world, seed, curve, status="ok", test=0.8):
     return RunRecord(row, RunResult(config={}, status=status, history=history, steps_per_epoch=10 // world, global_batch=16 * world))
 
 
-def test_learning_curves_average_seeds_per_epoch_and_panel_per_world():
+def test_learning_curves_draw_each_seed_thin_the_ok_mean_thick_and_mark_where_bad_runs_ended():
+    from lbtrain.analysis.plots import Line, Mark
     from lbtrain.analysis.report import learning_curves
 
-    panels = learning_curves([synthetic("a", 1, 0, [0.5, 0.7]), synthetic("a", 1, 1, [0.6, 0.9]), synthetic("b", 2, 0, [0.4])],
-                             "val_accuracy")
+    records = [synthetic("a", 1, 0, [0.5, 0.7]), synthetic("a", 1, 1, [0.6, 0.9]), synthetic("a", 1, 2, [0.3, float("nan")], "diverged"),
+               synthetic("b", 2, 0, [0.4])]
+    panels = learning_curves(records, "val_accuracy")
     assert list(panels) == ["world 1 (batch 16)", "world 2 (batch 32)"]
-    (line,) = panels["world 1 (batch 16)"]
-    assert line.label == "a" and line.x == [1, 2] and line.y == pytest.approx([0.55, 0.8])
+    seeds, mean, mark = panels["world 1 (batch 16)"][:3], panels["world 1 (batch 16)"][3], panels["world 1 (batch 16)"][4]
+    assert [(line.thin, line.y[:1]) for line in seeds] == [(True, [0.5]), (True, [0.6]), (True, [0.3])]
+    assert isinstance(mean, Line) and not mean.thin and mean.x == [1, 2] and mean.y == pytest.approx([0.55, 0.8])  # ok seeds only
+    assert mark == Mark("diverged", "a", 1, 0.3)
+    assert panels["world 2 (batch 32)"] == [Line("b", [1], [0.4], thin=True)]  # one seed: no mean
+
+
+def test_batch_figures_keep_every_bad_run_as_a_mark_and_band_only_with_two_seeds():
+    from lbtrain.analysis.plots import Mark
+    from lbtrain.analysis.report import batch_lines, status_marks
+    from lbtrain.analysis.tables import aggregate, column
+
+    records = [synthetic("a", 1, 0, [0.5], test=0.80), synthetic("a", 1, 1, [0.5], test=0.84), synthetic("a", 4, 0, [0.5], test=0.70),
+               synthetic("a", 4, 1, [0.1], "diverged"), synthetic("b", 4, 0, [0.1], "collapsed"), synthetic("b", 4, 1, [0.1], "collapsed")]
+    (line,) = batch_lines(aggregate(records, column("test_accuracy")), ["a", "b"])  # "b" has no ok run: no line ...
+    assert line.x == [16, 64] and line.y == pytest.approx([0.82, 0.70])
+    assert line.low == pytest.approx([0.80, None]) and line.high == pytest.approx([0.84, None])
+    assert status_marks(records) == [Mark("diverged", "a", 64), Mark("collapsed", "b", 64, count=2)]  # ... but its marks
 
 
 def test_steps_rows_best_steps_and_failures_on_synthetic_runs():
-    from lbtrain.analysis.report import best_steps, failures, steps_rows
+    from lbtrain.analysis.plots import Line, Mark
+    from lbtrain.analysis.report import best_steps, failure_sentence, failures, steps_panel, steps_rows
+    from lbtrain.analysis.scaling_laws import critical_batch
     from lbtrain.analysis.tables import aggregate, column
 
     records = [synthetic("a", 1, 0, [0.5, 0.7, 0.8], test=0.85), synthetic("a", 2, 0, [0.6, 0.8], test=0.80),
-               synthetic("b", 2, 0, [0.75, 0.9], test=0.86), synthetic("b", 4, 0, [0.1], status="diverged", test=0.1)]
+               synthetic("b", 2, 0, [0.75, 0.9], test=0.86), synthetic("b", 4, 0, [0.1], status="diverged", test=0.1),
+               synthetic("b", 4, 1, [0.5, 0.6], test=0.6)]
     rows = steps_rows(records, 0.7, "val_accuracy")
-    assert [(r["recipe"], r["global_batch"], r["upper_bound"]) for r in rows] == [
-        ("a", 16, False), ("a", 32, False), ("b", 32, True), ("b", 64, False)]
+    assert [(r["recipe"], r["global_batch"], r["upper_bound"], r["reached"], r["ok_runs"], r["runs"]) for r in rows] == [
+        ("a", 16, False, 1, 1, 1), ("a", 32, False, 1, 1, 1), ("b", 32, True, 1, 1, 1), ("b", 64, False, 0, 1, 2)]
     assert [r["steps_to_target"] for r in rows[:3]] == pytest.approx([20.0, 7.5, 5.0]) and rows[3]["steps_to_target"] is None
     assert [(r["global_batch"], r["recipe"]) for r in best_steps(rows)] == [(16, "a"), (32, "b")]
-    lines = failures(records, aggregate(records, column("test_accuracy")))
-    assert lines == ["`b` at global batch 64 (world 4, seed 0, lr 0.4) diverged: loss became nan",
-                     "`a` at global batch 32 loses 5.0 points of test accuracy against the small-batch reference"]
+    fit = critical_batch([row for row in best_steps(rows) if not row["upper_bound"]])
+    panel = steps_panel(rows, records, fit)
+    assert panel[0] == Line("a", [16, 32], pytest.approx([20.0, 7.5]), low=[None, None], high=[None, None])
+    assert panel[1:4] == [Mark("upper bound", "b", 32, 5.0), Mark("not reached", "b", 64), Mark("diverged", "b", 64)]
+    assert panel[4] == Line("perfect scaling", [16], [20.0], reference=True) and len(panel) == 5  # no fit from 1 point
+    found = failures(records, aggregate(records, column("test_accuracy")))
+    assert [failure_sentence(f) for f in found] == [
+        "`b` at global batch 64 (world 4, seed 0, lr 0.4) diverged: loss became nan",
+        "`a` at global batch 32 loses 5.0 points of test accuracy against the small-batch reference (n=1)",
+        "`b` at global batch 64 loses 26.0 points of test accuracy against the small-batch reference (n=1)"]
+    assert found[1]["drop"]["mean"] == pytest.approx(0.05)
 
 
-def test_noise_scale_is_read_in_the_epoch_each_run_reaches_the_target():
-    from lbtrain.analysis.report import noise_scale_at_target
+def with_noise(record, *rows):
+    """Sets each epoch's logged (noise_trace, gradient_norm_sq); None for an epoch not measured."""
+    for epoch, values in zip(record.result.history, rows):
+        if values is not None:
+            epoch["noise_trace"], epoch["gradient_norm_sq"] = values
+    return record
 
-    first, second, diverged = synthetic("a", 1, 0, [0.5, 0.7, 0.8]), synthetic("a", 2, 0, [0.75, 0.9]), synthetic("b", 4, 0, [0.9], "diverged")
-    for record, scales in ((first, [None, 120.0, 300.0]), (second, [float("inf"), 80.0]), (diverged, [50.0])):
-        for row, scale in zip(record.result.history, scales):
-            row["noise_scale"] = scale
-    assert noise_scale_at_target([first, second, diverged], 0.7, "val_accuracy") == [120.0]
-    assert noise_scale_at_target([first, second, diverged], 0.8, "val_accuracy") == [300.0, 80.0]
+
+def test_noise_scale_is_read_in_the_epoch_each_run_reaches_the_target_and_never_negative():
+    from lbtrain.analysis.report import noise_scale_at_target, noise_scale_sentence, noise_scale_summary
+
+    first = with_noise(synthetic("a", 1, 0, [0.5, 0.7, 0.8]), None, (240.0, 2.0), (300.0, 1.0))
+    second = with_noise(synthetic("a", 2, 0, [0.75, 0.9]), (80.0, -0.02), (80.0, 1.0))  # |G|^2 estimate below 0 at 0.75
+    diverged = with_noise(synthetic("b", 4, 0, [0.9], "diverged"), (50.0, 1.0))
+    found = noise_scale_at_target([first, second, diverged], 0.7, "val_accuracy")
+    assert [(f["global_batch"], f["epoch"], f["noise_scale"], f["undetermined"]) for f in found] == [
+        (16, 2, 120.0, None), (32, 1, None, "|G|^2 estimate <= 0")]
+    summary = noise_scale_summary(found)
+    assert summary == {"median": 120.0, "runs": 1, "undetermined": {"|G|^2 estimate <= 0": 1}}
+    assert noise_scale_sentence(summary) == ("B_simple is the median over 1 runs of the gradient noise scale logged at the end of "
+                                             "the epoch each reached the target; 1 run undetermined (|G|^2 estimate <= 0), left out.")
+    assert [f["noise_scale"] for f in noise_scale_at_target([first, second], 0.8, "val_accuracy")] == [300.0, 80.0]
+    only_undetermined = noise_scale_summary(noise_scale_at_target([second], 0.7, "val_accuracy"))
+    assert noise_scale_sentence(only_undetermined) == "Gradient noise scale at the target: 1 run undetermined (|G|^2 estimate <= 0)."
+
+
+def test_report_shows_an_undetermined_noise_scale_with_its_reason_not_a_number(tiny_results, tmp_path):
+    """Every run's |G|^2 estimate set to 0 or below: the report has no B_simple, only the reason."""
+    import shutil
+
+    results = tmp_path / "tiny"
+    shutil.copytree(tiny_results, results)
+    for metrics in (results / "runs").glob("*/metrics.json"):
+        data = json.loads(metrics.read_text())
+        for row in data["history"]:
+            row["gradient_norm_sq"], row["noise_scale"] = -abs(row["gradient_norm_sq"] or 1.0), None
+        metrics.write_text(json.dumps(data))
+    text = write_report(results, target=0.1).read_text()
+    record = json.loads((results / "report.json").read_text())
+    runs = len(summary_rows(results))
+    assert f"Gradient noise scale at the target: {runs} runs undetermined (|G|^2 estimate <= 0)." in text
+    assert "B_simple" not in text and record["critical_batch"]["noise_scale"] is None
+    assert record["noise_scale"]["median"] is None and all(f["noise_scale"] is None for f in record["noise_scale"]["runs_at_target"])
+    assert unsupported_numbers(text, record) == []
 
 
 def test_damaged_rows_and_run_files_are_left_out_by_name_and_the_rest_reported(tiny_results, tmp_path):
