@@ -13,7 +13,6 @@ results/benchmarks/optimizers.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -27,8 +26,10 @@ import tensorflow as tf  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")  # one train function per optimizer: retracing warnings are expected
 
+from lbtrain.files import write_json_atomic  # noqa: E402
 from lbtrain.models import build_model  # noqa: E402
 from lbtrain.optimizers import LAMB, LARS  # noqa: E402
+
 
 OPTIMIZERS = {
     "sgd_momentum": lambda: tf.keras.optimizers.SGD(0.1, momentum=0.9),
@@ -101,9 +102,7 @@ def main() -> None:
         "settings": {"rounds": rounds, "steps_per_round": args.steps, "warmup_steps": args.warmup},
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "tensorflow": tf.__version__},
     }
-    partial = output.with_suffix(".json.partial")
-    partial.write_text(json.dumps(report, indent=2) + "\n")
-    os.replace(partial, output)
+    write_json_atomic(output, report)
     print(f"wrote {output}")
 
 

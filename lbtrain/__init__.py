@@ -31,8 +31,8 @@ _LOCATIONS = {
     "RunResult": "lbtrain.results",
     **dict.fromkeys(("expand", "run_experiment"), "lbtrain.runner"),
     **dict.fromkeys(("global_batch_size", "scale_learning_rate", "scaling_exponent", "scaling_factor"), "lbtrain.scaling"),
-    **dict.fromkeys(("DECAYS", "Constant", "ScheduleError", "Warmup", "build_decay", "build_schedule", "epochs_to_steps",
-                     "schedule_values", "warmup_lr"), "lbtrain.schedules"),
+    **dict.fromkeys(("DECAYS", "Constant", "ConstantLearningRate", "ScheduleError", "Warmup", "build_decay",
+                     "build_schedule", "epochs_to_steps", "schedule_values", "warmup_lr"), "lbtrain.schedules"),
     "train": "lbtrain.trainer",
     **dict.fromkeys(("Verdict", "judge"), "lbtrain.verdict"),
 }

@@ -7,6 +7,14 @@ fill when they are imported. ``import lbtrain`` must stay free of TensorFlow (re
 result files are read without it), so instead of importing those modules it waits for
 TensorFlow: if it is already loaded they are imported at once, else a finder on
 ``sys.meta_path`` imports them right after ``tensorflow`` finishes loading.
+
+Each class is registered twice (``keras_serializable``): as ``lbtrain>Name``, the name Keras
+writes into saved models, and under its bare class name, which two paths look up instead:
+Keras's H5 loader rebuilds an optimizer's learning-rate schedule by its ``class_name`` alone,
+and ``hvd.DistributedOptimizer`` wraps an optimizer in an unregistered subclass of the same
+name, so a saved model names the optimizer ``LARS``, not ``lbtrain>LARS``. A bare name is
+looked up before Keras's own modules, so it must not be the name of a Keras class
+(``keras.initializers.Constant`` is why the constant schedule is ``ConstantLearningRate``).
 """
 
 from __future__ import annotations
@@ -14,13 +22,38 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import sys
+from typing import Callable, TypeVar
 
 REGISTERING_MODULES = ("lbtrain.schedules", "lbtrain.optimizers", "lbtrain.layers")
 
+# Every class registered by ``keras_serializable``, by bare name.
+KERAS_CLASSES: dict[str, type] = {}
 
-def register_keras_objects() -> None:
+_Class = TypeVar("_Class", bound=type)
+
+
+def keras_serializable(name: str | None = None) -> Callable[[_Class], _Class]:
+    """Class decorator: registers a Keras class as ``lbtrain>{name}`` (``name`` defaults to the
+    class name) and under its bare class name (see the module docstring for why both)."""
+
+    def register(cls: _Class) -> _Class:
+        import tensorflow as tf
+
+        tf.keras.utils.register_keras_serializable(package="lbtrain", name=name)(cls)
+        tf.keras.utils.get_custom_objects()[cls.__name__] = cls
+        KERAS_CLASSES[cls.__name__] = cls
+        return cls
+
+    return register
+
+
+def register_keras_objects(keras_module_loaded: bool = False) -> None:
     """Imports every registering module not already being imported (one that is will register
-    its classes when it finishes)."""
+    its classes when it finishes). While ``lbtrain._keras``, which they all import, is itself
+    loading (its ``import tensorflow`` is what called this), it calls this again when done."""
+    keras_module = sys.modules.get("lbtrain._keras")
+    if not keras_module_loaded and keras_module is not None and getattr(keras_module.__spec__, "_initializing", False):
+        return
     for name in REGISTERING_MODULES:
         if name not in sys.modules:
             importlib.import_module(name)

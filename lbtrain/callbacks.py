@@ -10,22 +10,26 @@ and ``GradientNoiseScale`` when the run's ``analysis.noise_scale`` asks for it.
 from __future__ import annotations
 
 import math
+import sys
 import time
 
 import numpy as np
 import tensorflow as tf
 
+from lbtrain._keras import applied_learning_rate, optimizer_step, set_learning_rate
+from lbtrain.analysis.scaling_laws import simple_noise_scale
 from lbtrain.schedules import warmup_lr
 from lbtrain.verdict import DEFAULT_FACTOR, step_divergence
 
 
-def _optimizer_learning_rate(optimizer: tf.keras.optimizers.Optimizer) -> float:
-    """The learning rate the optimizer applied at its last step.
-
-    With a schedule Keras 2.15 stores ``schedule(iterations)`` in a variable at the start of
-    every ``apply_gradients``; with a float the variable itself is the rate.
-    """
-    return float(tf.keras.backend.get_value(optimizer.learning_rate))
+def _horovod_size() -> int:
+    """``hvd.size()`` if Horovod is initialized, else ValueError. Horovod is looked up in
+    ``sys.modules``, not imported: a process that calls ``hvd.init()`` has imported it."""
+    horovod = sys.modules.get("horovod.tensorflow")
+    if horovod is None or not horovod.is_initialized():
+        raise ValueError("LearningRateWarmup: pass world_size (the number of workers initial_lr was scaled for); "
+                         "it defaults to hvd.size() only once hvd.init() has been called")
+    return horovod.size()
 
 
 class LearningRateWarmup(tf.keras.callbacks.Callback):
@@ -43,29 +47,37 @@ class LearningRateWarmup(tf.keras.callbacks.Callback):
     ``start + (initial_lr - start) * e / warmup_epochs`` since ``initial_lr - start =
     initial_lr * (world_size - 1) / world_size``. So training starts just above ``start`` (the
     unscaled LR) and reaches ``initial_lr`` (the scaled LR) at the last batch of warmup; after
-    warmup the rate is left alone. Unlike Horovod's callback this one needs no ``hvd.init()``
-    (the world size is an argument, so simulated worlds warm up too) and applies no momentum
-    correction: Keras 2.15's optimizers hold ``momentum`` as a Python float compiled into the
-    train step.
+    warmup the rate is left alone. As Horovod's callback, the world size defaults to
+    ``hvd.size()`` when Horovod is initialized; unlike it, this one also runs without Horovod
+    (pass ``world_size``, so simulated worlds warm up too) and applies no momentum correction:
+    Keras 2.15's optimizers hold ``momentum`` as a Python float compiled into the train step.
+
+    The optimizer's learning rate must be a float (a variable this callback sets): with a
+    ``LearningRateSchedule`` Keras recomputes the rate every step and would undo the warmup,
+    so training stops with an error pointing to ``lbtrain.schedules.Warmup``, the schedule form.
 
     Args:
       initial_lr: the scaled learning rate reached at the end of warmup.
       warmup_epochs: length of the warmup in epochs.
-      world_size: the number of workers the rate was scaled for.
+      world_size: the number of workers the rate was scaled for; None means ``hvd.size()``,
+        which needs ``hvd.init()`` to have been called.
       steps_per_epoch: batches per epoch; by default read from ``fit``'s parameters.
     """
 
-    def __init__(self, initial_lr: float, warmup_epochs: float, world_size: int, steps_per_epoch: int | None = None):
+    def __init__(self, initial_lr: float, warmup_epochs: float, world_size: int | None = None,
+                 steps_per_epoch: int | None = None):
         super().__init__()
         if not initial_lr > 0:
             raise ValueError(f"initial_lr must be positive, got {initial_lr!r}")
         if not warmup_epochs > 0:
             raise ValueError(f"warmup_epochs must be positive, got {warmup_epochs!r}")
-        if not isinstance(world_size, int) or world_size < 1:
+        if world_size is None:
+            world_size = _horovod_size()
+        if isinstance(world_size, bool) or not isinstance(world_size, (int, np.integer)) or world_size < 1:
             raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
         self.initial_lr = float(initial_lr)
         self.warmup_epochs = warmup_epochs
-        self.world_size = world_size
+        self.world_size = int(world_size)
         self.steps_per_epoch = steps_per_epoch
         self._epoch = 0
 
@@ -79,6 +91,11 @@ class LearningRateWarmup(tf.keras.callbacks.Callback):
         )
 
     def on_train_begin(self, logs=None):
+        if isinstance(self.model.optimizer.get_config()["learning_rate"], dict):
+            raise ValueError(
+                "LearningRateWarmup sets a float learning rate, but the optimizer's is a LearningRateSchedule, "
+                "which Keras re-evaluates every step; compile with a float, or put the warmup into the schedule "
+                "with lbtrain.schedules.Warmup(target_lr, warmup_steps, after=schedule)")
         if self.steps_per_epoch is None:
             if not self.params.get("steps"):
                 raise ValueError("LearningRateWarmup: pass steps_per_epoch, fit() did not report its steps")
@@ -89,7 +106,7 @@ class LearningRateWarmup(tf.keras.callbacks.Callback):
 
     def on_train_batch_begin(self, batch, logs=None):
         if self._epoch < self.warmup_epochs:
-            tf.keras.backend.set_value(self.model.optimizer.learning_rate, self.learning_rate(self._epoch, batch))
+            set_learning_rate(self.model.optimizer, self.learning_rate(self._epoch, batch))
 
 
 class LearningRateLogger(tf.keras.callbacks.Callback):
@@ -108,8 +125,8 @@ class LearningRateLogger(tf.keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         optimizer = self.model.optimizer
-        self.steps.append(int(tf.keras.backend.get_value(optimizer.iterations)) - 1)
-        self.rates.append(_optimizer_learning_rate(optimizer))
+        self.steps.append(optimizer_step(optimizer) - 1)
+        self.rates.append(applied_learning_rate(optimizer))
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None and self.rates:
@@ -221,7 +238,7 @@ class BudgetStop(tf.keras.callbacks.Callback):
         self.reached_step: int | None = None
 
     def _step(self) -> int:
-        return int(tf.keras.backend.get_value(self.model.optimizer.iterations))
+        return optimizer_step(self.model.optimizer)
 
     def on_train_batch_end(self, batch, logs=None):
         if self._step() >= self.total_steps:
@@ -265,7 +282,10 @@ class GradientNoiseScale(tf.keras.callbacks.Callback):
 
     are unbiased estimates of ``|G|^2`` and ``S = tr(Sigma)``; each is averaged with a
     bias-corrected exponential moving average (``decay``) and ``B_simple`` is their ratio. Each
-    epoch logs ``noise_scale`` (B_simple), ``noise_trace`` (S) and ``gradient_norm_sq`` (|G|^2).
+    epoch logs ``noise_scale`` (B_simple), ``noise_trace`` (S), ``gradient_norm_sq`` (|G|^2) and
+    ``noise_scale_undetermined``: 1 where the averaged |G|^2 estimate is not positive (or the
+    S estimate negative), and then ``noise_scale`` is NaN, never negative or infinite
+    (``lbtrain.analysis.scaling_laws.simple_noise_scale`` names the reason).
 
     Under Horovod each rank computes its own ``g_r`` and one allreduce averages ``|g_r|^2`` and
     ``g_r``; a simulated world computes all ``world_size`` of them in turn. Worker r's batch is
@@ -341,13 +361,16 @@ class GradientNoiseScale(tf.keras.callbacks.Callback):
         self._averages = [self.decay * average + (1 - self.decay) * value for average, value in zip(self._averages, (trace, norm_sq))]
 
     def estimate(self) -> dict[str, float]:
-        """The bias-corrected averages so far: ``noise_trace``, ``gradient_norm_sq`` and their
-        ratio ``noise_scale`` (NaN before the first measurement, so every epoch logs the same keys)."""
+        """The bias-corrected averages so far: ``noise_trace``, ``gradient_norm_sq``, their ratio
+        ``noise_scale`` (NaN when undetermined) and ``noise_scale_undetermined`` (1 or 0); all
+        NaN before the first measurement, so every epoch logs the same keys."""
         if not self.measurements:
-            return dict.fromkeys(("noise_scale", "noise_trace", "gradient_norm_sq"), math.nan)
+            return dict.fromkeys(("noise_scale", "noise_trace", "gradient_norm_sq", "noise_scale_undetermined"), math.nan)
         correction = 1 - self.decay ** len(self.measurements)
         trace, norm_sq = (average / correction for average in self._averages)
-        return {"noise_scale": trace / norm_sq if norm_sq > 0 else math.inf, "noise_trace": trace, "gradient_norm_sq": norm_sq}
+        scale, reason = simple_noise_scale(trace, norm_sq)
+        return {"noise_scale": scale, "noise_trace": trace, "gradient_norm_sq": norm_sq,
+                "noise_scale_undetermined": float(reason is not None)}
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:

@@ -110,8 +110,7 @@ def _sweep_command(args: argparse.Namespace) -> int:
               f"{row['diverged']} diverged, {row['collapsed']} collapsed"
               + (f", best ok validation {best:.4f} (test {row['best_test_accuracy']:.4f}) at lr {row['best_learning_rate']:.4g}"
                  if best is not None else ", no ok trial"))
-    if fit is not None:
-        print(fit.describe())
+    print(fit.describe())
     print(f"wrote {experiment.results_dir / 'sweep_summary.csv'} (studies in {args.storage or storage_url(experiment)})")
     return 0
 

@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from lbtrain._keras import default_training
+from lbtrain._registration import keras_serializable
 
-@tf.keras.utils.register_keras_serializable(package="lbtrain")
+
+@keras_serializable()
 class GhostBatchNormalization(tf.keras.layers.Layer):
     """Batch normalization over groups of ``virtual_batch_size`` samples (last axis = channels).
 
@@ -42,10 +45,13 @@ class GhostBatchNormalization(tf.keras.layers.Layer):
 
     def build(self, input_shape):
         channels = int(input_shape[-1])
-        self.gamma = self.add_weight("gamma", (channels,), initializer="ones", trainable=True) if self.scale else None
-        self.beta = self.add_weight("beta", (channels,), initializer="zeros", trainable=True) if self.center else None
-        self.moving_mean = self.add_weight("moving_mean", (channels,), initializer="zeros", trainable=False)
-        self.moving_variance = self.add_weight("moving_variance", (channels,), initializer="ones", trainable=False)
+        def weight(name, initializer, trainable):
+            return self.add_weight(name=name, shape=(channels,), initializer=initializer, trainable=trainable)
+
+        self.gamma = weight("gamma", "ones", True) if self.scale else None
+        self.beta = weight("beta", "zeros", True) if self.center else None
+        self.moving_mean = weight("moving_mean", "zeros", False)
+        self.moving_variance = weight("moving_variance", "ones", False)
         super().build(input_shape)
 
     def build_from_config(self, config):
@@ -85,9 +91,13 @@ class GhostBatchNormalization(tf.keras.layers.Layer):
         scale, offset = self._scale_and_offset(inputs.shape[-1])
         return tf.nn.batch_normalization(inputs, self.moving_mean, self.moving_variance, offset, scale, self.epsilon)
 
-    def call(self, inputs, training=None):
+    def call(self, inputs, training=None, mask=None):
+        # Keras 3's BatchNormalization takes a mask, and cloning it into this layer
+        # (``lbtrain.models.set_virtual_batch_size``) passes the same arguments.
+        if mask is not None:
+            raise ValueError(f"{self.name}: GhostBatchNormalization does not support masked inputs")
         if training is None:
-            training = tf.keras.backend.learning_phase()
+            training = default_training()
         if isinstance(training, bool) or isinstance(training, int):
             return self._train(inputs) if training else self._infer(inputs)
         return tf.cond(tf.cast(training, tf.bool), lambda: self._train(inputs), lambda: self._infer(inputs))

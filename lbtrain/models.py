@@ -258,7 +258,8 @@ def set_virtual_batch_size(model: tf.keras.Model, virtual_batch_size: int) -> tf
         config = layer.get_config()
         if is_batch_norm(layer):
             axis = config.get("axis", -1)
-            if axis not in (-1, [-1], len(layer.input_shape) - 1, [len(layer.input_shape) - 1]):
+            last = len(layer.input.shape) - 1
+            if axis not in (-1, [-1], last, [last]):
                 raise ModelError(f"layer {layer.name}: ghost batch norm needs channels on the last axis, got axis {axis}")
             return GhostBatchNormalization(
                 virtual_batch_size, momentum=config["momentum"], epsilon=config["epsilon"],

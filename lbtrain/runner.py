@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.util
 import itertools
 import json
 import math
@@ -150,6 +151,9 @@ def check_runs(planned: list[PlannedRun]) -> None:
     from lbtrain.models import ModelError, build_model
     from lbtrain.schedules import ScheduleError
 
+    if any(run.config.training.tensorboard for run in planned) and importlib.util.find_spec("tensorboard") is None:
+        raise ConfigError("training.tensorboard needs TensorBoard, which is not installed here (TensorFlow 2.21 no "
+                          "longer installs it): pip install 'lbtrain[tensorboard]', or set training.tensorboard: false")
     datasets: dict[str, Any] = {}
     models_built: set[str] = set()
     for run in planned:
@@ -238,6 +242,23 @@ def horovodrun_path() -> str | None:
     return str(beside) if beside.is_file() else shutil.which("horovodrun")
 
 
+def horovod_launch_problem() -> str | None:
+    """Why ``mode: horovod`` cannot start here (naming the fix), or None. With ``$HOROVODRUN``
+    (a wrapper that may start another environment) only the launcher itself is checked; else
+    this stack must run Horovod (``lbtrain._keras.horovod_problem``: TensorFlow 2.15 with
+    Horovod) and have its ``horovodrun``."""
+    if os.environ.get("HOROVODRUN"):
+        if horovodrun_path() is None:
+            return f"$HOROVODRUN is {os.environ['HOROVODRUN']!r}, which is not a file or command (use mode: simulated)"
+        return None
+    from lbtrain._keras import HOROVOD_INSTALL, horovod_problem
+
+    problem = horovod_problem()
+    if problem is None and horovodrun_path() is None:
+        problem = f"horovodrun is not installed here: {HOROVOD_INSTALL}, or use mode: simulated"
+    return problem
+
+
 _WORKER_LINE = re.compile(r"^\[\d+\]<std(?:err|out)>:(.*)$")
 _EXCEPTION_LINE = re.compile(r"^(?:[\w.]+(?:Error|Exception|Interrupt)|lbtrain: error): ")
 
@@ -312,8 +333,10 @@ def run_planned(
     ``metrics.json`` is damaged are trained again; ``fresh`` deletes the experiment's previous
     runs first. One progress line per run (with elapsed time and an ETA from the mean time of
     the runs trained so far, counting every run still ahead)."""
-    if experiment.mode == "horovod" and horovodrun_path() is None:
-        raise ConfigError("mode: horovod needs horovodrun, which is not installed here or at $HOROVODRUN (use mode: simulated)")
+    if experiment.mode == "horovod":
+        problem = horovod_launch_problem()
+        if problem is not None:
+            raise ConfigError(f"mode: horovod: {problem}")
     check_runs(planned)
     folder = experiment.results_dir
     claim_folder(folder, experiment.name, config_file, experiment.model_dump(mode="json"))

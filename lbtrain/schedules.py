@@ -3,9 +3,10 @@
 ``Warmup`` is the one place warmup lives; decays are Keras's own ``ExponentialDecay``,
 ``PiecewiseConstantDecay``, ``CosineDecay`` and ``PolynomialDecay``, built by
 ``build_schedule`` from a config mapping with epochs converted to steps exactly once. Every
-class here is registered with Keras under the package ``lbtrain``, so a model saved with one
-loads in a fresh process after ``import lbtrain`` with no ``custom_objects``, and
-``hvd.DistributedOptimizer`` (which rebuilds the optimizer from its config) keeps it.
+class here is registered with Keras (``lbtrain._registration.keras_serializable``), so a model
+saved with one (SavedModel, ``.keras`` or H5) loads in a fresh process after ``import lbtrain``
+with no ``custom_objects``, and ``hvd.DistributedOptimizer`` (which rebuilds the optimizer
+from its config) keeps it.
 
 The decay's clock runs from step 0, as in Goyal et al. 2017: warmup replaces the first steps
 of the decayed schedule instead of delaying it, so a run with warmup and one without follow
@@ -25,31 +26,41 @@ Example::
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Mapping
 
 import numpy as np
 import tensorflow as tf
 
+from lbtrain._registration import keras_serializable
 from lbtrain.scaling import scale_learning_rate, scaling_exponent
 
 LearningRateSchedule = tf.keras.optimizers.schedules.LearningRateSchedule
-_register = tf.keras.utils.register_keras_serializable(package="lbtrain")
 
 
 class ScheduleError(ValueError):
     """A schedule spec or argument that cannot be built; the message names the field."""
 
 
+def _is_number(value: Any) -> bool:
+    """A Python or NumPy real number (``np.float32(0.1)`` included), not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def _check_positive(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+    if not _is_number(value) or not math.isfinite(value) or value <= 0:
         raise ScheduleError(f"{name} must be a positive number, got {value!r}")
     return float(value)
 
 
-@_register
-class Constant(LearningRateSchedule):
+# Registered as ``lbtrain>Constant`` (its name before the rename, so models saved then still
+# load); the class name differs from Keras's ``Constant`` initializer because Keras's H5 loader
+# looks the schedule up by class name, before its own classes (see ``lbtrain._registration``).
+@keras_serializable("Constant")
+class ConstantLearningRate(LearningRateSchedule):
     """``lr(s) = learning_rate`` for every step: a float as a schedule, so every run's LR
-    is a schedule object that can be logged, plotted and serialized alike."""
+    is a schedule object that can be logged, plotted and serialized alike. ``Constant`` is
+    the same class."""
 
     def __init__(self, learning_rate: float, name: str | None = None):
         super().__init__()
@@ -61,6 +72,9 @@ class Constant(LearningRateSchedule):
 
     def get_config(self) -> dict:
         return {"learning_rate": self.learning_rate, "name": self.name}
+
+
+Constant = ConstantLearningRate
 
 
 def warmup_lr(step, warmup_steps, start_lr, target_lr):
@@ -85,7 +99,7 @@ def warmup_lr(step, warmup_steps, start_lr, target_lr):
     return start_lr + (target_lr - start_lr) * ((step + 1) / warmup_steps)
 
 
-@_register
+@keras_serializable()
 class Warmup(LearningRateSchedule):
     """Gradual warmup (Goyal et al. 2017, "Accurate, Large Minibatch SGD", sec. 2.2).
 
@@ -93,7 +107,9 @@ class Warmup(LearningRateSchedule):
 
         lr(s) = start + (target - start) * (s + 1) / warmup_steps
 
-    so ``lr(0) > 0`` and ``lr(warmup_steps - 1) = target``. Afterwards ``lr(s) = after(s)``: the
+    so ``lr(0) > 0`` and ``lr(warmup_steps - 1) = target``: one step before the ramps of Keras's
+    ``CosineDecay(warmup_target=...)``, Model Garden, optax and timm, ``start + (target - start) *
+    s / warmup_steps``, which reach it at step ``warmup_steps``. Afterwards ``lr(s) = after(s)``: the
     decay's clock runs from step 0 (Goyal et al.), so from the end of warmup on the rate is
     exactly ``after``'s, as without warmup. With ``offset_after`` it is ``after(s -
     warmup_steps)`` instead (the decay starts counting at the first step after warmup). With no
@@ -134,7 +150,7 @@ class Warmup(LearningRateSchedule):
         if start_lr is not None and scaling_factor is not None:
             raise ScheduleError("give start_lr or scaling_factor, not both")
         if start_lr is not None:
-            if isinstance(start_lr, bool) or not isinstance(start_lr, (int, float)) or not 0 <= start_lr <= self.target_lr:
+            if not _is_number(start_lr) or not 0 <= start_lr <= self.target_lr:
                 raise ScheduleError(f"start_lr must be a number in [0, target_lr={self.target_lr}], got {start_lr!r}")
             self.start_lr = float(start_lr)
         elif scaling_factor is not None:
@@ -227,7 +243,7 @@ def _decay_length(spec, steps_per_epoch, decay_epochs, path) -> int:
 
 def _cosine(lr, spec, steps_per_epoch, decay_epochs, path):
     alpha = spec["alpha"]
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
+    if not _is_number(alpha) or not 0 <= alpha <= 1:
         raise ScheduleError(f"{path}.alpha must be a number in [0, 1], got {alpha!r}")
     steps = _decay_length(spec, steps_per_epoch, decay_epochs, path)
     return tf.keras.optimizers.schedules.CosineDecay(lr, steps, alpha=float(alpha))
@@ -235,7 +251,7 @@ def _cosine(lr, spec, steps_per_epoch, decay_epochs, path):
 
 def _polynomial(lr, spec, steps_per_epoch, decay_epochs, path):
     end_factor = spec["end_factor"]
-    if isinstance(end_factor, bool) or not isinstance(end_factor, (int, float)) or not 0 <= end_factor <= 1:
+    if not _is_number(end_factor) or not 0 <= end_factor <= 1:
         raise ScheduleError(f"{path}.end_factor must be a number in [0, 1], got {end_factor!r}")
     steps = _decay_length(spec, steps_per_epoch, decay_epochs, path)
     power = _check_positive(f"{path}.power", spec["power"])
@@ -327,7 +343,7 @@ def build_schedule(
         raise ScheduleError(f"{path}.{error}") from None
     target = scale_learning_rate(base_lr, base_batch, global_batch, merged["rule"])
     warmup_epochs = merged["warmup_epochs"]
-    if isinstance(warmup_epochs, bool) or not isinstance(warmup_epochs, (int, float)) or warmup_epochs < 0:
+    if not _is_number(warmup_epochs) or not warmup_epochs >= 0:
         raise ScheduleError(f"{path}.warmup_epochs must be a non-negative number, got {warmup_epochs!r}")
     warmup_steps = epochs_to_steps(warmup_epochs, steps_per_epoch)
     clock = merged["decay_clock"]
@@ -342,11 +358,11 @@ def build_schedule(
         merged["decay"], initial_lr=target, steps_per_epoch=steps_per_epoch, decay_epochs=decay_epochs, path=f"{path}.decay"
     )
     if warmup_steps == 0:
-        return decay or Constant(target)
+        return decay or ConstantLearningRate(target)
     start = merged["warmup_start"]
     if start is None:
         start = min(base_lr, target)
-    elif isinstance(start, bool) or not isinstance(start, (int, float)) or not 0 <= start <= target:
+    elif not _is_number(start) or not 0 <= start <= target:
         raise ScheduleError(f"{path}.warmup_start must be a number in [0, {target:g}] (the scaled LR), got {start!r}")
     return Warmup(target, warmup_steps, after=decay, start_lr=start, offset_after=after_warmup)
 
@@ -361,6 +377,7 @@ def schedule_values(schedule: LearningRateSchedule | float, steps: int) -> np.nd
 
 __all__ = [
     "Constant",
+    "ConstantLearningRate",
     "DECAYS",
     "DECAY_CLOCKS",
     "SCHEDULE_KEYS",

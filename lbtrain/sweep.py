@@ -6,16 +6,18 @@ median pruner fed every epoch's validation accuracy, never before the trial's wa
 Every trial carries its run's verdict (``lbtrain.verdict``) as the user attribute ``status``: a
 diverged trial is pruned with its reason (user attribute ``reason``); a collapsed one completes
 with its (chance-level) value, so the sampler learns from it, but "best" and the fits only ever
-take trials whose status is ``ok``. Studies live in SQLite (``results/<name>/optuna.db``) or any
-SQLAlchemy URL, so several processes or machines can share them; a rerun tops each study up to
-``trials`` finished trials, and heartbeats let it fail and retry trials a killed process left
-RUNNING. The summary fits the tuned learning rate against the global batch,
+take trials whose status is ``ok``. Studies live in SQLite (``results/<name>/optuna.db``), a
+journal file on a shared filesystem or a database server (``lbtrain.storages``), so processes on
+one machine or many share them; every process (a rerun too) takes trials until its study has
+exactly ``trials`` finished ones, and heartbeats let a worker fail and retry trials a killed
+process left RUNNING. The summary fits the tuned learning rate against the global batch,
 ``lr* ~ B ** alpha``: is the tuned LR linear (alpha 1) or sqrt (alpha 0.5) in the batch?
 """
 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import itertools
 import math
 import warnings
@@ -24,13 +26,14 @@ from typing import Any
 
 import numpy as np
 import optuna
-import sqlalchemy.exc
 import tensorflow as tf
 
+from lbtrain.analysis.scaling_laws import LrExponentFit, lr_exponent
 from lbtrain.config import ConfigError, ExperimentConfig, SearchParam, run_config_from_dict, with_overrides
 from lbtrain.distributed import SimulatedWorld, World
 from lbtrain.files import csv_text, write_atomic, write_json_atomic
 from lbtrain.results import claim_folder
+from lbtrain.storages import claim_trial, local_path, open_storage, run_claimed
 from lbtrain.trainer import train
 
 # Heartbeats and the matplotlib plots are marked experimental in Optuna; lbtrain relies on them.
@@ -71,7 +74,8 @@ def _spec(experiment: ExperimentConfig, study: int | StudySpec) -> StudySpec:
 
 
 def storage_url(experiment: ExperimentConfig) -> str:
-    """The experiment's storage: its ``sweep.storage`` or SQLite in its results folder."""
+    """The experiment's storage: its ``sweep.storage`` (``sqlite:///``, ``journal:///``,
+    ``postgresql://``...: ``lbtrain.storages``) or SQLite in its results folder."""
     return experiment.sweep.storage or f"sqlite:///{(experiment.results_dir / 'optuna.db').resolve()}"
 
 
@@ -92,22 +96,10 @@ def sampler_seed(experiment: ExperimentConfig, world_size: int, worker: int, fin
     return int(np.random.SeedSequence(entropy).generate_state(1)[0])
 
 
-def _storage(url: str, settings) -> optuna.storages.RDBStorage:
-    """Optuna's RDB storage with heartbeats; a URL it cannot open is a ``ConfigError``."""
-    try:
-        if url.startswith("sqlite:///"):
-            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        return optuna.storages.RDBStorage(
-            url,
-            heartbeat_interval=settings.heartbeat_seconds,
-            grace_period=settings.grace_seconds,
-            heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=3),
-        )
-    except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.OperationalError, sqlalchemy.exc.NoSuchModuleError,
-            ModuleNotFoundError, OSError) as error:
-        reason = " ".join(str(getattr(error, "orig", None) or getattr(error, "strerror", None) or error).split())
-        raise ConfigError(f"storage {url!r} cannot be opened ({type(error).__name__}: {reason}); "
-                          "give an SQLAlchemy URL such as sqlite:///path/optuna.db in a writable folder") from None
+def _storage(url: str, settings) -> optuna.storages.BaseStorage:
+    """The Optuna storage behind ``url`` with the sweep's heartbeats (``lbtrain.storages``); a
+    URL it cannot open is a one-line ``ConfigError`` naming the storage."""
+    return open_storage(url, settings.heartbeat_seconds, settings.grace_seconds)
 
 
 def open_study(experiment: ExperimentConfig, study: int | StudySpec, storage: str | None = None, worker: int = 0) -> optuna.Study:
@@ -115,7 +107,7 @@ def open_study(experiment: ExperimentConfig, study: int | StudySpec, storage: st
     with this process's sampler (``sampler_seed``; worker ``worker`` of a parallel sweep)."""
     spec = _spec(experiment, study)
     settings = experiment.sweep
-    rdb = _storage(storage or storage_url(experiment), settings)
+    opened_storage = _storage(storage or storage_url(experiment), settings)
     pruners = {
         "median": lambda: optuna.pruners.MedianPruner(
             n_startup_trials=settings.pruner_startup_trials, n_warmup_steps=settings.pruner_warmup_epochs),
@@ -123,7 +115,7 @@ def open_study(experiment: ExperimentConfig, study: int | StudySpec, storage: st
         "none": optuna.pruners.NopPruner,
     }
     opened = optuna.create_study(
-        study_name=spec.name, storage=rdb, direction="maximize", pruner=pruners[settings.pruner](), load_if_exists=True,
+        study_name=spec.name, storage=opened_storage, direction="maximize", pruner=pruners[settings.pruner](), load_if_exists=True,
     )
     # Constant liar: a worker treats the trials others are running as done and bad, so
     # parallel workers spread out instead of sampling next to each other.
@@ -212,6 +204,14 @@ def check_sweepable(experiment: ExperimentConfig, studies: list[StudySpec] | Non
                 raise ConfigError(f"search space corner {where} ({spec.name}, world size {spec.world_size}) is no valid run: {error}") from None
 
 
+def _objective_value(trial: optuna.trial.Trial, result, pruning: _PruningCallback, pruner: str) -> float:
+    """``_record_result``, raising ``optuna.TrialPruned`` (with the reason) for a pruned trial."""
+    value = _record_result(trial, result, pruning, pruner)
+    if value is None:
+        raise optuna.TrialPruned(trial.user_attrs["reason"])
+    return value
+
+
 def objective(experiment: ExperimentConfig, study: int | StudySpec):
     """The function a study optimizes (a ``StudySpec``, or the plain sweep's world size)."""
     spec = _spec(experiment, study)
@@ -220,10 +220,7 @@ def objective(experiment: ExperimentConfig, study: int | StudySpec):
         config = spec.run(suggest(trial, spec.search))
         world = SimulatedWorld(spec.world_size, config.training.micro_batches)
         pruning = _PruningCallback(trial, world, config.lr.warmup_epochs)
-        value = _record_result(trial, train(config, world, callbacks=[pruning]), pruning, experiment.sweep.pruner)
-        if value is None:
-            raise optuna.TrialPruned(trial.user_attrs["reason"])
-        return value
+        return _objective_value(trial, train(config, world, callbacks=[pruning]), pruning, experiment.sweep.pruner)
 
     return run_trial
 
@@ -239,54 +236,47 @@ def _report_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
 
 def optimize(experiment: ExperimentConfig, study: int | StudySpec, trials: int, storage: str | None = None,
              worker: int = 0) -> optuna.Study:
-    """Runs trials of one study (a ``StudySpec``, or the plain sweep's world size) until it has
-    ``trials`` finished ones (across every process sharing the storage), printing one line per
-    trial. Trials a killed process left RUNNING are failed first, even when the study has its
-    trials already; their retries wait in the queue for the next top-up."""
+    """Runs trials of one study (a ``StudySpec``, or the plain sweep's world size), printing one
+    line per trial, while the study has fewer than ``trials`` finished plus running trials
+    (across every process sharing the storage: ``lbtrain.storages.claim_trial``), so the
+    processes together finish exactly ``trials``. Trials a killed process left RUNNING are
+    failed first, even when the study has its trials already; their retries wait in the queue
+    for the next top-up."""
     spec = _spec(experiment, study)
     opened = open_study(experiment, spec, storage, worker)
-    optuna.storages.fail_stale_trials(opened)
-    remaining = trials - finished_trials(opened)
-    if remaining > 0:
-        opened.optimize(
-            objective(experiment, spec), n_trials=remaining,
-            callbacks=[optuna.study.MaxTrialsCallback(trials, states=FINISHED), _report_trial], gc_after_trial=True,
-        )
+    run_trial = objective(experiment, spec)
+    while (trial := claim_trial(opened, trials)) is not None:
+        _report_trial(opened, run_claimed(opened, trial, run_trial))
+        gc.collect()
     return opened
 
 
-def optimize_distributed(experiment: ExperimentConfig, world: World, trials: int, storage: str | None = None) -> optuna.Study | None:
+def optimize_distributed(experiment: ExperimentConfig, world: World, trials: int, storage: str | None = None,
+                         worker: int = 0) -> optuna.Study | None:
     """The sweep of a Horovod job (world size = the job's size): rank 0 alone talks to the
-    storage, asks for each trial and broadcasts its parameters; every rank trains; rank 0 tells
-    the result. Returns the study on rank 0, None elsewhere."""
-    study = open_study(experiment, world.size, storage) if world.is_root else None
-    if study is not None:
-        optuna.storages.fail_stale_trials(study)
+    storage, claims each trial (``lbtrain.storages.claim_trial``, as ``optimize``) and
+    broadcasts its parameters; every rank trains while rank 0 records the trial's heartbeat;
+    rank 0 tells the result. ``worker``: the job's index among Horovod jobs sweeping the same
+    study (it seeds the sampler). Returns the study on rank 0, None elsewhere."""
+    study = open_study(experiment, world.size, storage, worker) if world.is_root else None
     while True:
-        trial = params = None
-        if world.is_root and finished_trials(study) < trials:
-            trial = study.ask()
-            params = suggest(trial, experiment.search)
-        params = world.broadcast_object(params)
+        trial = claim_trial(study, trials) if world.is_root else None
+        params = world.broadcast_object(None if trial is None else suggest(trial, experiment.search))
         if params is None:
             return study
         config = trial_run(experiment, world.size, params)
         pruning = _PruningCallback(trial, world, config.lr.warmup_epochs)
-        result = train(config, world, callbacks=[pruning])
         if not world.is_root:
+            train(config, world, callbacks=[pruning])
             continue
-        value = _record_result(trial, result, pruning, experiment.sweep.pruner)
-        if value is None:
-            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-        else:
-            study.tell(trial, value)
-        _report_trial(study, study.trials[trial.number])
+        _report_trial(study, run_claimed(study, trial, lambda claimed: _objective_value(
+            claimed, train(config, world, callbacks=[pruning]), pruning, experiment.sweep.pruner)))
 
 
 def _spawn_workers(experiment: ExperimentConfig, experiment_path: str, overrides: list[str], trials: int, storage: str,
                    workers: int) -> None:
     """``workers`` processes of ``lbtrain sweep --worker INDEX`` sharing the storage; the
-    studies are created first so the workers do not race to create them."""
+    studies are created first so the workers do not race to create them (or Optuna's tables)."""
     import subprocess
     import sys
 
@@ -299,6 +289,17 @@ def _spawn_workers(experiment: ExperimentConfig, experiment_path: str, overrides
         raise RuntimeError("a sweep worker failed (see its output above)")
 
 
+def _check_storage(experiment: ExperimentConfig, storage: str) -> None:
+    """Opens a storage that lives outside the results folder before the folder is claimed, so
+    one that cannot be opened (a server it cannot reach, a wrong password, a journal in a
+    folder it cannot write) is an error before anything is written. A storage inside the
+    results folder (the default SQLite file) is opened after the claim, which checks the folder."""
+    path = local_path(storage)
+    results = experiment.results_dir.resolve()
+    if path is None or not path.is_relative_to(results):
+        _storage(storage, experiment.sweep)
+
+
 def run_sweep(
     experiment: ExperimentConfig,
     *,
@@ -308,13 +309,14 @@ def run_sweep(
     storage: str | None = None,
     workers: int = 1,
     worker: int | None = None,
-) -> tuple[list[dict[str, Any]], ScalingFit | None] | None:
+) -> tuple[list[dict[str, Any]], LrExponentFit] | None:
     """``lbtrain sweep``: checks the search space and claims the results folder, then runs the
     trials the way the process was launched: every rank of a Horovod job trains each trial of
     its one world size; ``workers > 1`` spawns that many processes sharing the storage (each
     given its index ``worker``); otherwise this process tops up each world size's study in
     turn. Then (except in a spawned worker or a non-root rank) writes the outputs and returns
-    their rows and fit.
+    their rows and fit. (Under ``horovodrun``, ``worker`` only seeds the sampler: Horovod jobs
+    launched side by side, a SLURM array of them, draw distinct trials.)
 
     ``experiment_path`` and ``overrides`` are how spawned workers load the same experiment."""
     from lbtrain.distributed import HorovodWorld, launched_by_horovod
@@ -328,13 +330,15 @@ def run_sweep(
         if sizes != [world.size]:
             raise ConfigError(f"grid.world_sizes is {sizes} but horovodrun started {world.size} processes: sweep one world size per job")
         if world.is_root:
+            _check_storage(experiment, storage)
             claim_folder(experiment.results_dir, experiment.name, str(Path(experiment_path).resolve()), experiment.model_dump(mode="json"))
-        study = optimize_distributed(experiment, world, trials, storage)
+        study = optimize_distributed(experiment, world, trials, storage, worker or 0)
         if not world.is_root:
             return None
         print(f"{study.study_name}: {len(study.trials)} trials", flush=True)
         return write_outputs(experiment, storage)
     if worker is None:
+        _check_storage(experiment, storage)
         claim_folder(experiment.results_dir, experiment.name, str(Path(experiment_path).resolve()), experiment.model_dump(mode="json"))
     if workers > 1:
         _spawn_workers(experiment, experiment_path, list(overrides), trials, storage, workers)
@@ -343,41 +347,6 @@ def run_sweep(
             study = optimize(experiment, world_size, trials, storage, worker or 0)
             print(f"{study.study_name}: {len(study.trials)} trials", flush=True)
     return None if worker is not None else write_outputs(experiment, storage)
-
-
-@dataclasses.dataclass(frozen=True)
-class ScalingFit:
-    """``log lr* = intercept + alpha * log B`` fitted by least squares, with a 95% interval."""
-
-    alpha: float
-    alpha_low: float
-    alpha_high: float
-    points: int
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON (an undefined interval, from two points, is null)."""
-        bound = lambda value: None if math.isnan(value) else value  # noqa: E731
-        return {"alpha": self.alpha, "alpha_95_low": bound(self.alpha_low), "alpha_95_high": bound(self.alpha_high),
-                "points": self.points}
-
-    def describe(self) -> str:
-        interval = "" if math.isnan(self.alpha_low) else f" (95% CI {self.alpha_low:.2f} to {self.alpha_high:.2f})"
-        return f"tuned lr ~ global_batch ** {self.alpha:.2f}{interval}: 1 is the linear rule, 0.5 the sqrt rule"
-
-
-def fit_lr_exponent(global_batches: list[int], learning_rates: list[float]) -> ScalingFit | None:
-    """The exponent of the tuned LR in the global batch, with a 95% t-interval (none for two
-    points); None for fewer than two distinct batches."""
-    from scipy import stats
-
-    batches, rates = np.log(np.asarray(global_batches, float)), np.log(np.asarray(learning_rates, float))
-    if len(set(global_batches)) < 2:
-        return None
-    fit = stats.linregress(batches, rates)
-    if len(batches) < 3:
-        return ScalingFit(float(fit.slope), math.nan, math.nan, len(batches))
-    half = stats.t.ppf(0.975, len(batches) - 2) * fit.stderr
-    return ScalingFit(float(fit.slope), float(fit.slope - half), float(fit.slope + half), len(batches))
 
 
 def ok_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
@@ -427,18 +396,23 @@ def write_summary(experiment: ExperimentConfig, rows: list[dict[str, Any]]) -> P
     return write_atomic(experiment.results_dir / "sweep_summary.csv", csv_text(rows))
 
 
-def lr_fit(rows: list[dict[str, Any]]) -> ScalingFit | None:
-    tuned = [row for row in rows if "best_learning_rate" in row]
-    return fit_lr_exponent([row["global_batch"] for row in tuned], [row["best_learning_rate"] for row in tuned])
+def lr_fit(experiment: ExperimentConfig, storage: str | None = None, top_k: int = 3) -> LrExponentFit:
+    """The exponent of the tuned LR in the global batch over the sweep's world sizes, from the
+    ``top_k`` ok complete trials of each (``lbtrain.analysis.scaling_laws.lr_exponent``: one
+    lucky best trial does not decide it), with a bootstrap interval over trials."""
+    trials_by_batch = {}
+    for world_size in world_sizes(experiment):
+        study = open_study(experiment, world_size, storage)
+        batch = trial_run(experiment, world_size, {}).global_batch
+        trials_by_batch[batch] = [{"learning_rate": trial.user_attrs["learning_rate"], "validation_accuracy": trial.value,
+                                   "status": trial.user_attrs.get("status", "ok")} for trial in ok_trials(study)]
+    return lr_exponent(trials_by_batch, top_k)
 
 
 def write_figures(experiment: ExperimentConfig, storage: str | None = None) -> list[Path]:
     """Optuna's optimization history and parameter importances per study, as PNG."""
     import io
 
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from optuna.visualization import matplotlib as optuna_plots
 
@@ -458,7 +432,7 @@ def write_figures(experiment: ExperimentConfig, storage: str | None = None) -> l
     return written
 
 
-def write_outputs(experiment: ExperimentConfig, storage: str | None = None) -> tuple[list[dict[str, Any]], ScalingFit | None]:
+def write_outputs(experiment: ExperimentConfig, storage: str | None = None) -> tuple[list[dict[str, Any]], LrExponentFit]:
     """Writes ``experiment.yaml``, ``sweep_summary.csv``, ``sweep_fit.json`` and the figures;
     returns rows and fit."""
     from lbtrain.runner import write_experiment
@@ -466,17 +440,15 @@ def write_outputs(experiment: ExperimentConfig, storage: str | None = None) -> t
     write_experiment(experiment)
     rows = summary_rows(experiment, storage)
     write_summary(experiment, rows)
-    fit = lr_fit(rows)
-    write_json_atomic(experiment.results_dir / "sweep_fit.json", None if fit is None else fit.to_dict())
+    fit = lr_fit(experiment, storage)
+    write_json_atomic(experiment.results_dir / "sweep_fit.json", fit.to_dict())
     write_figures(experiment, storage)
     return rows, fit
 
 
 __all__ = [
-    "ScalingFit",
     "StudySpec",
     "check_sweepable",
-    "fit_lr_exponent",
     "lr_fit",
     "best_ok_trial",
     "ok_trials",

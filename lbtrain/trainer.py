@@ -207,7 +207,7 @@ def fit(config: RunConfig, built: _Built, world: World, callbacks: _Callbacks, v
     keras_history = built.model.fit(
         train_data, epochs=config.epochs_to_run(built.steps_per_epoch), initial_epoch=callbacks.initial_epoch,
         steps_per_epoch=built.steps_per_epoch, validation_data=validation_data, callbacks=callbacks.all,
-        verbose=verbose if world.is_root else 0,
+        verbose=verbose if world.is_root else 0, shuffle=False,  # the input pipeline shuffles (Keras 3 warns otherwise)
     )
     return history + [
         _history_row(epoch_index, {key: values[i] for key, values in keras_history.history.items()})

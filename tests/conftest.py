@@ -1,6 +1,7 @@
 """Shared test set-up: quiet TensorFlow, a private cache dir, helpers to run the CLI."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -11,10 +12,39 @@ import pytest
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def horovod_installed() -> bool:
+    """Whether Horovod and its launcher are installed next to this interpreter (the TF 2.15
+    stack); found without importing it."""
+    import importlib.util
+
+    return (importlib.util.find_spec("horovod") is not None
+            and os.path.isfile(os.path.join(os.path.dirname(sys.executable), "horovodrun")))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``horovod`` skip, saying why, on a stack without Horovod (Keras 3)."""
+    if horovod_installed():
+        return
+    skip = pytest.mark.skip(reason="needs Horovod, installed only on the TF 2.15 stack (make test's .venv)")
+    for item in items:
+        if item.get_closest_marker("horovod") is not None:
+            item.add_marker(skip)
+
+
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path_factory, monkeypatch):
     """Every test gets its own ``$XDG_CACHE_HOME`` so generated datasets never leak between tests."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+
+
+# What TensorFlow 2.21's C++ side prints to stderr while it loads, before absl logging is set up
+# (TF_CPP_MIN_LOG_LEVEL cannot silence it): absl's notice and glog-style info lines.
+TENSORFLOW_STARTUP_LOG = re.compile(r"^(WARNING: All log messages before absl::InitializeLog\(\)|[IWE]\d{4} [\d:. ]+\S+:\d+\] )")
+
+
+def stderr_lines(stderr: str) -> list[str]:
+    """The lines of a child's stderr that are not TensorFlow's start-up log."""
+    return [line for line in stderr.strip().splitlines() if not TENSORFLOW_STARTUP_LOG.match(line)]
 
 
 def run_python(code: str, *args: str, cwd=None, timeout=300) -> subprocess.CompletedProcess:
@@ -49,3 +79,108 @@ def goyal_blow_up_run(world_size: int = 32, per_worker_batch: int = 128, epochs:
         "lr": {"base_lr": 0.05, "base_batch": 128, "rule": "linear", "decay": {"type": "cosine"}},
         "training": {"world_size": world_size, "per_worker_batch": per_worker_batch, "epochs": epochs, "seed": 1},
     }
+
+
+class PostgresServer:
+    """A running throwaway PostgreSQL server: superuser ``postgres`` with ``password``, on
+    127.0.0.1:``port`` only (password required over TCP)."""
+
+    def __init__(self, port: int, password: str):
+        self.port, self.password, self._databases = port, password, 0
+
+    def url(self, database: str = "postgres", password: str | None = None, driver: str = "postgresql") -> str:
+        return f"{driver}://postgres:{self.password if password is None else password}@127.0.0.1:{self.port}/{database}"
+
+    def connect(self, database: str = "postgres"):
+        try:
+            import psycopg
+        except ImportError:
+            pytest.fail("psycopg is not installed: pip install -e '.[dev,postgres]' (make test does)")
+
+        return psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", password=self.password,
+                               dbname=database, autocommit=True)
+
+    def create_database(self) -> str:
+        """A new empty database; returns its name."""
+        self._databases += 1
+        name = f"lbtrain_{self._databases}"
+        with self.connect() as connection:
+            connection.execute(f'CREATE DATABASE "{name}"')
+        return name
+
+
+def _postgres_bin_dir() -> str | None:
+    """Where initdb and pg_ctl are: the newest Debian server (/usr/lib/postgresql/<v>/bin), else PATH."""
+    import glob
+    import shutil
+
+    def version(pg_ctl: str) -> int:
+        number = pg_ctl.split("/")[4]
+        return int(number) if number.isdigit() else 0
+
+    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), key=version)
+    if versions:
+        return os.path.dirname(versions[-1])
+    pg_ctl = shutil.which("pg_ctl")
+    return os.path.dirname(os.path.realpath(pg_ctl)) if pg_ctl and shutil.which("initdb") else None
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A PostgreSQL server for this test session, in a temporary folder, listening on
+    127.0.0.1 at a free port only, stopped and deleted at the end. PostgreSQL refuses to run as
+    root: as root (CI) the server runs as the ``postgres`` system user. Skips only when no
+    server binary is installed (Debian: apt-get install postgresql)."""
+    import pwd
+    import secrets
+    import shutil
+    import socket
+    import tempfile
+
+    bin_dir = _postgres_bin_dir()
+    if bin_dir is None:
+        pytest.skip("no PostgreSQL server binary (initdb, pg_ctl) in /usr/lib/postgresql/*/bin or on PATH; "
+                    "install one (Debian: apt-get install postgresql) to run the PostgreSQL storage tests")
+    owner, as_user = None, []
+    if os.geteuid() == 0:
+        try:
+            owner = pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.fail("running as root, PostgreSQL needs a non-root user to run as, and there is no 'postgres' user")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    folder = tempfile.mkdtemp(prefix="lbtrain-pg-")  # not under pytest's tmp folders: those are private to root
+    password = secrets.token_hex(12)
+    password_file = os.path.join(folder, "password")
+    with open(password_file, "w") as handle:
+        handle.write(password + "\n")
+    if owner is not None:
+        for path in (folder, password_file):
+            os.chown(path, owner.pw_uid, owner.pw_gid)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    data, log = os.path.join(folder, "data"), os.path.join(folder, "server.log")
+    pg_ctl = [*as_user, os.path.join(bin_dir, "pg_ctl"), "-D", data]
+    try:
+        initdb = subprocess.run([*as_user, os.path.join(bin_dir, "initdb"), "-D", data, "-U", "postgres", f"--pwfile={password_file}",
+                                 "--auth-local=trust", "--auth-host=scram-sha-256", "--no-sync", "--no-locale", "-E", "UTF8"],
+                                capture_output=True, text=True, timeout=120)
+        if initdb.returncode != 0:
+            pytest.fail(f"initdb failed: {initdb.stdout}{initdb.stderr}")
+        started = subprocess.run([*pg_ctl, "-l", log, "-w", "-t", "60", "-o",
+                                  f"-c listen_addresses=127.0.0.1 -p {port} -k {folder} -c fsync=off", "start"],
+                                 capture_output=True, text=True, timeout=120)
+        if started.returncode != 0:
+            server_log = open(log).read() if os.path.exists(log) else ""
+            pytest.fail(f"PostgreSQL did not start: {started.stdout}{started.stderr}{server_log[-2000:]}")
+        yield PostgresServer(port, password)
+    finally:
+        if os.path.exists(os.path.join(data, "postmaster.pid")):
+            subprocess.run([*pg_ctl, "-m", "fast", "-w", "stop"], capture_output=True, timeout=120)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_url(postgres_server) -> str:
+    """The ``postgresql://`` URL of a new empty database on the session's server."""
+    return postgres_server.url(postgres_server.create_database())

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import run_horovod
+from conftest import run_horovod, run_python
 from lbtrain.callbacks import GradientNoiseScale, LearningRateLogger, LearningRateWarmup
 from lbtrain.distributed import SimulatedWorld, World
 from lbtrain.models import build_model
@@ -46,7 +46,44 @@ def test_warmup_callback_rejects_bad_arguments():
         LearningRateWarmup(0.1, 0, world_size=2)
 
 
+@pytest.mark.parametrize("schedule", [Warmup(0.8, 3), tf.keras.optimizers.schedules.ExponentialDecay(0.8, 10, 0.5)],
+                         ids=["lbtrain", "keras"])
+def test_warmup_callback_refuses_a_schedule_before_the_first_step(schedule):
+    """Keras re-evaluates a schedule every step: the callback's rate would be overwritten."""
+    warmup = LearningRateWarmup(0.8, warmup_epochs=1, world_size=4)
+    logger = LearningRateLogger()
+    with pytest.raises(ValueError, match=r"the optimizer's is a LearningRateSchedule.*lbtrain\.schedules\.Warmup"):
+        fit_with(schedule, [warmup, logger])
+    assert logger.steps == []
+
+
+@pytest.mark.horovod
+def test_warmup_callback_world_size_is_hvd_size_once_horovod_is_initialized():
+    """In a fresh process: without Horovod, and with Horovod imported but not initialized,
+    world_size is required; after hvd.init() it is hvd.size() (1 here; 2 under horovodrun in
+    tests/horovod_jobs/warmup_vs_horovod.py)."""
+    code = (
+        "import lbtrain\n"
+        "def world_size():\n"
+        "    try:\n"
+        "        return lbtrain.LearningRateWarmup(0.4, 2).world_size\n"
+        "    except ValueError as error:\n"
+        "        return str(error)\n"
+        "print(world_size())\n"
+        "import horovod.tensorflow.keras as hvd\n"
+        "print(world_size())\n"
+        "hvd.init()\n"
+        "print(world_size(), hvd.size())\n"
+    )
+    completed = run_python(code)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    required = ("LearningRateWarmup: pass world_size (the number of workers initial_lr was scaled for); "
+                "it defaults to hvd.size() only once hvd.init() has been called")
+    assert completed.stdout.splitlines() == [required, required, "1 1"]
+
+
 @pytest.mark.slow
+@pytest.mark.horovod
 def test_warmup_equals_horovods_callback_step_by_step_under_horovodrun(tmp_path):
     out = tmp_path / "rates.json"
     result = run_horovod("warmup_vs_horovod.py", str(out))
@@ -232,4 +269,17 @@ def test_noise_scale_logs_nan_in_epochs_before_its_first_measurement():
     noise = GradientNoiseScale(inputs, targets, world, 8, every=6)
     history = model.fit(inputs, targets, batch_size=16, epochs=2, verbose=0, callbacks=[noise])
     assert np.isnan(history.history["noise_scale"][0]) and np.isfinite(history.history["noise_scale"][1])
+    assert np.isnan(history.history["noise_scale_undetermined"][0]) and history.history["noise_scale_undetermined"][1] == 0.0
     assert [step for step, _, _ in noise.measurements] == [6]
+
+
+def test_noise_scale_is_undetermined_not_negative_where_the_gradient_norm_estimate_is_not_positive():
+    """At w = mean of the targets the true |G|^2 is 0: its unbiased two-batch estimate is noise
+    around 0 (with seed 2, negative in both epochs) while tr(Sigma) stays 128 * 4 / 128^2."""
+    world = SimulatedWorld(4)
+    model, inputs, targets, _ = constant_output_problem(samples=2000, distance_sq=0.0)
+    noise = GradientNoiseScale(inputs, targets, world, 16, every=1, seed=2)
+    history = model.fit(inputs, targets, batch_size=64, epochs=2, steps_per_epoch=5, verbose=0, callbacks=[noise]).history
+    assert history["noise_trace"] == pytest.approx([0.03125, 0.03125], rel=0.05)
+    assert all(-2e-3 * trace < norm_sq <= 0 for trace, norm_sq in zip(history["noise_trace"], history["gradient_norm_sq"]))
+    assert np.isnan(history["noise_scale"]).all() and history["noise_scale_undetermined"] == [1.0, 1.0]

@@ -7,7 +7,8 @@ import re
 import pytest
 import yaml
 
-from conftest import run_cli
+from conftest import horovod_installed, run_cli, stderr_lines
+from lbtrain._keras import KERAS_3
 from lbtrain.cli import main
 
 GOOD = {
@@ -96,10 +97,26 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, case)
 
 
 def test_mode_horovod_without_horovodrun_is_a_clear_error(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("HOROVODRUN", str(tmp_path / "no-such-launcher"))
+    launcher = str(tmp_path / "no-such-launcher")
+    monkeypatch.setenv("HOROVODRUN", launcher)
     assert main(["run", str(experiment_file(tmp_path, mode="horovod"))]) == 2
     assert capsys.readouterr().err.strip() == (
-        "lbtrain: error: mode: horovod needs horovodrun, which is not installed here or at $HOROVODRUN (use mode: simulated)")
+        f"lbtrain: error: mode: horovod: $HOROVODRUN is {launcher!r}, which is not a file or command (use mode: simulated)")
+    assert not (tmp_path / "results").exists()
+
+
+def test_mode_horovod_on_a_stack_without_horovod_names_the_fix_before_anything_trains(tmp_path):
+    """On Keras 3 (TensorFlow 2.16+) Horovod cannot run at all; on TensorFlow 2.15 this venv has it."""
+    if horovod_installed():
+        pytest.skip("this stack has Horovod")
+    completed = run_cli("run", str(experiment_file(tmp_path, mode="horovod")))
+    assert completed.returncode == 2, completed.stderr[-2000:]
+    lines = stderr_lines(completed.stderr)
+    assert len(lines) == 1 and lines[0].startswith("lbtrain: error: mode: horovod: "), completed.stderr
+    if KERAS_3:
+        assert "Horovod runs on TensorFlow 2.15 only" in lines[0]
+    assert "pip install tensorflow-cpu==2.15.1" in lines[0] and "'lbtrain[horovod]'" in lines[0]
+    assert "use mode: simulated" in lines[0]
     assert not (tmp_path / "results").exists()
 
 

@@ -117,6 +117,7 @@ def tiny_run(**training):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("batch_norm", [False, True], ids=["mlp", "mlp_batch_norm"])
+@pytest.mark.horovod
 def test_horovodrun_two_ranks_equal_simulated_world_of_two_and_only_rank0_writes(tmp_path, batch_norm):
     spec = tiny_run(tensorboard=True)
     spec["model"]["options"]["batch_norm"] = batch_norm
@@ -155,6 +156,7 @@ def test_horovodrun_two_ranks_equal_simulated_world_of_two_and_only_rank0_writes
 
 
 @pytest.mark.slow
+@pytest.mark.horovod
 def test_a_rank_raising_fails_the_whole_job_fast_with_its_error_visible():
     started = time.monotonic()
     result = run_horovod("failing_rank.py", json.dumps(tiny_run()), timeout=120)
@@ -165,6 +167,7 @@ def test_a_rank_raising_fails_the_whole_job_fast_with_its_error_visible():
 
 
 @pytest.mark.slow
+@pytest.mark.horovod
 def test_horovodrun_judges_the_goyal_blow_up_like_the_simulated_world(tmp_path):
     """Two ranks of 2048 (global batch 4096, linear rule, no warmup): every rank stops at the
     same epoch end, and the run is recorded diverged or collapsed, never ok."""

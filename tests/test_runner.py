@@ -174,6 +174,7 @@ def test_resume_after_sigkill_completes_every_run_once_without_partial_files(tmp
 
 
 @pytest.mark.slow
+@pytest.mark.horovod
 def test_mode_horovod_runs_world_sizes_one_and_two_for_real(tmp_path):
     exp = experiment(tmp_path, mode="horovod", grid={"world_sizes": [1, 2]})
     simulated = run_experiment(experiment(tmp_path, name="tiny-sim", grid={"world_sizes": [1, 2]}), progress=lambda line: None)
@@ -187,6 +188,7 @@ def test_mode_horovod_runs_world_sizes_one_and_two_for_real(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.horovod
 def test_mode_horovod_records_a_failing_job_with_its_error(tmp_path):
     exp = experiment(tmp_path, mode="horovod", grid={"world_sizes": [2]},
                      analysis={"sharpness": True, "sharpness_subspace": 10**9})

@@ -1,5 +1,4 @@
 import datetime
-import math
 import os
 import signal
 import sqlite3
@@ -16,7 +15,7 @@ import yaml
 from conftest import REPO_ROOT, goyal_blow_up_run
 from lbtrain.config import ConfigError, ExperimentConfig, load_experiment
 from lbtrain.distributed import SimulatedWorld
-from lbtrain.sweep import _PruningCallback, check_sweepable, fit_lr_exponent, open_study, optimize, storage_url, summary_rows, trial_run
+from lbtrain.sweep import _PruningCallback, check_sweepable, open_study, optimize, storage_url, summary_rows, trial_run
 from lbtrain.cli import main
 
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
@@ -49,7 +48,7 @@ def test_tiny_sweep_on_sqlite_writes_studies_summary_and_figures(tmp_path, capsy
     path = write_spec(tmp_path, sweep_spec(tmp_path))
     assert main(["sweep", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "[tiny-w1 trial 0] complete: validation" in out and "tuned lr ~ global_batch **" in out
+    assert "[tiny-w1 trial 0] complete: validation" in out and "tuned lr ~ global_batch^" in out and "top 3 ok trials at each of 2 batch sizes" in out
     results = tmp_path / "results" / "tiny"
     storage = f"sqlite:///{results / 'optuna.db'}"
     for world_size in (1, 2):
@@ -176,17 +175,6 @@ def test_a_search_corner_that_is_no_valid_run_is_an_error_before_any_trial(tmp_p
     assert not (tmp_path / "results").exists()
 
 
-def test_fitted_exponent_recovers_sqrt_and_linear_scaling():
-    batches = [128, 256, 512, 1024, 2048]
-    sqrt = fit_lr_exponent(batches, [0.1 * (b / 128) ** 0.5 for b in batches])
-    assert sqrt.alpha == pytest.approx(0.5) and sqrt.alpha_high - sqrt.alpha_low < 1e-9
-    noise = np.random.default_rng(0).lognormal(0, 0.1, len(batches))
-    linear = fit_lr_exponent(batches, [0.1 * (b / 128) * n for b, n in zip(batches, noise)])
-    assert linear.alpha_low < 1.0 < linear.alpha_high and linear.points == 5
-    assert math.isnan(fit_lr_exponent([128, 256], [0.1, 0.2]).alpha_low)
-    assert fit_lr_exponent([128], [0.1]) is None
-
-
 def trial_rows(storage, name):
     """(state, seconds since start) of each trial, read through a read-only SQLite connection.
 
@@ -263,6 +251,7 @@ def test_two_workers_share_one_study(tmp_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.horovod
 def test_horovodrun_two_ranks_sweep_two_trials(tmp_path):
     path = write_spec(tmp_path, sweep_spec(tmp_path, grid={"world_sizes": [2]}, sweep={"trials": 2, "pruner": "median"}))
     horovodrun = os.path.join(os.path.dirname(sys.executable), "horovodrun")

@@ -7,10 +7,12 @@ from typing import Iterable
 
 import tensorflow as tf
 
-from lbtrain.optimizers._layerwise import DEFAULT_EXCLUDE, LayerwiseAdaptiveOptimizer, _check_number, trust_ratio
+from lbtrain._registration import keras_serializable
+from lbtrain.optimizers._arguments import check_number
+from lbtrain.optimizers._layerwise import DEFAULT_EXCLUDE, LayerwiseAdaptiveOptimizer, trust_ratio
 
 
-@tf.keras.utils.register_keras_serializable(package="lbtrain")
+@keras_serializable()
 class LAMB(LayerwiseAdaptiveOptimizer):
     """Adam moments, decoupled weight decay and a per-variable trust ratio.
 
@@ -27,7 +29,8 @@ class LAMB(LayerwiseAdaptiveOptimizer):
       learning_rate: a float or any ``LearningRateSchedule``.
       beta_1, beta_2: moment decay rates in [0, 1).
       epsilon: added to the denominator of ``r`` (> 0).
-      weight_decay: ``wd`` >= 0.
+      weight_decay: ``wd`` >= 0. The default 0.01 is timm's and BERT's (the model LAMB was
+        made for); TFA's and Model Garden's LAMB and ``optax.lamb`` default to 0 (no decay).
       exclude_from_weight_decay: regexes on variable names with no weight decay; by default
         biases and normalization parameters.
       exclude_from_layer_adaptation: regexes on variable names whose trust ratio is 1 (their
@@ -49,35 +52,32 @@ class LAMB(LayerwiseAdaptiveOptimizer):
     ):
         super().__init__(learning_rate=learning_rate, weight_decay=weight_decay, exclude_from_weight_decay=exclude_from_weight_decay,
                          exclude_from_layer_adaptation=exclude_from_layer_adaptation, name=name, **kwargs)
-        self.beta_1 = _check_number("LAMB", "beta_1", beta_1, low=0, low_inclusive=True, high=1)
-        self.beta_2 = _check_number("LAMB", "beta_2", beta_2, low=0, low_inclusive=True, high=1)
-        self.epsilon = _check_number("LAMB", "epsilon", epsilon, low=0, low_inclusive=False)
+        self.beta_1 = check_number("LAMB", "beta_1", beta_1, low=0, low_inclusive=True, high=1)
+        self.beta_2 = check_number("LAMB", "beta_2", beta_2, low=0, low_inclusive=True, high=1)
+        self.epsilon = check_number("LAMB", "epsilon", epsilon, low=0, low_inclusive=False)
 
-    def build(self, var_list):
-        super().build(var_list)
-        if hasattr(self, "_built") and self._built:
-            return
+    def build_slots(self, var_list) -> None:
+        super().build_slots(var_list)
         self._first_moments = [self.add_variable_from_reference(variable, "m") for variable in var_list]
         self._second_moments = [self.add_variable_from_reference(variable, "v") for variable in var_list]
-        self._built = True
 
-    def update_step(self, gradient, variable):
+    def apply_update(self, gradient, variable, learning_rate) -> None:
         dtype = variable.dtype
-        lr = tf.cast(self.learning_rate, dtype)
+        lr = tf.cast(learning_rate, dtype)
         step = tf.cast(self.iterations + 1, dtype)
-        index = self._index_dict[self._var_key(variable)]
+        index = self.slot_index(variable)
         first, second = self._first_moments[index], self._second_moments[index]
-        gradient = tf.convert_to_tensor(gradient)
+        gradient = tf.cast(tf.convert_to_tensor(gradient), dtype)
 
         first.assign(self.beta_1 * first + (1 - self.beta_1) * gradient)
         second.assign(self.beta_2 * second + (1 - self.beta_2) * tf.square(gradient))
         first_hat = first / (1 - tf.pow(tf.constant(self.beta_1, dtype), step))
         second_hat = second / (1 - tf.pow(tf.constant(self.beta_2, dtype), step))
         update = first_hat / (tf.sqrt(second_hat) + self.epsilon)
-        if self._decays(variable):
+        if self.decays(variable):
             update += self.weight_decay * variable
         step_size = lr
-        if self._adapts(variable):
+        if self.adapts(variable):
             step_size = lr * trust_ratio(tf.norm(variable), tf.norm(update))
         variable.assign_sub(step_size * update)
 

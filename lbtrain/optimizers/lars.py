@@ -7,10 +7,17 @@ from typing import Iterable
 
 import tensorflow as tf
 
-from lbtrain.optimizers._layerwise import DEFAULT_EXCLUDE, LayerwiseAdaptiveOptimizer, _check_number, trust_ratio
+from lbtrain._registration import keras_serializable
+from lbtrain.optimizers._arguments import check_number
+from lbtrain.optimizers._layerwise import DEFAULT_EXCLUDE, LayerwiseAdaptiveOptimizer, trust_ratio
+
+# What the classic-momentum trust ratio divides ``eta * ||w||`` by (plus epsilon): "paper",
+# ||g|| + wd * ||w|| (You et al. 2017, Algorithm 1; timm's Lars), or "decayed_gradient",
+# ||g + wd * w|| (TF Model Garden's LARS, optax.lars).
+TRUST_RATIO_DENOMINATORS = ("paper", "decayed_gradient")
 
 
-@tf.keras.utils.register_keras_serializable(package="lbtrain")
+@keras_serializable()
 class LARS(LayerwiseAdaptiveOptimizer):
     """Momentum SGD whose step is scaled per variable by a trust ratio.
 
@@ -21,6 +28,16 @@ class LARS(LayerwiseAdaptiveOptimizer):
         trust = eta * ||w|| / (||g|| + wd * ||w|| + epsilon)     (Algorithm 1, eq. 6)
 
     with ``trust = 1`` where a norm is 0 or the name matches ``exclude_from_layer_adaptation``.
+    That denominator is the paper's (``trust_ratio_denominator="paper"``, the default).
+    TF Model Garden's LARS and ``optax.lars`` divide by the norm of the decayed gradient
+    instead (``trust_ratio_denominator="decayed_gradient"``)::
+
+        trust = eta * ||w|| / (||g + wd * w|| + epsilon)
+
+    The two agree without weight decay. With it the paper's denominator is never the smaller
+    (triangle inequality), so its trust ratio is at most the other: equal when ``g`` points
+    along ``w``, far smaller when the gradient cancels the decay (``g`` near ``-wd * w``, where
+    ``||g + wd * w||`` nears 0 and the decayed-gradient ratio grows without bound).
 
     Classic momentum (``classic_momentum=True``, as the paper)::
 
@@ -43,6 +60,8 @@ class LARS(LayerwiseAdaptiveOptimizer):
       epsilon: added to the trust ratio's denominator (>= 0).
       nesterov: Nesterov momentum.
       classic_momentum: see above.
+      trust_ratio_denominator: ``"paper"`` or ``"decayed_gradient"`` (see above); classic
+        momentum only, since non-classic momentum divides by ``||u||``.
       exclude_from_weight_decay: regexes on variable names that get no weight decay;
         by default biases and batch-norm parameters.
       exclude_from_layer_adaptation: regexes on variable names whose trust ratio is 1;
@@ -63,6 +82,7 @@ class LARS(LayerwiseAdaptiveOptimizer):
         epsilon: float = 0.0,
         nesterov: bool = False,
         classic_momentum: bool = True,
+        trust_ratio_denominator: str = "paper",
         exclude_from_weight_decay: Iterable[str] | None = DEFAULT_EXCLUDE,
         exclude_from_layer_adaptation: Iterable[str] | None = None,
         name: str = "LARS",
@@ -70,35 +90,42 @@ class LARS(LayerwiseAdaptiveOptimizer):
     ):
         super().__init__(learning_rate=learning_rate, weight_decay=weight_decay, exclude_from_weight_decay=exclude_from_weight_decay,
                          exclude_from_layer_adaptation=exclude_from_layer_adaptation, name=name, **kwargs)
-        self.momentum = _check_number("LARS", "momentum", momentum, low=0, low_inclusive=True, high=1)
-        self.eta = _check_number("LARS", "eta", eta, low=0, low_inclusive=False)
-        self.epsilon = _check_number("LARS", "epsilon", epsilon, low=0, low_inclusive=True)
+        self.momentum = check_number("LARS", "momentum", momentum, low=0, low_inclusive=True, high=1)
+        self.eta = check_number("LARS", "eta", eta, low=0, low_inclusive=False)
+        self.epsilon = check_number("LARS", "epsilon", epsilon, low=0, low_inclusive=True)
         self.nesterov = bool(nesterov)
         self.classic_momentum = bool(classic_momentum)
+        if trust_ratio_denominator not in TRUST_RATIO_DENOMINATORS:
+            allowed = " or ".join(repr(value) for value in TRUST_RATIO_DENOMINATORS)
+            raise ValueError(f"LARS: trust_ratio_denominator must be {allowed}, got {trust_ratio_denominator!r}")
+        if not self.classic_momentum and trust_ratio_denominator != "paper":
+            raise ValueError("LARS: trust_ratio_denominator applies to classic momentum; with classic_momentum=False "
+                             "the trust ratio divides by the norm of the momentum update")
+        self.trust_ratio_denominator = trust_ratio_denominator
 
-    def build(self, var_list):
-        super().build(var_list)
-        if hasattr(self, "_built") and self._built:
-            return
+    def build_slots(self, var_list) -> None:
+        super().build_slots(var_list)
         self.momentums = [self.add_variable_from_reference(variable, "m") for variable in var_list]
-        self._built = True
 
-    def update_step(self, gradient, variable):
+    def apply_update(self, gradient, variable, learning_rate) -> None:
         dtype = variable.dtype
-        lr = tf.cast(self.learning_rate, dtype)
+        lr = tf.cast(learning_rate, dtype)
         momentum = tf.constant(self.momentum, dtype)
-        velocity = self.momentums[self._index_dict[self._var_key(variable)]]
-        gradient = tf.convert_to_tensor(gradient)
-        weight_decay = self.weight_decay if self._decays(variable) else 0.0
+        velocity = self.momentums[self.slot_index(variable)]
+        gradient = tf.cast(tf.convert_to_tensor(gradient), dtype)
+        weight_decay = self.weight_decay if self.decays(variable) else 0.0
         decayed = gradient + weight_decay * variable if weight_decay else gradient
-        adapts = self._adapts(variable)
+        adapts = self.adapts(variable)
 
         if self.classic_momentum:
             step_size = lr
             if adapts:
                 weight_norm = tf.norm(variable)
-                denominator = tf.norm(gradient) + weight_decay * weight_norm + self.epsilon
-                step_size = lr * trust_ratio(weight_norm, denominator, self.eta)
+                if self.trust_ratio_denominator == "paper":
+                    gradient_norm = tf.norm(gradient) + weight_decay * weight_norm
+                else:
+                    gradient_norm = tf.norm(decayed)
+                step_size = lr * trust_ratio(weight_norm, gradient_norm + self.epsilon, self.eta)
             velocity.assign(momentum * velocity + step_size * decayed)
             update = momentum * velocity + step_size * decayed if self.nesterov else velocity
             variable.assign_sub(update)
@@ -119,6 +146,7 @@ class LARS(LayerwiseAdaptiveOptimizer):
                 "epsilon": self.epsilon,
                 "nesterov": self.nesterov,
                 "classic_momentum": self.classic_momentum,
+                "trust_ratio_denominator": self.trust_ratio_denominator,
             }
         )
         return config

@@ -2,43 +2,43 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import tensorflow as tf
 
+from lbtrain.optimizers._arguments import accepted_arguments, check_arguments, check_learning_rate
 from lbtrain.optimizers.lamb import LAMB
 from lbtrain.optimizers.lars import LARS
 
-
-def _sgd(learning_rate, **params) -> tf.keras.optimizers.Optimizer:
-    return tf.keras.optimizers.SGD(learning_rate, **params)
-
-
-def _momentum(learning_rate, momentum: float = 0.9, **params) -> tf.keras.optimizers.Optimizer:
-    return tf.keras.optimizers.SGD(learning_rate, momentum=momentum, **params)
-
-
-def _adam(learning_rate, **params) -> tf.keras.optimizers.Optimizer:
-    return tf.keras.optimizers.Adam(learning_rate, **params)
-
-
 OPTIMIZERS: dict[str, Callable[..., tf.keras.optimizers.Optimizer]] = {
-    "sgd": _sgd,
-    "momentum": _momentum,
-    "adam": _adam,
+    "sgd": tf.keras.optimizers.SGD,
+    "momentum": functools.partial(tf.keras.optimizers.SGD, momentum=0.9),
+    "adam": tf.keras.optimizers.Adam,
     "lars": LARS,
     "lamb": LAMB,
 }
 
 
-def build_optimizer(name: str, learning_rate: Any, **params) -> tf.keras.optimizers.Optimizer:
+def build_optimizer(name: str, learning_rate: Any, /, **params) -> tf.keras.optimizers.Optimizer:
     """``OPTIMIZERS[name](learning_rate, **params)``: ``sgd`` is plain SGD, ``momentum`` SGD with
     momentum 0.9 unless ``params`` say otherwise, ``adam``, ``lars``, ``lamb`` (lbtrain's own).
+    ``name`` and ``learning_rate`` are positional-only, so ``params`` may hold the optimizer's
+    own ``name``.
 
-    Raises ValueError naming the optimizer for an unknown name or a bad parameter."""
+    Raises ValueError naming the optimizer for an unknown name, a learning rate that is not a
+    positive number, a schedule or a callable, or a bad parameter; an unknown
+    parameter's message lists the accepted ones, with a "did you mean" for near misses and
+    for other libraries' names (``eeta``, ``weight_decay_rate``, ``b1``, ...)."""
     if name not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {name!r} (allowed: {', '.join(OPTIMIZERS)})")
+    owner = f"optimizer {name!r}"
+    if "learning_rate" in params:
+        raise ValueError(f"{owner}: learning_rate is build_optimizer's second argument, not a parameter "
+                         "(a run's comes from its lr section)")
+    check_arguments(owner, params, accepted_arguments(OPTIMIZERS[name]))
+    learning_rate = check_learning_rate(owner, learning_rate)
     try:
         return OPTIMIZERS[name](learning_rate, **params)
     except TypeError as error:
-        raise ValueError(f"optimizer {name!r}: bad parameter ({error})") from None
+        raise ValueError(f"{owner}: bad parameter ({error})") from None

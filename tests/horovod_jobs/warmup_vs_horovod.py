@@ -30,7 +30,7 @@ result = {
     "size": hvd.size(),
     "horovod": applied_rates(hvd.callbacks.LearningRateWarmupCallback(
         INITIAL_LR, warmup_epochs=WARMUP_EPOCHS, momentum_correction=False, steps_per_epoch=STEPS)),
-    "lbtrain": applied_rates(lbtrain.LearningRateWarmup(INITIAL_LR, WARMUP_EPOCHS, world_size=hvd.size())),
+    "lbtrain": applied_rates(lbtrain.LearningRateWarmup(INITIAL_LR, WARMUP_EPOCHS)),  # world_size: hvd.size()
 }
 if hvd.rank() == 0:
     with open(sys.argv[1], "w") as handle:

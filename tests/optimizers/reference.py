@@ -50,7 +50,8 @@ def _trust(weight_norm, denominator, eta=1.0):
 
 def lars_reference(weights, grads, *, lr, momentum=0.9, weight_decay=1e-4, eta=1e-3, epsilon=0.0, nesterov=False,
                    classic_momentum=True, exclude_from_weight_decay=DEFAULT_EXCLUDE, exclude_from_layer_adaptation=None):
-    """You et al. 2017 Algorithm 1 (see lbtrain.optimizers.LARS). ``lr`` maps step -> rate."""
+    """You et al. 2017 Algorithm 1, the paper's trust ratio eta*||w|| / (||g|| + wd*||w|| + eps)
+    (see lbtrain.optimizers.LARS). ``lr`` maps step -> rate."""
     adapt_excluded = exclude_from_weight_decay if exclude_from_layer_adaptation is None else exclude_from_layer_adaptation
     w = {k: v.copy() for k, v in weights.items()}
     velocity = {k: np.zeros_like(v) for k, v in weights.items()}
@@ -72,6 +73,63 @@ def lars_reference(weights, grads, *, lr, momentum=0.9, weight_decay=1e-4, eta=1
                 update = momentum * velocity[name] + decayed if nesterov else velocity[name]
                 trust = _trust(w_norm, np.linalg.norm(update) + epsilon, eta) if adapts else 1.0
                 w[name] = w[name] - rate * trust * update
+    return w
+
+
+def model_garden_lars_reference(weights, grads, *, learning_rate, momentum=0.9, weight_decay_rate=0.0, eeta=0.001,
+                                nesterov=False, classic_momentum=True, exclude_from_weight_decay=None,
+                                exclude_from_layer_adaptation=None):
+    """TF Model Garden's LARS (official/modeling/optimization/lars.py) in NumPy, in its own
+    argument names: the weight decay goes into the gradient first, and the classic trust ratio
+    divides by the norm of that decayed gradient, eeta*||w|| / ||g + wd*w|| (no epsilon; 1
+    where either norm is 0). An empty or missing layer-adaptation list means the weight-decay
+    list; weights named by neither list decay and adapt."""
+    adapt_excluded = exclude_from_layer_adaptation or exclude_from_weight_decay or []
+    decay_excluded = exclude_from_weight_decay or []
+
+    def ratio(w_norm, other_norm):
+        return eeta * w_norm / other_norm if w_norm > 0 and other_norm > 0 else 1.0
+
+    w = {k: v.copy() for k, v in weights.items()}
+    slots = {k: np.zeros_like(v) for k, v in weights.items()}
+    for step, step_grads in enumerate(grads):
+        rate = learning_rate(step)
+        for name in w:
+            grad = step_grads[name]
+            if weight_decay_rate and not _matches(name, decay_excluded):
+                grad = grad + weight_decay_rate * w[name]
+            adapts = not _matches(name, adapt_excluded)
+            if classic_momentum:
+                scaled_lr = rate * (ratio(np.linalg.norm(w[name]), np.linalg.norm(grad)) if adapts else 1.0)
+                slots[name] = momentum * slots[name] + scaled_lr * grad
+                w[name] = w[name] - (momentum * slots[name] + scaled_lr * grad if nesterov else slots[name])
+            else:
+                slots[name] = momentum * slots[name] + grad
+                update = momentum * slots[name] + grad if nesterov else slots[name]
+                scaled_lr = rate * (ratio(np.linalg.norm(w[name]), np.linalg.norm(update)) if adapts else 1.0)
+                w[name] = w[name] - scaled_lr * update
+    return w
+
+
+def optax_lars_reference(weights, grads, *, learning_rate, weight_decay=0.0, weight_decay_mask=None,
+                         trust_coefficient=0.001, eps=0.0, trust_ratio_mask=None, momentum=0.9, nesterov=False):
+    """``optax.lars`` in NumPy: its chain add_decayed_weights -> scale_by_trust_ratio ->
+    scale_by_learning_rate -> trace, in its own argument names (masks: name -> bool, True for
+    every variable when None). The trust ratio is trust_coefficient*||w|| / (||u|| + eps) with u
+    the decayed gradient, 1 where ||w|| or ||u|| is 0."""
+    w = {k: v.copy() for k, v in weights.items()}
+    trace = {k: np.zeros_like(v) for k, v in weights.items()}
+    for step, step_grads in enumerate(grads):
+        for name in w:
+            u = step_grads[name]
+            if weight_decay_mask is None or weight_decay_mask(name):
+                u = u + weight_decay * w[name]
+            if trust_ratio_mask is None or trust_ratio_mask(name):
+                w_norm, u_norm = np.linalg.norm(w[name]), np.linalg.norm(u)
+                u = u * (1.0 if w_norm == 0 or u_norm == 0 else trust_coefficient * w_norm / (u_norm + eps))
+            u = -learning_rate(step) * u
+            trace[name] = momentum * trace[name] + u
+            w[name] = w[name] + (momentum * trace[name] + u if nesterov else trace[name])
     return w
 
 

@@ -4,7 +4,14 @@ import tensorflow as tf
 
 from lbtrain.optimizers import LARS
 from lbtrain.schedules import Warmup
-from reference import gradient_steps, lars_reference, run_keras, variable_set
+from reference import (
+    gradient_steps,
+    lars_reference,
+    model_garden_lars_reference,
+    optax_lars_reference,
+    run_keras,
+    variable_set,
+)
 
 STEPS = 6
 
@@ -72,9 +79,99 @@ def test_schedule_drives_the_learning_rate_per_step():
         ({"weight_decay": -1e-4}, ValueError, r"LARS: weight_decay must be >= 0, got -0.0001"),
         ({"epsilon": float("nan")}, ValueError, r"LARS: epsilon must be a number, got nan"),
         ({"exclude_from_weight_decay": "bias"}, ValueError, r"exclude_from_weight_decay must be a list of regular expressions"),
-        ({"trust_clip": True}, TypeError, r"LARS got an unknown argument 'trust_clip' \(allowed: clipnorm, clipvalue, ema_momentum"),
+        ({"trust_ratio_denominator": "optax"}, ValueError,
+         r"LARS: trust_ratio_denominator must be 'paper' or 'decayed_gradient', got 'optax'"),
+        ({"classic_momentum": False, "trust_ratio_denominator": "decayed_gradient"}, ValueError,
+         r"LARS: trust_ratio_denominator applies to classic momentum; with classic_momentum=False"),
     ],
 )
 def test_bad_arguments(kwargs, error, message):
     with pytest.raises(error, match=message):
         LARS(**kwargs)
+
+
+# ---------------------------------------------------------------- trust-ratio conventions
+
+# Both conventions under every kind of momentum Model Garden has; weight decay large enough
+# that the two denominators differ clearly.
+MOMENTUM_KINDS = {
+    "classic": {"classic_momentum": True, "nesterov": False},
+    "classic_nesterov": {"classic_momentum": True, "nesterov": True},
+    "non_classic": {"classic_momentum": False, "nesterov": False},
+    "non_classic_nesterov": {"classic_momentum": False, "nesterov": True},
+}
+DECAY_EXCLUDED, ADAPTATION_EXCLUDED = [r"bias", r"gamma"], [r"beta", r"bias"]
+
+
+def lars_in_model_gardens_terms(kind, trust_ratio_denominator):
+    momentum_kind = MOMENTUM_KINDS[kind]
+    extra = {} if not momentum_kind["classic_momentum"] else {"trust_ratio_denominator": trust_ratio_denominator}
+    return LARS(learning_rate=0.5, momentum=0.8, weight_decay=0.05, eta=0.01, epsilon=0.0,
+                exclude_from_weight_decay=DECAY_EXCLUDED, exclude_from_layer_adaptation=ADAPTATION_EXCLUDED,
+                **momentum_kind, **extra)
+
+
+def model_garden(weights, grads, kind):
+    return model_garden_lars_reference(weights, grads, learning_rate=lambda step: 0.5, momentum=0.8, weight_decay_rate=0.05,
+                                       eeta=0.01, exclude_from_weight_decay=DECAY_EXCLUDED,
+                                       exclude_from_layer_adaptation=ADAPTATION_EXCLUDED, **MOMENTUM_KINDS[kind])
+
+
+@pytest.mark.parametrize("kind", MOMENTUM_KINDS)
+def test_decayed_gradient_denominator_is_model_gardens_lars(kind):
+    weights = variable_set()
+    grads = gradient_steps(weights, STEPS)
+    got = run_keras(lars_in_model_gardens_terms(kind, "decayed_gradient"), weights, grads)
+    expected = model_garden(weights, grads, kind)
+    for name in weights:
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-6, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("kind", MOMENTUM_KINDS)
+def test_paper_denominator_is_the_papers_lars_and_differs_from_model_garden_only_with_classic_momentum(kind):
+    weights = variable_set()
+    grads = gradient_steps(weights, STEPS)
+    got = run_keras(lars_in_model_gardens_terms(kind, "paper"), weights, grads)
+    paper = lars_reference(weights, grads, lr=lambda step: 0.5, momentum=0.8, weight_decay=0.05, eta=0.01,
+                           exclude_from_weight_decay=DECAY_EXCLUDED, exclude_from_layer_adaptation=ADAPTATION_EXCLUDED,
+                           **MOMENTUM_KINDS[kind])
+    for name in weights:
+        np.testing.assert_allclose(got[name], paper[name], rtol=1e-6, atol=1e-6, err_msg=name)
+    # Non-classic momentum divides by the update's norm in both; classic momentum differs on
+    # every variable that decays and adapts.
+    garden = model_garden(weights, grads, kind)
+    differs = not np.allclose(got["dense_0/kernel:0"], garden["dense_0/kernel:0"], rtol=1e-4, atol=0)
+    assert differs == MOMENTUM_KINDS[kind]["classic_momentum"]
+    np.testing.assert_allclose(got["dense_0/bias:0"], garden["dense_0/bias:0"], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_decayed_gradient_denominator_with_epsilon_is_optax_lars(nesterov):
+    """optax.lars with masks that skip what lbtrain's exclude lists name."""
+    weights = variable_set()
+    grads = gradient_steps(weights, STEPS)
+    got = run_keras(LARS(learning_rate=0.5, momentum=0.8, weight_decay=0.05, eta=0.01, epsilon=1e-3, nesterov=nesterov,
+                         trust_ratio_denominator="decayed_gradient", exclude_from_weight_decay=DECAY_EXCLUDED,
+                         exclude_from_layer_adaptation=ADAPTATION_EXCLUDED), weights, grads)
+    expected = optax_lars_reference(
+        weights, grads, learning_rate=lambda step: 0.5, weight_decay=0.05, trust_coefficient=0.01, eps=1e-3,
+        momentum=0.8, nesterov=nesterov, weight_decay_mask=lambda name: not any(p in name for p in DECAY_EXCLUDED),
+        trust_ratio_mask=lambda name: not any(p in name for p in ADAPTATION_EXCLUDED))
+    for name in weights:
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-6, atol=1e-6, err_msg=name)
+
+
+def test_trust_ratio_denominator_survives_the_config_and_changes_a_step_as_the_formulas_say():
+    optimizer = LARS(learning_rate=1.0, momentum=0.0, weight_decay=0.5, eta=1.0, trust_ratio_denominator="decayed_gradient",
+                     exclude_from_weight_decay=[])
+    config = optimizer.get_config()
+    assert config["trust_ratio_denominator"] == "decayed_gradient"
+    assert LARS.from_config(config).trust_ratio_denominator == "decayed_gradient"
+    # w = (3, 4), g = (0, 2), wd = 0.5: g + wd*w = (1.5, 4), ||w|| = 5, ||g|| = 2.
+    # paper: trust = 5 / (2 + 0.5 * 5) = 10/9; decayed gradient: trust = 5 / ||(1.5, 4)|| = 5 / sqrt(18.25).
+    weights, grads = {"k/kernel:0": np.array([3.0, 4.0])}, [{"k/kernel:0": np.array([0.0, 2.0])}]
+    decayed = np.array([1.5, 4.0])
+    for denominator, trust in (("paper", 10 / 9), ("decayed_gradient", 5 / np.sqrt(18.25))):
+        got = run_keras(LARS(learning_rate=1.0, momentum=0.0, weight_decay=0.5, eta=1.0, exclude_from_weight_decay=[],
+                             trust_ratio_denominator=denominator), weights, grads)
+        np.testing.assert_allclose(got["k/kernel:0"], weights["k/kernel:0"] - trust * decayed, rtol=1e-12)
