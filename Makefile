@@ -9,12 +9,6 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 VENV_KERAS3 := .venv-keras3
 BIN_KERAS3 := $(VENV_KERAS3)/bin
 TENSORFLOW_KERAS3 := tensorflow-cpu==2.21.0
-# What runs on Keras 3 too: the library layer (optimizers, schedules, callbacks, ghost BN,
-# models, saving), the trainer and simulated worlds, and an end-to-end `lbtrain run`
-# (tests/test_keras3.py). Tests marked `horovod` skip there.
-KERAS3_TESTS := tests/optimizers tests/test_schedules.py tests/test_scaling.py tests/test_callbacks.py \
-	tests/test_layers.py tests/test_models.py tests/test_saving.py tests/test_trainer.py tests/test_distributed.py \
-	tests/test_install_horovod.py tests/test_keras3.py
 
 .PHONY: setup setup-keras3 run test test-keras3 test-fast bench study data clean-venv
 
@@ -58,17 +52,17 @@ $(BIN_KERAS3)/python:
 
 $(VENV_KERAS3)/.lbtrain-installed: $(BIN_KERAS3)/python pyproject.toml
 	$(BIN_KERAS3)/pip install --quiet $(TENSORFLOW_KERAS3)
-	$(BIN_KERAS3)/pip install --quiet -e '.[dev,tensorboard]'
+	$(BIN_KERAS3)/pip install --quiet -e '.[dev,postgres,tensorboard]'
 	touch $@
 
 setup-keras3: $(VENV_KERAS3)/.lbtrain-installed data
 
 test: setup setup-keras3
 	$(BIN)/python -m pytest -q
-	$(BIN_KERAS3)/python -m pytest -q $(KERAS3_TESTS)
+	$(BIN_KERAS3)/python -m pytest -q
 
 test-keras3: setup-keras3
-	$(BIN_KERAS3)/python -m pytest -q $(KERAS3_TESTS)
+	$(BIN_KERAS3)/python -m pytest -q
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"

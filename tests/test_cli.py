@@ -123,8 +123,8 @@ def test_mode_horovod_on_a_stack_without_horovod_names_the_fix_before_anything_t
 def test_a_real_process_shows_no_traceback(tmp_path):
     result = run_cli("run", str(experiment_file(tmp_path, lr={"rule": "cube"})))
     assert result.returncode == 2
-    assert result.stderr.strip().startswith("lbtrain: error: lr.rule:") and "Traceback" not in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
+    lines = stderr_lines(result.stderr)
+    assert len(lines) == 1 and lines[0].startswith("lbtrain: error: lr.rule:") and "Traceback" not in result.stderr
 
 
 def test_dry_run_lists_runs_and_writes_nothing(tmp_path, capsys):
@@ -159,7 +159,7 @@ def test_train_command_writes_the_run_directory(tmp_path, capsys):
 def test_sweep_counts_must_be_positive(tmp_path, arguments, message):
     result = run_cli("sweep", str(experiment_file(tmp_path)), *arguments)
     assert result.returncode == 2
-    assert result.stderr.strip() == f"lbtrain: error: {message}"
+    assert stderr_lines(result.stderr) == [f"lbtrain: error: {message}"]
     assert not (tmp_path / "results").exists()
 
 
@@ -178,7 +178,7 @@ def test_run_exits_non_zero_when_a_run_failed_and_says_how_many(tmp_path, capsys
     assert main(["run", str(spec)]) == 1
     captured = capsys.readouterr()
     assert "fine w1 x 16 seed 0: ok" in captured.out and "fails w1 x 16 seed 0: failed" in captured.out
-    assert captured.err.strip().startswith("lbtrain: 1 of 2 runs failed (reasons in ")
+    assert stderr_lines(captured.err)[-1].startswith("lbtrain: 1 of 2 runs failed (reasons in ")
 
 
 def test_a_file_where_the_results_folder_should_be_is_refused_and_kept(tmp_path, capsys):
@@ -237,5 +237,5 @@ def test_a_storage_that_cannot_be_opened_is_one_line(tmp_path, storage, message)
                            search={"lr.base_lr": {"type": "float", "low": 0.01, "high": 0.1}})
     result = run_cli("sweep", str(spec), "--storage", storage)
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
+    lines = stderr_lines(result.stderr)
     assert len(lines) == 1 and re.search(message, lines[0]), result.stderr

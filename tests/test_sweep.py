@@ -109,6 +109,7 @@ def test_pruning_waits_until_the_trials_warmup_has_ended():
     study = optuna.create_study(pruner=AlwaysPrune())
     callback = _PruningCallback(study.ask(), SimulatedWorld(1), warmup_epochs=1.5)
     callback.set_model(tf.keras.Sequential([tf.keras.layers.Dense(1)]))
+    callback.model.stop_training = False  # as fit sets it (Keras 3 models have no such attribute before)
     callback.on_epoch_end(0, {"val_accuracy": 0.5})
     assert callback.pruned_at is None and not callback.model.stop_training
     callback.on_epoch_end(1, {"val_accuracy": 0.5})

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO_ROOT, run_cli
+from conftest import REPO_ROOT, run_cli, stderr_lines
 from lbtrain.analysis.plots import OKABE_ITO
 from lbtrain.analysis.prose import unsupported_numbers
 from lbtrain.analysis.report import write_report
@@ -151,7 +151,7 @@ def test_cli_report_and_its_errors(tiny_results, tmp_path, capsys):
 def test_report_command_in_a_fresh_process(tiny_results):
     result = run_cli("report", str(tiny_results))
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stderr == ""
+    assert stderr_lines(result.stderr) == []
     assert yaml.safe_load((tiny_results / "experiment.yaml").read_text())["name"] == "tiny"
 
 
