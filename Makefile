@@ -67,8 +67,13 @@ test-keras3: setup-keras3
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
 
+# Throughput (lbtrain bench: CSV, JSON and plot in results/benchmarks/bench/), Horovod against the
+# independent pair (results/benchmarks/horovod.json), then README's performance table from the JSON.
 bench: setup
 	$(BIN)/python benchmarks/bench_optimizers.py
+	$(BIN)/lbtrain bench
+	$(BIN)/python benchmarks/bench_horovod.py
+	$(BIN)/python scripts/render_benchmarks.py --write
 
 clean-venv:
 	rm -rf $(VENV) $(VENV_KERAS3)

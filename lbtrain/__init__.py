@@ -17,7 +17,10 @@ from lbtrain._lazy import lazy_exports  # noqa: E402
 from lbtrain._registration import register_when_tensorflow_loads  # noqa: E402
 
 _LOCATIONS = {
-    **dict.fromkeys(("critical_batch", "sharpness", "steps_to_target", "write_report"), "lbtrain.analysis"),
+    **dict.fromkeys(("Advice", "advise"), "lbtrain.advisor"),
+    **dict.fromkeys(("critical_batch", "hessian_top_eigenvalue", "pac_bayes_flatness", "sharpness", "steps_to_target",
+                     "write_report"), "lbtrain.analysis"),
+    **dict.fromkeys(("matmul_peak_flops", "run_benchmark", "training_flops_per_sample"), "lbtrain.bench"),
     **dict.fromkeys(("BudgetStop", "DivergenceGuard", "GeneralizationGap", "GradientNoiseScale", "LearningRateLogger",
                      "LearningRateWarmup", "Throughput"), "lbtrain.callbacks"),
     **dict.fromkeys(("ConfigError", "ExperimentConfig", "RunConfig", "load_experiment", "load_run_config",
@@ -33,6 +36,7 @@ _LOCATIONS = {
     **dict.fromkeys(("global_batch_size", "scale_learning_rate", "scaling_exponent", "scaling_factor"), "lbtrain.scaling"),
     **dict.fromkeys(("DECAYS", "Constant", "ConstantLearningRate", "ScheduleError", "Warmup", "build_decay",
                      "build_schedule", "epochs_to_steps", "schedule_values", "warmup_lr"), "lbtrain.schedules"),
+    **dict.fromkeys(("GradientStepModel", "NoiseScaleSettings"), "lbtrain.train_step"),
     "train": "lbtrain.trainer",
     **dict.fromkeys(("Verdict", "judge"), "lbtrain.verdict"),
 }

@@ -4,7 +4,9 @@ lbtrain's own runs keep the learning rate in a schedule object (``lbtrain.schedu
 ``LearningRateWarmup`` is for models compiled with a float learning rate, the way Horovod's
 examples warm up, and ``LearningRateLogger`` records the rate actually applied either way.
 The trainer adds ``Throughput``, ``DivergenceGuard``, ``BudgetStop`` and ``GeneralizationGap`` to every run,
-and ``GradientNoiseScale`` when the run's ``analysis.noise_scale`` asks for it.
+and ``GradientNoiseScale`` when the run's ``analysis.noise_scale`` asks for it and its world
+cannot measure it inside the train step (``lbtrain.train_step``): one simulated worker with batch
+norm, whose batch a split would change.
 """
 
 from __future__ import annotations
@@ -270,7 +272,10 @@ SINGLE_WORKER_PIECES = 8
 
 class GradientNoiseScale(tf.keras.callbacks.Callback):
     """McCandlish et al. 2018 ("An Empirical Model of Large-Batch Training", app. A.1): the
-    simple gradient noise scale ``B_simple = tr(Sigma) / |G|^2``, from two batch sizes.
+    simple gradient noise scale ``B_simple = tr(Sigma) / |G|^2``, from two batch sizes, on
+    fresh batches beside training. Each measurement costs a global batch of extra gradients;
+    ``lbtrain.train_step`` measures the same inside the step at almost no cost, and the trainer
+    uses this callback only where that cannot be done (a single simulated worker with batch norm).
 
     Every ``every`` steps each worker takes the gradient ``g_r`` of the loss on its own fresh
     batch of ``B_small = per_worker_batch`` training samples; their mean is the gradient of the

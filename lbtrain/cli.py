@@ -27,6 +27,40 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _comma_list(text: str) -> list[str]:
+    """argparse type: comma-separated names, none empty."""
+    items = [item.strip() for item in text.split(",")]
+    if not all(items):
+        raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r}")
+    return items
+
+
+def _positive_ints(text: str) -> list[int]:
+    """argparse type: comma-separated whole numbers >= 1."""
+    return [_positive_int(item) for item in _comma_list(text)]
+
+
+def _worlds(text: str) -> list:
+    """argparse type: comma-separated worlds of ``lbtrain bench`` (``single``, ``simulated:4``, ...)."""
+    from lbtrain.bench import BenchError, WorldSpec
+
+    try:
+        return [WorldSpec.parse(item) for item in _comma_list(text)]
+    except BenchError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _positive_float(text: str) -> float:
+    """argparse type: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
 def _datasets_command(args: argparse.Namespace) -> int:
     from lbtrain.data import DATASETS
 
@@ -132,6 +166,44 @@ def _protocol_command(args: argparse.Namespace, experiment) -> int:
     return 0
 
 
+def _bench_command(args: argparse.Namespace) -> int:
+    from lbtrain import bench
+
+    bench.check_device(args.device)
+    models = args.models or bench.default_models(args.device)
+    bench.check_models(models)
+    worlds, notes = bench.check_worlds(args.worlds or [bench.WorldSpec.parse(world) for world in bench.DEFAULT_WORLDS],
+                                       args.device, explicit=args.worlds is not None)
+    for note in notes:
+        print(f"lbtrain: note: {note}", file=sys.stderr)
+    threads = args.threads or (1 if args.device == "cpu" else None)
+    settings = bench.Settings(device=args.device, threads=threads, seconds=args.seconds, steps=args.steps,
+                              warmup_steps=args.warmup, timeline=args.timeline)
+    report = bench.run_benchmark(models, args.batches, worlds, settings, args.output, progress=bench.ProgressBar())
+    print(bench.format_table(report))
+    print(f"wrote {Path(args.output) / 'bench.csv'}, bench.json and bench.png")
+    failed = sum(row["status"] != "ok" for row in report["rows"])
+    if failed:
+        print(f"lbtrain: {failed} of {len(report['rows'])} configurations failed (reasons in the status column)", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _advise_command(args: argparse.Namespace) -> int:
+    from lbtrain.advisor import advise, describe, plot_advice, print_progress
+    from lbtrain.config import load_experiment
+    from lbtrain.files import write_json_atomic
+
+    experiment = load_experiment(args.experiment, args.set)
+    output = Path(args.output) if args.output else experiment.results_dir / "advice"
+    advice = advise(experiment, args.steps, progress=print_progress)
+    print(describe(advice))
+    write_json_atomic(output / "advice.json", advice.to_dict())
+    plot_advice(advice, output / "advice.png")
+    print(f"wrote {output / 'advice.json'} and {output / 'advice.png'}")
+    return 0
+
+
 def _report_command(args: argparse.Namespace) -> int:
     import tensorflow as tf
 
@@ -175,6 +247,30 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--target", type=float, help="validation accuracy counted to in steps-to-target (default: the highest every batch reaches)")
     report.add_argument("--metric", help="per-epoch metric of curves and steps to target (default val_accuracy, else accuracy)")
     report.set_defaults(handler=_report_command)
+    advise = commands.add_parser(
+        "advise", help="probe the gradient noise scale and advise the world size and LR recipe worth paying for")
+    advise.add_argument("experiment", help="an experiment YAML; the probe trains its base run at lr.base_batch")
+    advise.add_argument("--steps", type=_positive_int, help="probe steps (default: one epoch)")
+    advise.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", help="override a field")
+    advise.add_argument("--output", help="folder of advice.json and advice.png (default results/<name>/advice)")
+    advise.set_defaults(handler=_advise_command)
+    bench = commands.add_parser(
+        "bench", help="training images/s on synthetic data per model, batch and world; scaling efficiency, share of the "
+                      "matmul peak; CSV, JSON and plot")
+    bench.add_argument("--models", type=_comma_list, help="comma-separated: mlp, cnn, resnet, resnet50 "
+                       "(default mlp,cnn,resnet; with --device gpu also resnet50)")
+    bench.add_argument("--batches", type=_positive_ints, default=[64], help="per-worker batch sizes, comma-separated (default 64)")
+    bench.add_argument("--worlds", type=_worlds, help="comma-separated: single, simulated:W, horovod:N, independent:N, mirrored:N "
+                       "(default single,simulated:4,mirrored:2,independent:2,horovod:2; horovod skipped where not installed)")
+    bench.add_argument("--device", default="cpu", help="cpu (default) or gpu (needs a GPU TensorFlow sees)")
+    bench.add_argument("--threads", type=_positive_int, help="TensorFlow intra- and inter-op threads per process "
+                       "(default 1 on cpu, TensorFlow's own on gpu)")
+    bench.add_argument("--seconds", type=_positive_float, default=2.0, help="measured time per configuration (default 2)")
+    bench.add_argument("--steps", type=_positive_int, help="measured steps per configuration instead of --seconds")
+    bench.add_argument("--warmup", type=_positive_int, default=5, help="steps before measuring (default 5)")
+    bench.add_argument("--timeline", action="store_true", help="record a Horovod timeline: the share of time in allreduce")
+    bench.add_argument("--output", default="results/benchmarks/bench", help="folder of bench.csv, bench.json, bench.png")
+    bench.set_defaults(handler=_bench_command)
     train = commands.add_parser(
         "train", help="train one resolved run config here: in a Horovod world under horovodrun/mpirun, simulated otherwise"
     )
@@ -189,13 +285,14 @@ def build_parser() -> argparse.ArgumentParser:
 def user_errors() -> tuple[type[Exception], ...]:
     """Exception types that mean bad input, reported in one line with exit code 2."""
     from lbtrain.analysis.report import ReportError
+    from lbtrain.bench import BenchError
     from lbtrain.config import ConfigError
     from lbtrain.data import DatasetError
     from lbtrain.models import ModelError
     from lbtrain.results import ResultsError
     from lbtrain.schedules import ScheduleError
 
-    return (ConfigError, DatasetError, ModelError, ReportError, ResultsError, ScheduleError)
+    return (BenchError, ConfigError, DatasetError, ModelError, ReportError, ResultsError, ScheduleError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -225,15 +225,29 @@ class AnalysisConfig(_Strict):
     ``sharpness``: Keskar et al. 2017's sharpness of the final weights on the training set
     (or its first ``sharpness_samples`` samples), box ``sharpness_epsilon``, full space or a
     random subspace of ``sharpness_subspace`` dimensions. ``noise_scale``: McCandlish et al.
-    2018's gradient noise scale B_simple, measured every ``noise_scale_every`` steps.
+    2018's gradient noise scale B_simple, measured inside every train step from
+    ``noise_scale_pieces`` pieces of the global batch (``lbtrain.train_step``; default 2, or the
+    micro-batches), averaged with ``noise_scale_decay`` per step. A simulated single worker with
+    batch norm cannot split its batch: it measures on fresh batches every ``noise_scale_every``
+    steps instead (``lbtrain.callbacks.GradientNoiseScale``, decay ``noise_scale_decay ** every``).
+    ``hessian``: the Hessian's top eigenvalue of the final weights by power iteration (Yao et al.
+    2020), ``pac_bayes``: Jiang et al. 2020's magnitude-aware PAC-Bayes flatness ``1 / sigma'^2``;
+    each on a fixed subset of ``hessian_samples`` / ``pac_bayes_samples`` training samples
+    (seeded by ``training.seed``; null for all), with ``lbtrain.analysis.flatness``'s defaults.
     """
 
     sharpness: bool = False
     sharpness_epsilon: float = Field(default=1e-3, gt=0)
     sharpness_subspace: int | None = Field(default=None, gt=0)
     sharpness_samples: int | None = Field(default=None, gt=0)
+    hessian: bool = False
+    hessian_samples: int | None = Field(default=500, gt=0)
+    pac_bayes: bool = False
+    pac_bayes_samples: int | None = Field(default=500, gt=0)
     noise_scale: bool = False
     noise_scale_every: int = Field(default=10, gt=0)
+    noise_scale_decay: float = Field(default=0.99, ge=0, lt=1)
+    noise_scale_pieces: int | None = Field(default=None, ge=2)
 
 
 class RunConfig(_Strict):
@@ -256,6 +270,10 @@ class RunConfig(_Strict):
                 f"training.micro_batches ({settings.micro_batches}) must divide training.world_size "
                 f"({settings.world_size}): each micro-batch holds whole workers' batches"
             )
+        if self.analysis.noise_scale and self.analysis.noise_scale_pieces is not None and settings.micro_batches == 1:
+            from lbtrain.train_step import measurement_pieces
+
+            measurement_pieces(settings.world_size, settings.per_worker_batch, self.analysis.noise_scale_pieces)
         if settings.samples is not None and settings.samples < self.global_batch:
             raise ValueError(f"training.samples ({settings.samples}) is less than one global batch ({self.global_batch})")
         if settings.epochs is not None and self.lr.warmup_epochs > settings.epochs:
@@ -426,12 +444,66 @@ RUN_SECTIONS = tuple(RUN_SECTION_SCHEMAS)
 GRID_SHORTHANDS = {"world_sizes": "training.world_size", "seeds": "training.seed"}
 
 
+# Horovod takes gradient compression only as an argument (``DistributedOptimizer(compression=)``),
+# not from its environment: lbtrain passes it to the ranks in this variable (``HorovodWorld``).
+HOROVOD_COMPRESSION_VARIABLE = "LBTRAIN_HOROVOD_COMPRESSION"
+# Where rank 0 records the Horovod timeline, inside the run folder.
+HOROVOD_TIMELINE_FILE = "horovod_timeline.json"
+# The horovodrun flags that set the same variables as a knob (the flag would win).
+_HOROVODRUN_FLAGS = {
+    "fusion_threshold_mb": ("--fusion-threshold-mb",), "cycle_time_ms": ("--cycle-time-ms",),
+    "timeline": ("--timeline-filename",), "hierarchical_allreduce": ("--hierarchical-allreduce", "--no-hierarchical-allreduce"),
+}
+_KNOB_OFF = {"timeline": False}  # the value that sets nothing, where it is not None
+
+
 class HorovodLaunchConfig(_Strict):
     """How ``mode: horovod`` starts each run: ``horovodrun -np W -H HOSTS ARGS... lbtrain train``.
-    ``hosts`` defaults to ``localhost:W``; ``args`` go to horovodrun as they are."""
+    ``hosts`` defaults to ``localhost:W``; ``args`` go to horovodrun as they are.
+
+    Horovod's knobs reach every rank as Horovod's own environment variables (``environment``);
+    one left unset keeps Horovod's default (or the launching shell's variable):
+    ``fusion_threshold_mb`` (tensor fusion buffer, MiB; 0 turns fusion off), ``cycle_time_ms``
+    (the background thread's cycle), ``timeline`` (rank 0 records a Horovod timeline in the run
+    folder), ``compression`` (``fp16``: gradients cross the allreduce as float16) and
+    ``hierarchical_allreduce`` (with MPI or NCCL builds)."""
 
     hosts: str | None = None
     args: list[str] = Field(default_factory=list)
+    fusion_threshold_mb: float | None = Field(default=None, ge=0)
+    cycle_time_ms: float | None = Field(default=None, gt=0)
+    timeline: bool = False
+    compression: Literal["none", "fp16"] = "none"
+    hierarchical_allreduce: bool | None = None
+
+    @model_validator(mode="after")
+    def _knob_not_also_in_args(self) -> "HorovodLaunchConfig":
+        given = {arg.split("=")[0] for arg in self.args}
+        for field, flags in _HOROVODRUN_FLAGS.items():
+            clash = sorted(given.intersection(flags))
+            if clash and getattr(self, field) not in (None, _KNOB_OFF.get(field)):
+                raise ValueError(f"args has {clash[0]}, which sets what {field} sets: keep one of them")
+        return self
+
+    def environment(self, run_dir: str | Path) -> dict[str, str]:
+        """The variables the ranks of a run in ``run_dir`` get: ``HOROVOD_FUSION_THRESHOLD``
+        (bytes), ``HOROVOD_CYCLE_TIME`` (ms), ``HOROVOD_TIMELINE`` (``run_dir``/horovod_timeline.json),
+        ``HOROVOD_HIERARCHICAL_ALLREDUCE`` (1 or 0) for the knobs that are set, and lbtrain's
+        ``LBTRAIN_HOROVOD_COMPRESSION`` always.
+
+        >>> HorovodLaunchConfig(fusion_threshold_mb=32, cycle_time_ms=5, hierarchical_allreduce=True).environment("run")
+        {'LBTRAIN_HOROVOD_COMPRESSION': 'none', 'HOROVOD_FUSION_THRESHOLD': '33554432', 'HOROVOD_CYCLE_TIME': '5.0', 'HOROVOD_HIERARCHICAL_ALLREDUCE': '1'}
+        """
+        variables = {HOROVOD_COMPRESSION_VARIABLE: self.compression}
+        if self.fusion_threshold_mb is not None:
+            variables["HOROVOD_FUSION_THRESHOLD"] = str(round(self.fusion_threshold_mb * 1024 * 1024))
+        if self.cycle_time_ms is not None:
+            variables["HOROVOD_CYCLE_TIME"] = str(self.cycle_time_ms)
+        if self.timeline:
+            variables["HOROVOD_TIMELINE"] = str(Path(run_dir).resolve() / HOROVOD_TIMELINE_FILE)
+        if self.hierarchical_allreduce is not None:
+            variables["HOROVOD_HIERARCHICAL_ALLREDUCE"] = str(int(self.hierarchical_allreduce))
+        return variables
 
 
 class SearchParam(_Strict):

@@ -11,7 +11,11 @@ Both sit behind one small interface, ``World``, so the trainer has one code path
   batch has exactly the average of the W workers' gradients. One update therefore equals
   W-worker synchronous SGD (Goyal et al. 2017 sec. 3: the allreduce averages gradients). If
   the global batch does not fit in memory, ``micro_batches=k`` accumulates the gradient over k
-  pieces, each holding W/k whole workers' batches, and applies their mean once.
+  pieces, each holding W/k whole workers' batches, and applies their mean once
+  (``lbtrain.train_step.GradientStepModel``).
+
+Either world can measure the gradient noise scale inside its train step
+(``prepare_model(..., noise_scale=NoiseScaleSettings())``, see ``lbtrain.train_step``).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import tensorflow as tf
 from lbtrain.config import ConfigError
 from lbtrain.layers import is_batch_norm
 from lbtrain.models import set_virtual_batch_size
+from lbtrain.train_step import GradientStepModel, NoiseScaleSettings, NoiseScaleTracker, measurement_pieces
 
 # Set by horovodrun (Gloo), mpirun (Open MPI) and MPICH/Intel MPI respectively.
 LAUNCHER_VARIABLES = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
@@ -51,9 +56,20 @@ class World(abc.ABC):
     def process_batch(self, per_worker_batch: int) -> int:
         """How many samples this process feeds per step."""
 
-    def prepare_model(self, model: tf.keras.Model, per_worker_batch: int) -> tf.keras.Model:
-        """The model this process trains (may be a rebuilt copy with the same weights)."""
+    def prepare_model(self, model: tf.keras.Model, per_worker_batch: int,
+                      noise_scale: NoiseScaleSettings | None = None) -> tf.keras.Model:
+        """The model this process trains (may be a rebuilt copy with the same weights); with
+        ``noise_scale``, one whose train step measures the gradient noise scale where this world
+        can (``noise_scale_tracker`` then finds its tracker)."""
         return model
+
+    def average_gradients(self, gradients: list[tf.Tensor], variables: list, optimizer) -> list[tf.Tensor]:
+        """In a train step: the mean of ``gradients`` over all ranks."""
+        return gradients
+
+    def mean_over_ranks(self, value: tf.Tensor) -> tf.Tensor:
+        """In a train step: the mean of a scalar tensor over all ranks."""
+        return value
 
     def wrap_optimizer(self, optimizer: tf.keras.optimizers.Optimizer) -> tf.keras.optimizers.Optimizer:
         """The optimizer this process applies (Horovod: averages gradients across ranks)."""
@@ -92,70 +108,44 @@ class SimulatedWorld(World):
     def process_batch(self, per_worker_batch: int) -> int:
         return self.size * per_worker_batch
 
-    def prepare_model(self, model: tf.keras.Model, per_worker_batch: int) -> tf.keras.Model:
+    def prepare_model(self, model: tf.keras.Model, per_worker_batch: int,
+                      noise_scale: NoiseScaleSettings | None = None) -> tf.keras.Model:
+        """Ghost batch norm at the per-worker batch; a ``GradientStepModel`` when the step runs
+        in micro-batches or measures the noise scale. The noise scale comes from the
+        micro-batches if there are any, else from ``noise_scale.pieces`` pieces; with one worker
+        and batch norm (whose statistics a split would change) this world cannot measure it in
+        the step."""
         has_batch_norm = any(is_batch_norm(layer) for layer in model.layers)
         if self.size > 1 and has_batch_norm:
             model = set_virtual_batch_size(model, per_worker_batch)
-        if self.micro_batches > 1:
-            model = MicroBatchModel(model, self.size, self.micro_batches, per_worker_batch)
-        return model
-
-
-class MicroBatchModel(tf.keras.Model):
-    """A model whose train step accumulates gradients over ``micro_batches`` pieces of the
-    global batch and applies their mean once (the mean loss over the whole batch has the same
-    gradient, since the pieces are of equal size).
-
-    The pieces follow workers: the global batch is laid out ``[per_worker_batch, world_size]``
-    (position ``i * W + r`` is worker r's i-th sample, see ``lbtrain.data``), and piece j holds
-    workers ``j*W/k .. (j+1)*W/k - 1`` in the same layout, so ghost batch norm still sees each
-    worker's own samples. Moving batch-norm statistics are updated once per piece.
-    """
-
-    def __init__(self, model: tf.keras.Model, world_size: int, micro_batches: int, per_worker_batch: int):
-        super().__init__(inputs=model.inputs, outputs=model.outputs, name=model.name)
-        self.world_size = world_size
-        self.micro_batches = micro_batches
-        self.per_worker_batch = per_worker_batch
-
-    def _pieces(self, tensor: tf.Tensor) -> tf.Tensor:
-        features = tf.shape(tensor)[1:]
-        workers_per_piece = self.world_size // self.micro_batches
-        grid = tf.reshape(tensor, tf.concat([[self.per_worker_batch, self.micro_batches, workers_per_piece], features], 0))
-        rank = len(tensor.shape)
-        grid = tf.transpose(grid, [1, 0, 2, *range(3, rank + 2)])
-        return tf.reshape(grid, tf.concat([[self.micro_batches, self.per_worker_batch * workers_per_piece], features], 0))
-
-    def train_step(self, data):
-        x, y, _ = tf.keras.utils.unpack_x_y_sample_weight(data)
-        x_pieces, y_pieces = self._pieces(x), self._pieces(y)
-        variables = self.trainable_variables
-
-        def accumulate(piece, totals):
-            with tf.GradientTape() as tape:
-                prediction = self(x_pieces[piece], training=True)
-                loss = self.compute_loss(x_pieces[piece], y_pieces[piece], prediction)
-            self.compute_metrics(x_pieces[piece], y_pieces[piece], prediction, None)
-            gradients = tape.gradient(loss, variables)
-            return piece + 1, [total + gradient for total, gradient in zip(totals, gradients)]
-
-        # A while loop, not a Python loop: the pieces run one after another, so only one
-        # piece's activations are alive at a time.
-        _, totals = tf.while_loop(
-            lambda piece, _: piece < self.micro_batches,
-            accumulate,
-            (tf.constant(0), [tf.zeros_like(variable) for variable in variables]),
-        )
-        self.optimizer.apply_gradients(zip([total / self.micro_batches for total in totals], variables))
-        return self.get_metrics_result()
+        pieces, tracker = self.micro_batches, None
+        if noise_scale is not None and not (self.size == 1 and has_batch_norm):
+            if pieces == 1:
+                pieces = measurement_pieces(self.size, per_worker_batch, noise_scale.pieces) or 1
+            if pieces > 1:
+                big_batch = self.size * per_worker_batch
+                tracker = NoiseScaleTracker(big_batch // pieces, big_batch, noise_scale.decay)
+        if pieces == 1:
+            return model
+        return GradientStepModel(model, world=self, per_worker_batch=per_worker_batch, pieces=pieces, noise_scale=tracker)
 
 
 class HorovodWorld(World):
     """The real workers of a job started by ``horovodrun`` (or ``mpirun``)."""
 
     def __init__(self):
+        """Initializes Horovod. The gradient compression of ``wrap_optimizer`` comes from
+        ``$LBTRAIN_HOROVOD_COMPRESSION`` (``none``, the default, or ``fp16``), which ``mode:
+        horovod`` sets from the experiment's ``horovod.compression``."""
         import horovod.tensorflow.keras as hvd
 
+        from lbtrain.config import HOROVOD_COMPRESSION_VARIABLE
+
+        compressions = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}
+        name = os.environ.get(HOROVOD_COMPRESSION_VARIABLE, "none")
+        if name not in compressions:
+            raise ConfigError(f"${HOROVOD_COMPRESSION_VARIABLE} is {name!r} (allowed: {', '.join(compressions)})")
+        self.compression = compressions[name]
         self._hvd = hvd
         hvd.init()
         gpus = tf.config.list_physical_devices("GPU")
@@ -175,7 +165,7 @@ class HorovodWorld(World):
         return per_worker_batch
 
     def wrap_optimizer(self, optimizer):
-        return self._hvd.DistributedOptimizer(optimizer)
+        return self._hvd.DistributedOptimizer(optimizer, compression=self.compression)
 
     def callbacks(self):
         return [self._hvd.callbacks.BroadcastGlobalVariablesCallback(0), self._hvd.callbacks.MetricAverageCallback()]
@@ -188,6 +178,24 @@ class HorovodWorld(World):
         import horovod.tensorflow as hvd_tf
 
         return hvd_tf.broadcast_object(obj, root_rank=0)
+
+    def prepare_model(self, model, per_worker_batch, noise_scale=None):
+        """With ``noise_scale`` (and more than one rank): a ``GradientStepModel`` whose step
+        takes this rank's gradient as the small batch and the allreduced one as the big batch."""
+        if noise_scale is None or self.size == 1:
+            return model
+        tracker = NoiseScaleTracker(per_worker_batch, self.size * per_worker_batch, noise_scale.decay)
+        return GradientStepModel(model, world=self, per_worker_batch=per_worker_batch, noise_scale=tracker)
+
+    def average_gradients(self, gradients, variables, optimizer):
+        # The DistributedOptimizer's own allreduce (its fusion, compression and local-variable
+        # handling), which Keras's train step reaches through ``compute_gradients``.
+        return optimizer._allreduce(gradients, variables)
+
+    def mean_over_ranks(self, value):
+        import horovod.tensorflow as hvd_tf
+
+        return hvd_tf.allreduce(value, op=hvd_tf.Average, name="noise_scale_small_batch")
 
 
 def launched_by_horovod() -> bool:

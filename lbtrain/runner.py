@@ -272,18 +272,23 @@ def _worker_error(output: str) -> str:
     return (exceptions or lines or ["no output"])[-1]
 
 
+def launch_horovod(experiment: ExperimentConfig, world_size: int, program: list[str], run_dir: Path) -> subprocess.CompletedProcess:
+    """Runs ``program`` on ``world_size`` ranks, ``horovodrun -np W -H HOSTS ARGS... PROGRAM``
+    (output captured), with the experiment's Horovod knobs in the environment the ranks inherit
+    (``HorovodLaunchConfig.environment``: Horovod's own variables, which horovodrun's flags only
+    set for it, and which a ``$HOROVODRUN`` wrapper or mpirun pass on as well)."""
+    settings = experiment.horovod
+    command = [horovodrun_path(), "-np", str(world_size), "-H", settings.hosts or f"localhost:{world_size}", *settings.args, *program]
+    return subprocess.run(command, capture_output=True, text=True, env={**os.environ, **settings.environment(run_dir)})
+
+
 def _train_horovod(planned: PlannedRun, run_dir: Path, experiment: ExperimentConfig) -> RunResult:
     """Runs ``lbtrain train`` under horovodrun (its rank 0 writes the run); a non-zero exit is a
     failed run, written here with the last error line of the job's output."""
-    world_size = planned.config.training.world_size
     config_path = write_atomic(run_dir / CONFIG_FILE, yaml.safe_dump(planned.config.to_dict(), sort_keys=False))
     lbtrain = Path(sys.executable).parent / "lbtrain"
-    command = [
-        horovodrun_path(), "-np", str(world_size), "-H", experiment.horovod.hosts or f"localhost:{world_size}",
-        *experiment.horovod.args,
-        str(lbtrain) if lbtrain.is_file() else "lbtrain", "train", str(config_path), "--run-dir", str(run_dir), "--resume",
-    ]
-    completed = subprocess.run(command, capture_output=True, text=True)
+    program = [str(lbtrain) if lbtrain.is_file() else "lbtrain", "train", str(config_path), "--run-dir", str(run_dir), "--resume"]
+    completed = launch_horovod(experiment, planned.config.training.world_size, program, run_dir)
     if completed.returncode == 0 and is_finished(run_dir):
         return read_run(run_dir)  # rank 0 of `lbtrain train` wrote the run
     result = RunResult.failed(planned.config, f"horovodrun exited with {completed.returncode}: {_worker_error(completed.stdout + completed.stderr)}")

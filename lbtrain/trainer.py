@@ -22,7 +22,7 @@ from typing import Any, Iterable
 import numpy as np
 import tensorflow as tf
 
-from lbtrain.analysis.flatness import sharpness
+from lbtrain.analysis.flatness import hessian_top_eigenvalue, pac_bayes_flatness, sharpness
 from lbtrain.callbacks import BudgetStop, DivergenceGuard, GeneralizationGap, GradientNoiseScale, LearningRateLogger, Throughput
 from lbtrain.config import RunConfig
 from lbtrain.data import Dataset, load_dataset, make_input_pipeline, steps_per_epoch
@@ -31,6 +31,7 @@ from lbtrain.models import build_model
 from lbtrain.optimizers import build_optimizer
 from lbtrain.results import CHECKPOINT_FOLDER, RunResult, finite_or_none
 from lbtrain.scaling import scale_learning_rate
+from lbtrain.train_step import NoiseScaleSettings, NoiseScaleTracker, noise_scale_tracker
 from lbtrain.verdict import Verdict, chance_accuracy, judge
 
 
@@ -133,7 +134,9 @@ def build(config: RunConfig, world: World) -> _Built:
     )
     steps = steps_per_epoch(len(data.x_train), settings.per_worker_batch, settings.world_size)
     model = build_model(config.model.name, data.input_shape, data.num_classes, seed=settings.seed, **config.model.options)
-    model = world.prepare_model(model, settings.per_worker_batch)
+    analysis = config.analysis
+    noise_scale = NoiseScaleSettings(analysis.noise_scale_decay, analysis.noise_scale_pieces) if analysis.noise_scale else None
+    model = world.prepare_model(model, settings.per_worker_batch, noise_scale=noise_scale)
     optimizer = world.wrap_optimizer(build_optimizer(config.optimizer.name, config.schedule(steps), **config.optimizer.params))
     model.compile(
         optimizer=optimizer,
@@ -151,7 +154,7 @@ class _Callbacks:
     all: list[tf.keras.callbacks.Callback]
     guard: DivergenceGuard
     budget: BudgetStop
-    noise_scale: GradientNoiseScale | None
+    noise_scale: GradientNoiseScale | NoiseScaleTracker | None
     initial_epoch: int
     previous_history: list[dict[str, float]]
 
@@ -172,10 +175,12 @@ def make_callbacks(
     guard = DivergenceGuard(settings.divergence_factor, world=world, initial_loss=initial_loss)
     budget = BudgetStop(built.total_steps, settings.stop_at)
     callbacks = [*world.callbacks(), LearningRateLogger(), Throughput(config.global_batch), GeneralizationGap(), guard, budget]
-    noise_scale = None
-    if config.analysis.noise_scale:
+    noise_scale = noise_scale_tracker(built.model)
+    if config.analysis.noise_scale and noise_scale is None:
+        analysis = config.analysis
         noise_scale = GradientNoiseScale(built.data.x_train, built.data.y_train, world, settings.per_worker_batch,
-                                         every=config.analysis.noise_scale_every, seed=settings.seed)
+                                         every=analysis.noise_scale_every, decay=analysis.noise_scale_decay ** analysis.noise_scale_every,
+                                         seed=settings.seed)
         callbacks.append(noise_scale)
     if run_dir is not None and settings.checkpoint:
         callbacks.append(_RunCheckpoint(run_dir / CHECKPOINT_FOLDER, state, guard, previous_history, world))
@@ -223,11 +228,12 @@ def _target_met(stop_at, history: list[dict[str, float]]) -> bool:
 
 def measure(config: RunConfig, built: _Built, world: World, callbacks: _Callbacks, history: list[dict[str, float]]) -> dict[str, float]:
     """The final metrics on the full sets, plus what the run's ``analysis`` section asks for
-    (the gradient noise scale; the sharpness of the final weights, unless the run diverged),
+    (the gradient noise scale; the sharpness, top Hessian eigenvalue and PAC-Bayes flatness of
+    the final weights, unless the run diverged),
     and the step at which a ``stop_at`` target was met."""
     data = built.data
     metrics = _final_metrics(built.model, data, world, config.training.eval_batch)
-    if callbacks.noise_scale is not None and callbacks.noise_scale.measurements:
+    if callbacks.noise_scale is not None:
         metrics["noise_scale"] = callbacks.noise_scale.estimate()["noise_scale"]
     if config.analysis.sharpness and not callbacks.guard.reason:
         samples = config.analysis.sharpness_samples or len(data.x_train)
@@ -235,6 +241,12 @@ def measure(config: RunConfig, built: _Built, world: World, callbacks: _Callback
             built.model, (data.x_train[:samples], data.y_train[:samples]), epsilon=config.analysis.sharpness_epsilon,
             subspace_dim=config.analysis.sharpness_subspace, seed=config.training.seed,
         )
+    if config.analysis.hessian and not callbacks.guard.reason:
+        metrics["hessian_top_eigenvalue"] = hessian_top_eigenvalue(
+            built.model, data, samples=config.analysis.hessian_samples, seed=config.training.seed).value
+    if config.analysis.pac_bayes and not callbacks.guard.reason:
+        metrics["pac_bayes_flatness"] = pac_bayes_flatness(
+            built.model, data, samples=config.analysis.pac_bayes_samples, seed=config.training.seed).value
     if callbacks.budget.reached_step is not None:
         metrics["target_reached_step"] = callbacks.budget.reached_step
     elif _target_met(config.training.stop_at, history):

@@ -1,5 +1,6 @@
 """Shared test set-up: quiet TensorFlow, a private cache dir, helpers to run the CLI."""
 
+import math
 import os
 import re
 import subprocess
@@ -7,6 +8,7 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import numpy as np
 import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -184,3 +186,23 @@ def postgres_server():
 def postgres_url(postgres_server) -> str:
     """The ``postgresql://`` URL of a new empty database on the session's server."""
     return postgres_server.url(postgres_server.create_database())
+
+
+def constant_output_problem(dimension=128, samples=20000, distance_sq=4.0, seed=0):
+    """A model whose output is a trainable vector w (a Dense layer fed zeros: only its bias
+    matters) fit to targets t_i ~ N(0, I) with mean squared error: the per-example gradient is
+    2 (w - t_i) / d, so |G|^2 and tr(Sigma) are known from the targets exactly:
+    B_simple = tr(Cov t) / |w - mean t|^2 (population moments of the finite sample; about
+    128 / 4 = 32 by default, infinite at distance 0). Returns (model, inputs, targets, B_simple)."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(seed)
+    targets = rng.standard_normal((samples, dimension)).astype(np.float32)
+    mean = targets.astype(np.float64).mean(axis=0)
+    direction = rng.standard_normal(dimension)
+    w = mean + direction / np.linalg.norm(direction) * np.sqrt(distance_sq)
+    model = tf.keras.Sequential([tf.keras.Input(shape=(1,)), tf.keras.layers.Dense(dimension)])
+    model.layers[0].bias.assign(w.astype(np.float32))
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.0), loss=tf.keras.losses.MeanSquaredError())
+    true_scale = targets.astype(np.float64).var(axis=0).sum() / distance_sq if distance_sq else math.inf
+    return model, np.zeros((samples, 1), np.float32), targets, true_scale

@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import run_horovod, run_python
+from conftest import constant_output_problem
 from lbtrain.callbacks import GradientNoiseScale, LearningRateLogger, LearningRateWarmup
 from lbtrain.distributed import SimulatedWorld, World
 from lbtrain.models import build_model
@@ -209,24 +210,6 @@ def test_across_processes_a_rank_stops_when_another_rank_diverged():
     guard = DivergenceGuard(factor=10, world=OtherRank(lambda value: np.full_like(value, next(other))))
     model = drive(guard, [[2.0, 1.5, 1.2], [1.0]])
     assert model.stop_training and guard.reason == "another rank diverged in epoch 1"
-
-
-def constant_output_problem(dimension=128, samples=20000, distance_sq=4.0, seed=0):
-    """A model whose output is a trainable vector w (a Dense layer fed zeros: only its bias
-    matters) fit to targets t_i with mean squared error: the per-example gradient is
-    2 (w - t_i) / d, so |G|^2 and tr(Sigma) are known from the targets exactly:
-    B_simple = tr(Cov t) / |w - mean t|^2 (population moments of the finite sample)."""
-    rng = np.random.default_rng(seed)
-    targets = rng.standard_normal((samples, dimension)).astype(np.float32)
-    mean = targets.astype(np.float64).mean(axis=0)
-    direction = rng.standard_normal(dimension)
-    w = mean + direction / np.linalg.norm(direction) * np.sqrt(distance_sq)
-    model = tf.keras.Sequential([tf.keras.Input(shape=(1,)), tf.keras.layers.Dense(dimension)])
-    model.layers[0].bias.assign(w.astype(np.float32))
-    model.compile(optimizer=tf.keras.optimizers.SGD(0.0), loss=tf.keras.losses.MeanSquaredError())
-    inputs = np.zeros((samples, 1), np.float32)
-    true_scale = targets.astype(np.float64).var(axis=0).sum() / np.sum((w - mean) ** 2)
-    return model, inputs, targets, true_scale
 
 
 @pytest.mark.parametrize("world_size, per_worker_batch", [(4, 16), (1, 32)])

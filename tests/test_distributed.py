@@ -8,8 +8,9 @@ import tensorflow as tf
 
 from conftest import goyal_blow_up_run, run_horovod
 from lbtrain.config import run_config_from_dict
-from lbtrain.distributed import MicroBatchModel, SimulatedWorld, current_world
+from lbtrain.distributed import SimulatedWorld, current_world
 from lbtrain.models import build_model
+from lbtrain.train_step import GradientStepModel
 from lbtrain.trainer import train
 
 
@@ -75,7 +76,7 @@ def test_micro_batches_accumulate_to_the_same_update_as_one_big_batch():
     x, y = data(world_size * batch * steps, seed=1)
     whole = sgd_steps(SimulatedWorld(world_size).prepare_model(batch_norm_mlp(), batch), x, y, world_size * batch, steps)
     accumulated_model = SimulatedWorld(world_size, micro_batches=2).prepare_model(batch_norm_mlp(), batch)
-    assert isinstance(accumulated_model, MicroBatchModel)
+    assert isinstance(accumulated_model, GradientStepModel) and accumulated_model.pieces == 2
     accumulated = sgd_steps(accumulated_model, x, y, world_size * batch, steps)
     for a, b in zip(whole, accumulated):
         np.testing.assert_allclose(a, b, atol=1e-5)
@@ -144,8 +145,8 @@ def test_horovodrun_two_ranks_equal_simulated_world_of_two_and_only_rank0_writes
             np.testing.assert_allclose(simulated.model.weights[i].numpy().reshape(rank0.shape), rank0, atol=1e-5, err_msg=name)
     for key in ("train_accuracy", "test_accuracy") if not batch_norm else ():
         assert simulated.metrics[key] == pytest.approx(horovod_result["metrics"][key], abs=1e-6)
-    # The gradient noise scale: rank-local vs allreduced gradients give what one process
-    # computes worker by worker (the same batches, measured at steps 2 and 4).
+    # The gradient noise scale, measured in every step: rank-local vs allreduced gradients give
+    # what one process computes in two pieces of one worker each.
     # Compared as stored (a non-finite estimate is null in JSON).
     stored = simulated.to_dict()
     for measured, expected in ((stored["history"][0], horovod_result["history"][0]), (stored["metrics"], horovod_result["metrics"])):

@@ -8,9 +8,9 @@ from lbtrain.layers import GhostBatchNormalization
 GROUPS, BATCH = 4, 3
 
 
-def conv_input(seed=0):
+def conv_input(seed=0, sample_shape=(5, 5, 2)):
     rng = np.random.default_rng(seed)
-    return (rng.standard_normal((GROUPS * BATCH, 5, 5, 2)) * 3 + 1).astype(np.float32)
+    return (rng.standard_normal((GROUPS * BATCH, *sample_shape)) * 3 + 1).astype(np.float32)
 
 
 def built_layer(x, momentum=0.9):
@@ -59,8 +59,9 @@ def keras_ghost_batch_norm():
     return per_group, layer
 
 
-def test_matches_keras_virtual_batch_norm_in_value_and_gradient():
-    x = tf.constant(conv_input(1))
+@pytest.mark.parametrize("sample_shape", [(5, 5, 2), (7, 2), (2,)], ids=["conv2d", "conv1d", "dense"])
+def test_matches_keras_virtual_batch_norm_in_value_and_gradient(sample_shape):
+    x = tf.constant(conv_input(1, sample_shape))
     ours = GhostBatchNormalization(BATCH)
     results = []
     for call, layer in ((ours, ours), keras_ghost_batch_norm()):

@@ -1,4 +1,5 @@
 import csv
+import json
 import os
 import signal
 import subprocess
@@ -9,9 +10,9 @@ import pytest
 import yaml
 
 from conftest import REPO_ROOT
-from lbtrain.config import ConfigError, ExperimentConfig
+from lbtrain.config import ConfigError, ExperimentConfig, load_experiment
 from lbtrain.results import read_run
-from lbtrain.runner import expand, run_experiment
+from lbtrain.runner import expand, launch_horovod, run_experiment
 
 
 def experiment(tmp_path, **changes):
@@ -176,7 +177,7 @@ def test_resume_after_sigkill_completes_every_run_once_without_partial_files(tmp
 @pytest.mark.slow
 @pytest.mark.horovod
 def test_mode_horovod_runs_world_sizes_one_and_two_for_real(tmp_path):
-    exp = experiment(tmp_path, mode="horovod", grid={"world_sizes": [1, 2]})
+    exp = experiment(tmp_path, mode="horovod", grid={"world_sizes": [1, 2]}, horovod={"timeline": True})
     simulated = run_experiment(experiment(tmp_path, name="tiny-sim", grid={"world_sizes": [1, 2]}), progress=lambda line: None)
     rows = run_experiment(exp, progress=lambda line: None)
     assert [row["status"] for row in rows] == ["ok", "ok"]
@@ -185,6 +186,59 @@ def test_mode_horovod_runs_world_sizes_one_and_two_for_real(tmp_path):
         assert real["test_accuracy"] == pytest.approx(sim["test_accuracy"], abs=2e-3)
     run_dir = tmp_path / "results" / "tiny" / "runs" / rows[1]["run_id"]
     assert read_run(run_dir).world_size == 2
+    events = json.loads((run_dir / "horovod_timeline.json").read_text())
+    assert any(event.get("name") == "ALLREDUCE" for event in events)
+
+
+KNOBS = {"fusion_threshold_mb": 2, "cycle_time_ms": 3.5, "timeline": True, "compression": "fp16", "hierarchical_allreduce": True}
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_every_horovod_knob_reaches_every_rank_and_the_timeline_lands_in_the_run_folder(tmp_path):
+    """A real ``horovodrun -np 2``, launched the way ``mode: horovod`` launches runs; each rank
+    reports what it sees (tests/horovod_jobs/horovod_knobs.py)."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    job = launch_horovod(experiment(tmp_path, mode="horovod", horovod=KNOBS), 2,
+                         [sys.executable, os.path.join(REPO_ROOT, "tests", "horovod_jobs", "horovod_knobs.py"), str(run_dir)], run_dir)
+    assert job.returncode == 0, job.stderr[-2000:]
+    timeline = run_dir / "horovod_timeline.json"
+    expected = {"HOROVOD_FUSION_THRESHOLD": str(2 * 1024 * 1024), "HOROVOD_CYCLE_TIME": "3.5", "HOROVOD_TIMELINE": str(timeline),
+                "HOROVOD_HIERARCHICAL_ALLREDUCE": "1", "LBTRAIN_HOROVOD_COMPRESSION": "fp16"}
+    for rank in (0, 1):
+        seen = json.loads((run_dir / f"rank{rank}.json").read_text())
+        assert (seen["size"], seen["environment"], seen["compression"]) == (2, expected, "FP16Compressor")
+        assert seen["weight"] == -1.0  # the gradient 1 + 2**-12 crossed the allreduce as float16
+    events = json.loads(timeline.read_text())
+    assert {"dtype": "float16", "shape": "[]"} in [event.get("args") for event in events]
+
+
+@pytest.mark.parametrize(
+    "horovod, message",
+    [
+        ({"fusion_threshold_mb": -1}, "horovod.fusion_threshold_mb: Input should be greater than or equal to 0 (got -1)"),
+        ({"cycle_time_ms": 0}, "horovod.cycle_time_ms: Input should be greater than 0 (got 0)"),
+        ({"compression": "int8"}, "horovod.compression: Input should be 'none' or 'fp16' (got 'int8')"),
+        ({"timeline": "yes"}, "horovod.timeline: Input should be a valid boolean (got 'yes')"),
+        ({"hierarchical_allreduce": 1}, "horovod.hierarchical_allreduce: Input should be a valid boolean (got 1)"),
+        ({"cycle_time_ms": 5, "args": ["--cycle-time-ms=2"]},
+         "horovod: args has --cycle-time-ms, which sets what cycle_time_ms sets: keep one of them"),
+    ],
+)
+def test_bad_horovod_knobs_are_one_line_errors_naming_the_field(tmp_path, horovod, message):
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({"name": "knobs", "mode": "horovod", "horovod": horovod}))
+    with pytest.raises(ConfigError) as error:
+        load_experiment(path)
+    assert str(error.value) == message
+
+
+def test_only_the_knobs_given_become_horovod_variables(tmp_path):
+    assert experiment(tmp_path).horovod.environment(tmp_path) == {"LBTRAIN_HOROVOD_COMPRESSION": "none"}
+    assert experiment(tmp_path, horovod={"hierarchical_allreduce": False, "fusion_threshold_mb": 0, "args": ["--timeline-filename", "t.json"]}
+                      ).horovod.environment(tmp_path) == {
+        "LBTRAIN_HOROVOD_COMPRESSION": "none", "HOROVOD_FUSION_THRESHOLD": "0", "HOROVOD_HIERARCHICAL_ALLREDUCE": "0"}
 
 
 @pytest.mark.slow

@@ -63,7 +63,8 @@ class StopAfterFirstEpoch(tf.keras.callbacks.Callback):
 
 
 def test_resume_after_a_kill_at_epoch_one_ends_like_an_uninterrupted_run(tmp_path):
-    run = config(training={"epochs": 3}, optimizer={"name": "lars", "params": {"eta": 0.01}})
+    """Weights, metrics and the noise scale's moving averages (checkpointed with the model)."""
+    run = config(training={"epochs": 3}, optimizer={"name": "lars", "params": {"eta": 0.01}}, analysis={"noise_scale": True})
     uninterrupted = train(run, SimulatedWorld(4))
     with pytest.raises(KeyboardInterrupt):
         train(run, SimulatedWorld(4), run_dir=tmp_path, callbacks=[StopAfterFirstEpoch()])
@@ -74,6 +75,7 @@ def test_resume_after_a_kill_at_epoch_one_ends_like_an_uninterrupted_run(tmp_pat
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
     assert [row["epoch"] for row in resumed.history] == [1, 2, 3]
     assert resumed.metrics["test_accuracy"] == pytest.approx(uninterrupted.metrics["test_accuracy"], abs=1e-6)
+    assert resumed.history[-1]["noise_scale"] == pytest.approx(uninterrupted.history[-1]["noise_scale"], rel=1e-4)
 
 
 def test_resume_of_a_finished_run_trains_no_more(tmp_path):

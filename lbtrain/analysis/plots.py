@@ -235,7 +235,11 @@ def _set_batch_ticks(axes: Axes, items: Sequence[Line | Mark]) -> None:
         axes.xaxis.set_minor_locator(NullLocator())
 
 
-def _legend_handles(panels: Mapping[str, Sequence[Line | Mark]], colors: Mapping[str, str], styles: Mapping[str, str]) -> list:
+SEED_BAND = "95% CI (bootstrap over seeds)"
+
+
+def _legend_handles(panels: Mapping[str, Sequence[Line | Mark]], colors: Mapping[str, str], styles: Mapping[str, str],
+                    band_label: str) -> list:
     """Recipes (colour), then reference lines (their labels), seed/mean styles, the band and
     the kinds of marks present, in that order."""
     from matplotlib.lines import Line2D
@@ -252,7 +256,7 @@ def _legend_handles(panels: Mapping[str, Sequence[Line | Mark]], colors: Mapping
         if any(not line.thin and not line.reference for line in lines):
             handles += [Line2D([], [], color=REFERENCE_COLOR, linewidth=2.2, label="mean of ok seeds")]
     if any(value is not None for line in lines for value in (line.low or [])):
-        handles.append(Patch(color=REFERENCE_COLOR, alpha=0.3, label="95% CI (bootstrap over seeds)"))
+        handles.append(Patch(color=REFERENCE_COLOR, alpha=0.3, label=band_label))
     for kind, (marker, filled, text) in MARK_STYLES.items():
         if any(isinstance(item, Mark) and item.kind == kind for item in items):
             handles.append(Line2D([], [], linestyle="none", marker=marker, markersize=7, markeredgewidth=2, color=REFERENCE_COLOR,
@@ -307,6 +311,7 @@ def draw_panels(
     log2_x: bool = False,
     log_y: bool = False,
     share_y: bool = True,
+    band_label: str = SEED_BAND,
 ) -> Figure:
     """One panel per title (at most 3 a row) with its lines and marks (module doc), the legend
     outside on the right; returns the figure. ``colors`` maps recipes to colours (a report
@@ -329,7 +334,7 @@ def draw_panels(
         axes.set_visible(False)
     for axes in grid[:, 0] if share_y else grid.flat:
         axes.set_ylabel(ylabel)
-    figure.legend(handles=_legend_handles(panels, colors, styles), loc="outside right upper", fontsize=8, frameon=False)
+    figure.legend(handles=_legend_handles(panels, colors, styles, band_label), loc="outside right upper", fontsize=8, frameon=False)
     return figure
 
 

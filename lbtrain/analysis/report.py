@@ -6,8 +6,10 @@ interval and n over seeds) with the large-batch gap against a small-batch refere
 curves per world size; the learning-rate schedules the runs applied; steps to a target
 validation accuracy per batch size with the perfect-scaling line (Shallue et al. 2018) and the
 critical batch fitted to them (McCandlish et al. 2018) beside the measured gradient noise
-scale; sharpness (Keskar et al. 2017) when measured; the sweep's tuned learning rate per batch
-with linear and sqrt reference lines; and a plain list of where a recipe failed.
+scale; sharpness (Keskar et al. 2017), the top Hessian eigenvalue (Yao et al. 2020) and the
+magnitude-aware PAC-Bayes flatness (Jiang et al. 2020) when measured; the sweep's tuned
+learning rate per batch with linear and sqrt reference lines; and a plain list of where a
+recipe failed.
 
 Numbers in prose come from the data: every sentence that states a number is a template filled
 from a record that ``report.json`` holds (``lbtrain.analysis.prose`` checks it). Figures are
@@ -29,7 +31,7 @@ from lbtrain.analysis.plots import Line, Mark, plot_panels, recipe_colors
 from lbtrain.analysis.scaling_laws import CriticalBatchFit, critical_batch, reachable_target, simple_noise_scale, steps_to_target
 from lbtrain.analysis.statistics import DEFAULT_LEVEL, Estimate
 from lbtrain.analysis.tables import (
-    Aggregate, RunRecord, aggregate, column, large_batch_gap, load_records, markdown_table, read_summary, recipes,
+    Aggregate, RunRecord, aggregate, column, final_metric, large_batch_gap, load_records, markdown_table, read_summary, recipes,
 )
 from lbtrain.files import write_atomic, write_json_atomic
 from lbtrain.results import EXPERIMENT_FILE, STATUSES, SUMMARY_FILE, finite_or_none
@@ -390,25 +392,66 @@ def _steps_section(report: _Report, records: Sequence[RunRecord], target: float 
                   "steps to target vs global batch", ylabel="steps", log_y=True, **BATCH_AXIS)
 
 
-def _sharpness_section(report: _Report, records: Sequence[RunRecord]) -> None:
-    if not any(r.ok and r.row.get("sharpness") is not None and math.isfinite(float(r.row["sharpness"])) for r in records):
+@dataclasses.dataclass(frozen=True)
+class FlatnessMeasure:
+    """A flatness measure the report shows when runs measured it: its key in the run's metrics
+    and in ``report.json``, its column header, its heading (with citation), the sentence that
+    defines it and the decimals of its cells."""
+
+    key: str
+    header: str
+    heading: str
+    definition: str
+    value_of: Callable[[RunRecord], Any]
+    digits: int
+
+
+FLATNESS_MEASURES = (
+    FlatnessMeasure("sharpness", "sharpness", "Sharpness (Keskar et al. 2017)",
+                    "Sharpness of the final weights: `100 (max f(x + y) − f(x)) / (1 + f(x))` over the box "
+                    "`|y_i| ≤ ε (|x_i| + 1)`, maximised by L-BFGS-B as in the paper.", column("sharpness"), 2),
+    FlatnessMeasure("hessian_top_eigenvalue", "top Hessian eigenvalue", "top Hessian eigenvalue (Yao et al. 2020)",
+                    "Top Hessian eigenvalue of the final weights: `λ_max(∇²f)` by power iteration on Hessian-vector "
+                    "products over a fixed subset of the training set.", final_metric("hessian_top_eigenvalue"), 3),
+    FlatnessMeasure("pac_bayes_flatness", "PAC-Bayes flatness", "magnitude-aware PAC-Bayes flatness (Jiang et al. 2020)",
+                    "Magnitude-aware PAC-Bayes flatness of the final weights: `1 / σ'²`, `σ'` the largest `σ` for which "
+                    "the noise `u_i ~ N(0, σ² w_i² + ε²)` moves the training accuracy by at most `0.1`.",
+                    final_metric("pac_bayes_flatness"), 3),
+)
+
+
+def _measured(records: Sequence[RunRecord], measure: FlatnessMeasure) -> bool:
+    return any(r.ok and measure.value_of(r) is not None and math.isfinite(float(measure.value_of(r))) for r in records)
+
+
+def _flatness_section(report: _Report, records: Sequence[RunRecord]) -> None:
+    """One table of the flatness measures the runs took (a column each) beside train and test
+    accuracy, per recipe and global batch, and a figure with a panel each."""
+    measures = [measure for measure in FLATNESS_MEASURES if _measured(records, measure)]
+    if not measures:
         return
-    sharp = aggregate(records, column("sharpness"))
+    values = {measure.key: aggregate(records, measure.value_of) for measure in measures}
     test = {(a.recipe, a.global_batch): a for a in aggregate(records, column("test_accuracy"))}
     train = {(a.recipe, a.global_batch): a for a in aggregate(records, column("train_accuracy"))}
-    report.summary["sharpness"] = [{"recipe": a.recipe, "global_batch": a.global_batch, "sharpness": a.mean, "std": a.std,
-                                    **{key: value for key, value in dataclasses.asdict(a.estimate()).items() if key != "mean"}}
-                                   for a in sharp]
+    for measure in measures:
+        report.summary[measure.key] = [
+            {"recipe": a.recipe, "global_batch": a.global_batch, measure.key: a.mean, "std": a.std,
+             **{key: value for key, value in dataclasses.asdict(a.estimate()).items() if key != "mean"}}
+            for a in values[measure.key]]
+    heading = ", ".join(measure.heading for measure in measures)
+    groups = values[measures[0].key]
     report.add(
-        "## Sharpness (Keskar et al. 2017)",
-        "Sharpness of the final weights: `100 (max f(x + y) − f(x)) / (1 + f(x))` over the box `|y_i| ≤ ε (|x_i| + 1)`, "
-        "maximised by L-BFGS-B as in the paper; mean [95% interval] (n) over ok seeds.",
-        markdown_table(["recipe", "global batch", "train acc", "test acc", "sharpness"],
+        f"## {heading[0].upper()}{heading[1:]}",
+        " ".join(measure.definition for measure in measures) + " Mean [95% interval] (n) over ok seeds.",
+        markdown_table(["recipe", "global batch", "train acc", "test acc", *(measure.header for measure in measures)],
                        [[a.recipe, a.global_batch, train[(a.recipe, a.global_batch)].describe(),
-                         test[(a.recipe, a.global_batch)].describe(), a.describe(2)] for a in sharp]),
+                         test[(a.recipe, a.global_batch)].describe(),
+                         *(values[measure.key][index].describe(measure.digits) for measure in measures)]
+                        for index, a in enumerate(groups)]),
     )
-    report.figure("sharpness_vs_batch.png", {"sharpness": [*batch_lines(sharp, recipes(records)), *status_marks(records)]},
-                  "sharpness vs global batch", ylabel="sharpness", **BATCH_AXIS)
+    panels = {measure.header: [*batch_lines(values[measure.key], recipes(records)), *status_marks(records)] for measure in measures}
+    report.figure("sharpness_vs_batch.png", panels, f"{', '.join(panels)} vs global batch",
+                  ylabel=measures[0].header if len(measures) == 1 else "value", share_y=len(measures) == 1, **BATCH_AXIS)
 
 
 def _cell(value: Any, digits: str = ".4g") -> str:
@@ -479,7 +522,7 @@ def _runs_section(report: _Report, records: Sequence[RunRecord], metric: str, ta
     report.figure("lr_schedules.png", applied_schedules(records), "learning rate per step", xlabel="epoch",
                   ylabel="learning rate", share_y=False)
     _steps_section(report, records, target, metric)
-    _sharpness_section(report, records)
+    _flatness_section(report, records)
     broken = failures(records, test)
     report.summary["failures"] = broken
     report.add("## Where a recipe fails", "\n".join(f"- {failure_sentence(f)}" for f in broken) if broken else

@@ -88,4 +88,30 @@ def bootstrap_difference(first: Sequence[float | None], second: Sequence[float |
     return Estimate(difference, float(low), float(high), int(min(a.size, b.size)), level)
 
 
-__all__ = ["DEFAULT_LEVEL", "Estimate", "bootstrap_difference", "bootstrap_mean"]
+def bootstrap_ratio(numerators: Sequence[float], denominators: Sequence[float], *, level: float = DEFAULT_LEVEL,
+                    resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> Estimate:
+    """``mean(numerators) / mean(denominators)`` over paired observations, with a
+    percentile-bootstrap interval (pairs resampled together). The ratio is None where the mean
+    denominator is not positive; a bound is None where more than the tail's share of resamples
+    have no ratio (the interval is unbounded there).
+
+    >>> bootstrap_ratio([2.0, 4.0], [1.0, 1.0]).mean
+    3.0
+    """
+    pairs = np.array([(float(a), float(b)) for a, b in zip(numerators, denominators)
+                      if math.isfinite(float(a)) and math.isfinite(float(b))], dtype=np.float64).reshape(-1, 2)
+    if not pairs.size or not pairs[:, 1].mean() > 0:
+        return Estimate(None, None, None, len(pairs), level)
+    ratio = float(pairs[:, 0].mean() / pairs[:, 1].mean())
+    if len(pairs) == 1:
+        return Estimate(ratio, ratio, ratio, 1, level)
+    picks = np.random.default_rng(seed).integers(0, len(pairs), size=(resamples, len(pairs)))
+    tops, bottoms = pairs[picks, 0].mean(axis=1), pairs[picks, 1].mean(axis=1)
+    # A resample without a positive denominator has an unbounded ratio: +inf sorts it last.
+    ratios = np.where(bottoms > 0, tops / np.where(bottoms > 0, bottoms, 1.0), np.inf)
+    low, high = np.quantile(ratios, [(1 - level) / 2, (1 + level) / 2], method="inverted_cdf")
+    return Estimate(ratio, float(low) if math.isfinite(low) else None, float(high) if math.isfinite(high) else None,
+                    len(pairs), level)
+
+
+__all__ = ["DEFAULT_LEVEL", "Estimate", "bootstrap_difference", "bootstrap_mean", "bootstrap_ratio"]

@@ -170,6 +170,12 @@ def column(name: str):
     return lambda record: record.row.get(name)
 
 
+def final_metric(name: str):
+    """A ``value_of`` reading one of the run's final metrics (``RunResult.metrics``): for
+    measurements the summary has no column for, such as the top Hessian eigenvalue."""
+    return lambda record: record.result.metrics.get(name)
+
+
 def large_batch_gap(test_accuracy: Sequence[Aggregate]) -> list[tuple[Aggregate, Estimate | None]]:
     """For each aggregate of test accuracy: reference mean minus its own, with a 95% bootstrap
     interval resampling both groups' seeds (``bootstrap_difference``); None for the reference

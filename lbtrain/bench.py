@@ -1,0 +1,733 @@
+"""Throughput benchmarking (``lbtrain bench``): lbtrain's tf_cnn_benchmarks.
+
+Every configuration (a model, a per-worker batch, a world) trains with momentum SGD on
+synthetic data held in memory (one random batch, repeated: no input pipeline is measured), in
+a fresh process, so each has its own TensorFlow thread pools and devices and, for Horovod, its
+own ``horovodrun``. The worlds:
+
+- ``single``: one worker in one process;
+- ``simulated:W``: ``SimulatedWorld(W)``, one process feeding ``W x b`` with ghost batch norm;
+- ``horovod:N``: ``horovodrun -np N --gloo`` on this machine, the bench in every rank;
+- ``independent:N``: N single-worker processes started together, nothing exchanged: the
+  machine's own limit for ``horovod:N`` (same per-rank step, same cores, no communication);
+- ``mirrored:N``: ``tf.distribute.MirroredStrategy`` over N logical CPU devices (N GPUs on GPU).
+
+Each process runs ``threads`` intra-op and inter-op threads (``configure_threads``). Reported
+per configuration: images/s over all workers; scaling efficiency = images/s / (processes x the
+single worker's images/s at the same model, batch and threads); on CPU the fraction of the
+machine's float32 matmul peak, measured in the same run, that the training FLOPs reach
+(3 x the forward FLOPs counted from the Dense and Conv layers' shapes). A Horovod configuration
+can also record Horovod's timeline over its measured steps (``allreduce_share``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from lbtrain.files import csv_text, write_atomic, write_json_atomic
+
+WORLD_KINDS = ("single", "simulated", "horovod", "independent", "mirrored")
+MULTI_PROCESS_KINDS = ("horovod", "independent")
+DEVICES = ("cpu", "gpu")
+DEFAULT_MODELS = ("mlp", "cnn", "resnet")
+# Keras's ResNet-50 (tf_cnn_benchmarks' reference model), benchmarked by default only on a GPU.
+GPU_MODELS = ("resnet50",)
+DEFAULT_BATCHES = (64,)
+DEFAULT_WORLDS = ("single", "simulated:4", "mirrored:2", "independent:2", "horovod:2")
+DEFAULT_OUTPUT = Path("results/benchmarks/bench")
+# The zoo models see Fashion-MNIST's shape; ResNet-50 ImageNet's.
+INPUTS = {"resnet50": ((224, 224, 3), 1000)}
+ZOO_INPUT = ((28, 28, 1), 10)
+MIN_STEPS = 5
+RESULT_PREFIX = "lbtrain-bench-result "
+COLUMNS = ("model", "per_worker_batch", "world", "workers", "processes", "threads", "device", "global_batch", "steps",
+           "seconds", "images_per_second", "scaling_efficiency", "train_mflops_per_sample", "achieved_gflops",
+           "peak_fraction", "allreduce_share", "status")
+# Horovod's timeline activities that move gradient bytes (per controller / library).
+ALLREDUCE_ACTIVITIES = ("ALLREDUCE", "NCCL_ALLREDUCE", "MPI_ALLREDUCE", "GLOO_ALLREDUCE")
+
+
+class BenchError(ValueError):
+    """Bad input to the benchmark (a model, world or device that cannot run here)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WorldSpec:
+    """A world to benchmark: ``kind`` (one of ``WORLD_KINDS``) with ``size`` workers."""
+
+    kind: str
+    size: int = 1
+
+    @classmethod
+    def parse(cls, text: str) -> WorldSpec:
+        """``single`` or ``KIND:N``.
+
+        >>> WorldSpec.parse("horovod:2")
+        WorldSpec(kind='horovod', size=2)
+        >>> WorldSpec.parse("simulated")
+        Traceback (most recent call last):
+          ...
+        lbtrain.bench.BenchError: world 'simulated' needs a size: simulated:N
+        """
+        kind, _, size = text.strip().partition(":")
+        if kind not in WORLD_KINDS:
+            raise BenchError(f"unknown world {text!r} (allowed: single, {', '.join(k + ':N' for k in WORLD_KINDS[1:])})")
+        if kind == "single":
+            if size not in ("", "1"):
+                raise BenchError(f"world 'single' has one worker, got {text!r}")
+            return cls("single")
+        if not size:
+            raise BenchError(f"world {text!r} needs a size: {kind}:N")
+        if not size.isdigit() or int(size) < 1:
+            raise BenchError(f"world {text!r}: the size must be a whole number >= 1")
+        return cls(kind, int(size))
+
+    @property
+    def label(self) -> str:
+        return "single" if self.kind == "single" else f"{self.kind}:{self.size}"
+
+    @property
+    def processes(self) -> int:
+        """How many processes compute side by side."""
+        return self.size if self.kind in MULTI_PROCESS_KINDS else 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One configuration: a model, a per-worker batch and a world."""
+
+    model: str
+    per_worker_batch: int
+    world: WorldSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """How every configuration is measured.
+
+    - ``device``: ``cpu`` (GPUs hidden) or ``gpu``; ``threads``: each process's intra- and
+      inter-op threads (None: TensorFlow's default);
+    - ``steps``: measured steps per worker; None: about ``seconds`` each (from a timed probe
+      after ``warmup_steps``), the worlds of a model and batch taking the single worker's count
+      (divided by W for the one-process worlds of W workers);
+    - Horovod worlds: ``horovod_env`` is added to ``horovodrun``'s environment (Horovod's
+      knobs); ``timeline`` records a Horovod timeline over the measured steps;
+      ``allreduce_groups`` allreduces the gradients in that many groups, each once all its
+      gradients are ready (None: Horovod's per-tensor allreduce, as the trainer's ``HorovodWorld``);
+    - ``pin_cores`` binds the i-th process of a world (rank or index) to core i mod the cores.
+    """
+
+    device: str = "cpu"
+    threads: int | None = 1
+    seconds: float = 2.0
+    steps: int | None = None
+    warmup_steps: int = 5
+    seed: int = 0
+    horovod_env: dict[str, str] = dataclasses.field(default_factory=dict)
+    timeline: bool = False
+    pin_cores: bool = False
+    allreduce_groups: int | None = None
+
+
+# ---------------------------------------------------------------- what a model costs
+
+
+def forward_macs_per_sample(model) -> int:
+    """Multiply-accumulates of one sample's forward pass through the Dense and Conv layers of a
+    functional Keras model (nested models included): per layer, the output's positions (all
+    axes but batch and channels) x the kernel's size. Other layers count 0."""
+    import tensorflow as tf
+
+    counted = (tf.keras.layers.Dense, tf.keras.layers.Conv1D, tf.keras.layers.Conv2D, tf.keras.layers.Conv3D)
+    total = 0
+    for layer in model.layers:
+        if isinstance(layer, tf.keras.Model):
+            total += forward_macs_per_sample(layer)
+        elif isinstance(layer, counted):
+            positions = math.prod(int(d) for d in layer.output.shape[1:-1])
+            total += positions * math.prod(int(d) for d in layer.kernel.shape)
+    return total
+
+
+def training_flops_per_sample(model) -> float:
+    """FLOPs of one sample's training step, ~3x the forward pass (the backward pass computes
+    gradients of activations and of weights, each about one forward pass): 3 x 2 x MACs."""
+    return 6.0 * forward_macs_per_sample(model)
+
+
+def matmul_peak_flops(size: int = 2048, chain: int = 4, repeats: int = 5) -> float:
+    """This process's float32 matmul FLOP/s: the best of ``repeats`` timed chains of ``chain``
+    ``size x size`` products (2 x size^3 FLOPs each) in one ``tf.function``, with the threads
+    TensorFlow is configured for."""
+    import tensorflow as tf
+
+    left = tf.random.normal((size, size), seed=1)
+    right = tf.random.normal((size, size), seed=2) / math.sqrt(size)  # keeps the chain's scale
+
+    @tf.function
+    def products(matrix):
+        for _ in range(chain):
+            matrix = tf.matmul(matrix, right)
+        return tf.reduce_sum(matrix)
+
+    products(left).numpy()
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        products(left).numpy()
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * size**3 * chain / best
+
+
+# ---------------------------------------------------------------- one configuration, in its process
+
+
+def build_bench_model(name: str, seed: int):
+    """A zoo model (``lbtrain.models``) at Fashion-MNIST's shape, or Keras's ResNet-50 (random
+    weights, logits) at ImageNet's; returns ``(model, input_shape, num_classes)``."""
+    import tensorflow as tf
+
+    from lbtrain.models import build_model
+
+    if name == "resnet50":
+        input_shape, classes = INPUTS[name]
+        tf.keras.utils.set_random_seed(seed)
+        model = tf.keras.applications.ResNet50(weights=None, input_shape=input_shape, classes=classes, classifier_activation=None)
+        return model, input_shape, classes
+    input_shape, classes = ZOO_INPUT
+    return build_model(name, input_shape, classes, seed=seed), input_shape, classes
+
+
+def _set_up_devices(job: dict) -> None:
+    """Threads, visible GPUs, and the logical CPUs of a mirrored world: before TensorFlow runs an op."""
+    import tensorflow as tf
+
+    from lbtrain.distributed import configure_threads
+
+    configure_threads(job["threads"], job["threads"])
+    if job["device"] == "cpu":
+        tf.config.set_visible_devices([], "GPU")
+    elif job["kind"] == "independent":
+        gpus = tf.config.list_physical_devices("GPU")
+        tf.config.set_visible_devices(gpus[job["index"] % len(gpus)], "GPU")
+    if job["kind"] == "mirrored" and job["device"] == "cpu":
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * job["size"])
+
+
+def _world_and_strategy(job: dict):
+    """The lbtrain world of this process and the tf.distribute strategy to build under."""
+    import tensorflow as tf
+
+    from lbtrain.distributed import HorovodWorld, SimulatedWorld
+
+    if job["kind"] == "horovod":
+        return HorovodWorld(), tf.distribute.get_strategy()
+    if job["kind"] == "simulated":
+        return SimulatedWorld(job["size"]), tf.distribute.get_strategy()
+    if job["kind"] == "mirrored":
+        devices = [device.name for device in tf.config.list_logical_devices("GPU" if job["device"] == "gpu" else "CPU")]
+        if len(devices) < job["size"]:
+            raise BenchError(f"mirrored:{job['size']} needs {job['size']} devices, this process has {len(devices)}")
+        return SimulatedWorld(1), tf.distribute.MirroredStrategy(devices[:job["size"]])
+    return SimulatedWorld(1), tf.distribute.get_strategy()
+
+
+def _synthetic_batches(batch: int, input_shape: Sequence[int], classes: int, seed: int):
+    """One random batch (standard-normal inputs, uniform labels), repeated forever."""
+    import tensorflow as tf
+
+    images = tf.random.normal((batch, *input_shape), seed=seed)
+    labels = tf.random.uniform((batch,), maxval=classes, dtype=tf.int32, seed=seed)
+    return tf.data.Dataset.from_tensor_slices((images, labels)).batch(batch, drop_remainder=True).take(1).cache().repeat()
+
+
+def _timed_fit(model, data, steps: int, callbacks: list) -> float:
+    """Seconds of one ``fit`` epoch of ``steps`` steps (from epoch begin to end, results synced)."""
+    import tensorflow as tf
+
+    seconds: list[float] = []
+
+    class EpochTimer(tf.keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.start = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            seconds.append(time.perf_counter() - self.start)
+
+    model.fit(data, epochs=1, steps_per_epoch=steps, verbose=0, callbacks=[*callbacks, EpochTimer()])
+    return seconds[0]
+
+
+def _wait_for_all(folder: str, index: int, size: int, timeout: float = 600.0) -> None:
+    """A barrier between the independent processes: each marks itself ready in ``folder``
+    and waits until all ``size`` are (so their measured steps run at the same time)."""
+    Path(folder, f"ready-{index}").touch()
+    deadline = time.monotonic() + timeout
+    while len(list(Path(folder).glob("ready-*"))) < size:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"independent processes: only some of {size} got ready within {timeout:.0f} s")
+        time.sleep(0.001)
+
+
+def _wrap_optimizer(world, optimizer, job: dict):
+    """The world's optimizer; in a Horovod world with ``groups``, Horovod's
+    ``DistributedOptimizer(groups=...)``, whose allreduce of a group waits for all its gradients."""
+    if job["kind"] != "horovod" or job["groups"] is None:
+        return world.wrap_optimizer(optimizer)
+    import horovod.tensorflow.keras as hvd
+
+    return hvd.DistributedOptimizer(optimizer, groups=job["groups"])
+
+
+def _process_index(job: dict) -> int:
+    """This process's place in its world: the local rank under horovodrun, else its index."""
+    return int(os.environ.get("HOROVOD_LOCAL_RANK", job.get("index", 0)))
+
+
+def run_job(job: dict) -> dict:
+    """Measures one configuration in this process (a child of ``run_benchmark``; under
+    horovodrun, one rank): warm-up, a timed probe that sets the steps (unless given), the
+    measured steps. Returns the process's images/s, steps, seconds and FLOPs per sample."""
+    if job["pin"]:
+        os.sched_setaffinity(0, {_process_index(job) % os.cpu_count()})
+    import tensorflow as tf
+
+    _set_up_devices(job)
+    world, strategy = _world_and_strategy(job)
+    with strategy.scope():
+        model, input_shape, classes = build_bench_model(job["model"], job["seed"])
+        flops = training_flops_per_sample(model)
+        model = world.prepare_model(model, job["batch"])
+        optimizer = _wrap_optimizer(world, tf.keras.optimizers.SGD(0.01, momentum=0.9), job)
+        model.compile(optimizer=optimizer, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    workers = job["size"] if job["kind"] in ("simulated", "mirrored") else 1
+    data = _synthetic_batches(workers * job["batch"], input_shape, classes, job["seed"] + world.rank)
+    callbacks = world.callbacks()
+    _timed_fit(model, data, job["warmup"], callbacks)
+    steps = job["steps"]
+    if steps is None:
+        probe = _timed_fit(model, data, job["warmup"], callbacks) / job["warmup"]
+        steps = world.broadcast_object(max(MIN_STEPS, math.ceil(job["seconds"] / probe)))
+    if job["kind"] == "independent":
+        _wait_for_all(job["barrier"], job["index"], job["size"])
+    timeline = job.get("timeline")
+    if timeline:
+        import horovod.tensorflow as hvd
+
+        hvd.start_timeline(timeline)
+    seconds = _timed_fit(model, data, steps, callbacks)
+    if timeline:
+        hvd.stop_timeline()
+    images = steps * workers * job["batch"] * (world.size if job["kind"] == "horovod" else 1)
+    return {"rank": world.rank, "steps": steps, "seconds": seconds, "images": images, "train_flops_per_sample": flops}
+
+
+def _child_main(argv: Sequence[str]) -> int:
+    """``python -m lbtrain.bench JOB_JSON`` (or ``--peak``): prints the result on one line."""
+    if argv[0] == "--peak":
+        result: dict[str, Any] = {"flops": matmul_peak_flops()}
+    else:
+        result = run_job(json.loads(argv[0]))
+        if result["rank"] != 0:
+            return 0
+    print(RESULT_PREFIX + json.dumps(result), flush=True)
+    return 0
+
+
+# ---------------------------------------------------------------- launching configurations
+
+
+class CaseFailed(RuntimeError):
+    """A configuration's process failed; the message is its last words."""
+
+
+def _child_command(argument: str) -> list[str]:
+    return [sys.executable, "-m", "lbtrain.bench", argument]
+
+
+def horovodrun_path() -> Path:
+    """The ``horovodrun`` next to this interpreter."""
+    return Path(sys.executable).parent / "horovodrun"
+
+
+def _result_of(process: subprocess.CompletedProcess) -> dict:
+    """The result line of a finished child, or ``CaseFailed`` with its last stderr line."""
+    for line in process.stdout.splitlines():
+        _, marker, payload = line.partition(RESULT_PREFIX)
+        if marker:
+            return json.loads(payload)
+    lines = [line for line in (process.stderr + process.stdout).strip().splitlines() if line.strip()]
+    raise CaseFailed(f"exit code {process.returncode}: {lines[-1].strip() if lines else 'no output'}")
+
+
+def _run(command: list[str], env: dict[str, str] | None = None) -> dict:
+    return _result_of(subprocess.run(command, capture_output=True, text=True, env=env))
+
+
+def _job(case: Case, settings: Settings, steps: int | None) -> dict:
+    return {"model": case.model, "batch": case.per_worker_batch, "kind": case.world.kind, "size": case.world.size,
+            "device": settings.device, "threads": settings.threads, "steps": settings.steps if steps is None else steps,
+            "seconds": settings.seconds, "warmup": settings.warmup_steps, "seed": settings.seed, "pin": settings.pin_cores,
+            "groups": settings.allreduce_groups}
+
+
+def _wait_for_children(children: list[subprocess.Popen]) -> None:
+    """Waits for every child; once one fails, ends the others (they would wait at the barrier)."""
+    while any(child.poll() is None for child in children):
+        if any(child.returncode for child in children):
+            for child in children:
+                if child.poll() is None:
+                    child.terminate()
+        time.sleep(0.05)
+
+
+def _run_independent(job: dict) -> dict:
+    """``size`` single-worker processes at once; images/s = all their images / the longest
+    measured time (as a synchronous world, the group is done when its slowest process is)."""
+    with tempfile.TemporaryDirectory(prefix="lbtrain-bench-") as barrier:
+        outputs = [(Path(barrier, f"out-{index}"), Path(barrier, f"err-{index}")) for index in range(job["size"])]
+        children = []
+        for index, (out, err) in enumerate(outputs):
+            with out.open("w") as stdout, err.open("w") as stderr:
+                command = _child_command(json.dumps({**job, "barrier": barrier, "index": index}))
+                children.append(subprocess.Popen(command, stdout=stdout, stderr=stderr, text=True))
+        _wait_for_children(children)
+        # A child that failed comes first, so that its error is reported rather than a terminated one's.
+        results = [_result_of(subprocess.CompletedProcess(child.args, child.returncode, out.read_text(), err.read_text()))
+                   for child, (out, err) in sorted(zip(children, outputs), key=lambda pair: pair[0].returncode <= 0)]
+    return {**results[0], "images": sum(r["images"] for r in results), "seconds": max(r["seconds"] for r in results),
+            "process_seconds": [r["seconds"] for r in results]}
+
+
+def _run_horovod(job: dict, settings: Settings) -> dict:
+    """``horovodrun -np N --gloo`` on this machine; with ``settings.timeline`` also the share
+    of the measured time that Horovod spent in allreduce (its timeline)."""
+    size = job["size"]
+    with tempfile.TemporaryDirectory(prefix="lbtrain-bench-") as folder:
+        env = {**os.environ, **settings.horovod_env}
+        if settings.timeline:
+            env["HOROVOD_TIMELINE"] = "DYNAMIC"
+            job = {**job, "timeline": str(Path(folder) / "timeline.json")}
+        command = [str(horovodrun_path()), "-np", str(size), "-H", f"localhost:{size}", "--gloo", *_child_command(json.dumps(job))]
+        result = _run(command, env)
+        if settings.timeline:
+            result["allreduce_share"] = allreduce_seconds(read_timeline(job["timeline"])) / result["seconds"]
+    return result
+
+
+def measure_case(case: Case, settings: Settings, steps: int | None = None) -> dict:
+    """Runs one configuration in its own process(es) for ``steps`` measured steps per worker
+    (default ``settings.steps``; None: about ``settings.seconds``); returns its result
+    (``images``, ``seconds``, ``steps``, ``train_flops_per_sample``, ...). Raises ``CaseFailed``."""
+    job = _job(case, settings, steps)
+    if case.world.kind == "horovod":
+        return _run_horovod(job, settings)
+    if case.world.kind == "independent":
+        return _run_independent(job)
+    return _run(_child_command(json.dumps(job)))
+
+
+def measure_peak_flops() -> float:
+    """The machine's float32 matmul FLOP/s, measured in a fresh process with TensorFlow's
+    default threads (all cores)."""
+    return _run(_child_command("--peak"))["flops"]
+
+
+# ---------------------------------------------------------------- Horovod's timeline
+
+
+def read_timeline(path: str | os.PathLike) -> list[dict]:
+    """The events of a Horovod timeline (Chrome trace JSON: an array Horovod may leave
+    unclosed)."""
+    text = Path(path).read_text().strip().rstrip(",")
+    if not text.endswith("]"):
+        text += "]"
+    return json.loads(text)
+
+
+def allreduce_seconds(events: Iterable[dict]) -> float:
+    """Seconds during which at least one allreduce activity (``ALLREDUCE_ACTIVITIES``) was in
+    progress: the union of their begin/end intervals over all tensors (fused tensors overlap).
+
+    >>> allreduce_seconds([{"ph": "B", "name": "ALLREDUCE", "pid": 1, "ts": 0},
+    ...                    {"ph": "B", "name": "ALLREDUCE", "pid": 2, "ts": 500},
+    ...                    {"ph": "E", "pid": 1, "ts": 1000}, {"ph": "E", "pid": 2, "ts": 1500},
+    ...                    {"ph": "B", "name": "NEGOTIATE_ALLREDUCE", "pid": 1, "ts": 2000},
+    ...                    {"ph": "E", "pid": 1, "ts": 9000}])
+    0.0015
+    """
+    open_events: dict[tuple, list[tuple[str, float]]] = {}
+    intervals: list[tuple[float, float]] = []
+    for event in sorted(events, key=lambda e: e.get("ts", 0)):
+        key = (event.get("pid"), event.get("tid"))
+        if event.get("ph") == "B":
+            open_events.setdefault(key, []).append((event.get("name", ""), event["ts"]))
+        elif event.get("ph") == "E" and open_events.get(key):
+            name, start = open_events[key].pop()
+            if name in ALLREDUCE_ACTIVITIES:
+                intervals.append((start, event["ts"]))
+        elif event.get("ph") == "X" and event.get("name") in ALLREDUCE_ACTIVITIES:
+            intervals.append((event["ts"], event["ts"] + event.get("dur", 0)))
+    return _union_length(intervals) / 1e6
+
+
+def _union_length(intervals: list[tuple[float, float]]) -> float:
+    total, reach = 0.0, -math.inf
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+# ---------------------------------------------------------------- the matrix
+
+
+def check_worlds(worlds: Sequence[WorldSpec], device: str, explicit: bool) -> tuple[list[WorldSpec], list[str]]:
+    """The worlds that can run here, and a note for each left out. A world that cannot run is
+    a ``BenchError`` when asked for explicitly, a note when it came from the defaults."""
+    runnable, notes = [], []
+    for world in worlds:
+        problem = world_problem(world, device)
+        if problem is None:
+            runnable.append(world)
+        elif explicit:
+            raise BenchError(problem)
+        else:
+            notes.append(f"skipped {world.label}: {problem}")
+    return runnable, notes
+
+
+def world_problem(world: WorldSpec, device: str) -> str | None:
+    """Why ``world`` cannot run on this stack, or None."""
+    if world.kind != "horovod":
+        return None
+    from lbtrain._keras import horovod_problem
+
+    problem = horovod_problem()
+    if problem is None and not horovodrun_path().exists():
+        problem = f"horovodrun is not installed next to {sys.executable}"
+    return problem
+
+
+def default_models(device: str) -> list[str]:
+    """The zoo models, and ResNet-50 too on a GPU."""
+    return [*DEFAULT_MODELS, *(GPU_MODELS if device == "gpu" else ())]
+
+
+def check_models(models: Sequence[str]) -> None:
+    """Raises ``BenchError`` for a name that is neither a zoo model nor ``resnet50``."""
+    from lbtrain.models import MODELS
+
+    allowed = (*MODELS, *GPU_MODELS)
+    for name in models:
+        if name not in allowed:
+            raise BenchError(f"unknown model {name!r} (allowed: {', '.join(allowed)})")
+
+
+def check_device(device: str) -> None:
+    """Raises ``BenchError`` for ``gpu`` on a machine where TensorFlow sees none."""
+    if device not in DEVICES:
+        raise BenchError(f"unknown device {device!r} (allowed: {', '.join(DEVICES)})")
+    if device == "gpu":
+        import tensorflow as tf
+
+        if not tf.config.list_physical_devices("GPU"):
+            raise BenchError("--device gpu: TensorFlow sees no GPU on this machine (run with --device cpu)")
+
+
+def plan(models: Sequence[str], batches: Sequence[int], worlds: Sequence[WorldSpec]) -> list[Case]:
+    """Every model x batch x world, the single worker first in each (model, batch) group (its
+    throughput is the others' baseline and its steps theirs)."""
+    ordered = sorted(dict.fromkeys(worlds), key=lambda world: world.kind != "single")
+    return [Case(model, batch, world) for model in models for batch in batches for world in ordered]
+
+
+def _steps_for(case: Case, settings: Settings, single_steps: dict[tuple[str, int], int]) -> int | None:
+    """When the settings fix no steps: the single worker's count for this model and batch
+    (divided by W for one process of W workers); None where the settings decide."""
+    base = single_steps.get((case.model, case.per_worker_batch))
+    if settings.steps is not None or base is None:
+        return None
+    return base if case.world.processes > 1 or case.world.kind == "single" else max(MIN_STEPS, base // case.world.size)
+
+
+def make_row(case: Case, settings: Settings, result: dict | None, status: str) -> dict:
+    """One CSV row (ratios are filled in by ``add_ratios``)."""
+    row = {"model": case.model, "per_worker_batch": case.per_worker_batch, "world": case.world.label,
+           "workers": case.world.size, "processes": case.world.processes, "threads": settings.threads,
+           "device": settings.device, "global_batch": case.world.size * case.per_worker_batch, "status": status}
+    if result is not None:
+        row.update(steps=result["steps"], seconds=result["seconds"], images_per_second=result["images"] / result["seconds"],
+                   train_mflops_per_sample=result["train_flops_per_sample"] / 1e6,
+                   allreduce_share=result.get("allreduce_share"))
+    return row
+
+
+def add_ratios(rows: list[dict], peak_flops: float | None) -> list[dict]:
+    """Adds scaling efficiency (against the ok single-worker row of the same model, batch,
+    threads and device) and, given the peak, achieved GFLOP/s and the peak fraction.
+
+    >>> rows = add_ratios([{"model": "m", "per_worker_batch": 8, "world": "single", "processes": 1, "threads": 1,
+    ...                     "device": "cpu", "status": "ok", "images_per_second": 100.0, "train_mflops_per_sample": 5.0},
+    ...                    {"model": "m", "per_worker_batch": 8, "world": "horovod:2", "processes": 2, "threads": 1,
+    ...                     "device": "cpu", "status": "ok", "images_per_second": 180.0, "train_mflops_per_sample": 5.0}],
+    ...                   peak_flops=2e9)
+    >>> [(row["scaling_efficiency"], row["achieved_gflops"], row["peak_fraction"]) for row in rows]
+    [(1.0, 0.5, 0.25), (0.9, 0.9, 0.45)]
+    """
+    def group(row: dict) -> tuple:
+        return row["model"], row["per_worker_batch"], row["threads"], row["device"]
+
+    singles = {group(row): row["images_per_second"] for row in rows if row["world"] == "single" and row["status"] == "ok"}
+    for row in rows:
+        if row["status"] != "ok":
+            continue
+        single = singles.get(group(row))
+        row["scaling_efficiency"] = None if single is None else row["images_per_second"] / (row["processes"] * single)
+        achieved = row["images_per_second"] * row["train_mflops_per_sample"] * 1e6
+        row["achieved_gflops"] = achieved / 1e9
+        row["peak_fraction"] = achieved / peak_flops if peak_flops else None
+    return rows
+
+
+def run_benchmark(
+    models: Sequence[str],
+    batches: Sequence[int],
+    worlds: Sequence[WorldSpec],
+    settings: Settings = Settings(),
+    output: str | os.PathLike | None = DEFAULT_OUTPUT,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> dict:
+    """Measures every configuration of ``plan(models, batches, worlds)`` (and, on CPU, the
+    machine's matmul peak first); writes ``bench.csv``, ``bench.json`` and ``bench.png`` into
+    ``output`` (unless None). ``progress(done, total, label)`` is called before each step.
+    Returns the report: ``rows``, ``peak_gflops``, ``machine``, ``settings``."""
+    cases = plan(models, batches, worlds)
+    total = len(cases) + (settings.device == "cpu")
+    peak = None
+    if settings.device == "cpu":
+        _tell(progress, 0, total, "matmul peak")
+        peak = measure_peak_flops()
+    rows, single_steps = [], {}
+    for done, case in enumerate(cases, start=total - len(cases)):
+        _tell(progress, done, total, f"{case.model} b{case.per_worker_batch} {case.world.label}")
+        try:
+            result = measure_case(case, settings, _steps_for(case, settings, single_steps))
+        except CaseFailed as error:
+            rows.append(make_row(case, settings, None, f"failed: {error}"))
+            continue
+        if case.world.kind == "single":
+            single_steps[(case.model, case.per_worker_batch)] = result["steps"]
+        rows.append(make_row(case, settings, result, "ok"))
+    _tell(progress, total, total, "done")
+    report = {"benchmark": "lbtrain bench", "rows": add_ratios(rows, peak), "peak_gflops": peak and peak / 1e9,
+              "machine": machine(), "settings": dataclasses.asdict(settings)}
+    if output is not None:
+        write_report(report, Path(output))
+    return report
+
+
+def _tell(progress: Callable[[int, int, str], None] | None, done: int, total: int, label: str) -> None:
+    if progress is not None:
+        progress(done, total, label)
+
+
+def machine() -> dict:
+    """What the numbers were measured on, and how busy it was (load averages over the last
+    1, 5 and 15 minutes: other work on the machine slows some configurations more than others)."""
+    import tensorflow as tf
+
+    return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+            "tensorflow": tf.__version__, "load_average": [round(load, 2) for load in os.getloadavg()]}
+
+
+# ---------------------------------------------------------------- output
+
+
+def write_report(report: dict, folder: Path) -> list[Path]:
+    """``bench.csv`` (the rows), ``bench.json`` (the whole report) and ``bench.png``."""
+    return [write_atomic(folder / "bench.csv", csv_text(report["rows"], COLUMNS)),
+            write_json_atomic(folder / "bench.json", report),
+            plot_throughput(report["rows"], folder / "bench.png")]
+
+
+def plot_throughput(rows: Sequence[dict], path: Path) -> Path:
+    """One panel per model: images/s per world (bars, one colour per batch), each bar labelled
+    with its scaling efficiency. matplotlib is imported here (Agg canvas, no pyplot)."""
+    import io
+
+    from matplotlib.figure import Figure
+
+    from lbtrain.analysis.plots import OKABE_ITO
+
+    ok = [row for row in rows if row["status"] == "ok"]
+    models = list(dict.fromkeys(row["model"] for row in ok)) or ["(no configuration finished)"]
+    batches = list(dict.fromkeys(row["per_worker_batch"] for row in ok))
+    figure = Figure(figsize=(4.4 * len(models), 3.6), layout="constrained")
+    for axes, model in zip(figure.subplots(1, len(models), squeeze=False).flat, models):
+        mine = [row for row in ok if row["model"] == model]
+        worlds = list(dict.fromkeys(row["world"] for row in mine))
+        width = 0.8 / max(1, len(batches))
+        for index, batch in enumerate(batches):
+            bars = [row for row in mine if row["per_worker_batch"] == batch]
+            xs = [worlds.index(row["world"]) + (index - (len(batches) - 1) / 2) * width for row in bars]
+            axes.bar(xs, [row["images_per_second"] for row in bars], width, color=OKABE_ITO[index % len(OKABE_ITO)],
+                     label=f"{batch} per worker")
+            for x, row in zip(xs, bars):
+                if row.get("scaling_efficiency") is not None:
+                    axes.annotate(f"{row['scaling_efficiency']:.2f}", (x, row["images_per_second"]), ha="center",
+                                  va="bottom", fontsize=7)
+        axes.set_xticks(range(len(worlds)), worlds, rotation=30, ha="right", fontsize=8)
+        axes.set_title(model, fontsize=10)
+        axes.set_ylabel("images/s (labels: scaling efficiency)")
+        if mine:
+            axes.legend(fontsize=7, frameon=False)
+    image = io.BytesIO()
+    figure.savefig(image, format="png", dpi=100)
+    return write_atomic(path, image.getvalue())
+
+
+def format_table(report: dict) -> str:
+    """The rows as a fixed-width text table, then the peak."""
+    lines = [f"{'model':<9} {'batch':>5} {'world':<14} {'images/s':>10} {'efficiency':>10} {'of peak':>8}  status"]
+    for row in report["rows"]:
+        def number(key: str, spec: str) -> str:
+            return "" if row.get(key) is None else format(row[key], spec)
+
+        lines.append(f"{row['model']:<9} {row['per_worker_batch']:>5} {row['world']:<14} {number('images_per_second', '.1f'):>10} "
+                     f"{number('scaling_efficiency', '.3f'):>10} {number('peak_fraction', '.3f'):>8}  {row['status']}")
+    if report["peak_gflops"]:
+        lines.append(f"float32 matmul peak of this machine: {report['peak_gflops']:.1f} GFLOP/s ({report['machine']['cpus']} CPUs); "
+                     f"a configuration using k of them reaches at most k/{report['machine']['cpus']} of it")
+    return "\n".join(lines)
+
+
+class ProgressBar:
+    """A one-line progress bar on a stream (stderr): redrawn in place on a terminal, one line
+    per step otherwise."""
+
+    def __init__(self, stream=sys.stderr, width: int = 24):
+        self.stream, self.width = stream, width
+        self.tty = stream.isatty()
+
+    def __call__(self, done: int, total: int, label: str) -> None:
+        filled = self.width * done // max(1, total)
+        line = f"[{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} {label}"
+        self.stream.write(f"\r{line:<80}" + ("\n" if done == total or not self.tty else ""))
+        self.stream.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(sys.argv[1:]))

@@ -1,0 +1,90 @@
+"""What lbtrain's own committed studies found: per study and per multiple of the base batch,
+which LR recipe held best and which failed. The advisor (``lbtrain advise``) cites it.
+
+The findings ship with lbtrain as ``lbtrain/findings.json``, rendered from the studies'
+``results/<study>/report.json`` by ``python -m lbtrain.findings`` (a test checks the shipped file
+equals what the committed reports render, so advice cannot drift from the data).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+FINDINGS_FILE = Path(__file__).with_name("findings.json")
+# The studies whose accuracy-by-recipe tables the advisor draws on, and the model each is about.
+STUDIES = {"goyal_scaling": "mlp", "goyal_scaling_cnn": "cnn"}
+
+
+def _cell(record: dict[str, Any]) -> dict[str, Any]:
+    return {"recipe": record["recipe"], "test_accuracy": record["test_accuracy"], "low": record["low"],
+            "high": record["high"], "n": record["ok_runs"]}
+
+
+def study_findings(report: dict[str, Any], model: str, dataset: str) -> dict[str, Any]:
+    """One study's findings from its report.json: for each global batch (as a multiple of the
+    smallest), the recipes whose every run was ``ok`` ranked by mean test accuracy (with the
+    95% CI and n), and the recipes with a failed run (diverged or collapsed)."""
+    records = report["accuracy"]
+    base = min(record["global_batch"] for record in records)
+    batches = sorted({record["global_batch"] for record in records})
+    rows = []
+    for batch in batches:
+        cells = [record for record in records if record["global_batch"] == batch]
+        held = sorted((record for record in cells if record["ok_runs"] == record["total"] and record["total"]),
+                      key=lambda record: -record["test_accuracy"])
+        rows.append({"global_batch": batch, "multiple": batch // base, "held": [_cell(record) for record in held],
+                     "failed": sorted(record["recipe"] for record in cells if record["ok_runs"] < record["total"])})
+    return {"study": report["experiment"], "model": model, "dataset": dataset, "budget": report["budget"], "base_batch": base,
+            "report": f"results/{report['experiment']}/report.md", "batches": rows}
+
+
+def advisor_calibration(validation: dict[str, Any]) -> dict[str, Any]:
+    """From results/advisor_validation/validation.json: per pair, the measured critical batch
+    as a multiple of the probe's B_simple, and their geometric mean."""
+    pairs = [{"pair": pair["pair"], "model": pair["model"], "dataset": pair["dataset"],
+              "multiple": pair["measured"]["b_crit"] / pair["predicted"]["b_simple"]} for pair in validation["pairs"]]
+    mean = math.exp(sum(math.log(pair["multiple"]) for pair in pairs) / len(pairs)) if pairs else None
+    return {"pairs": pairs, "geometric_mean": mean, "report": "results/advisor_validation/validation.md"}
+
+
+def render(results: Path) -> dict[str, Any]:
+    """The findings of every study in ``STUDIES`` found under ``results``, and the advisor's
+    calibration where its validation is there."""
+    findings: dict[str, Any] = {"studies": [
+        study_findings(json.loads((results / study / "report.json").read_text()), model,
+                       yaml.safe_load((results / study / "experiment.yaml").read_text())["data"]["dataset"])
+        for study, model in STUDIES.items() if (results / study / "report.json").is_file()]}
+    validation = results / "advisor_validation" / "validation.json"
+    if validation.is_file():
+        findings["advisor_calibration"] = advisor_calibration(json.loads(validation.read_text()))
+    return findings
+
+
+def load_findings() -> dict[str, Any]:
+    """The findings shipped with lbtrain."""
+    return json.loads(FINDINGS_FILE.read_text())
+
+
+def recipe_advice(model: str, dataset: str, multiple: float) -> dict[str, Any] | None:
+    """The study row nearest (in log2) to ``multiple`` x the base batch, from the study of the
+    same model and dataset, else of the same model, else of the same dataset, else the first;
+    None without findings."""
+    studies = load_findings()["studies"]
+    if not studies:
+        return None
+    study = min(studies, key=lambda study: (study["model"] != model, study["dataset"] != dataset))
+    row = min(study["batches"], key=lambda row: (abs(math.log2(row["multiple"]) - math.log2(multiple)), row["multiple"]))
+    return {"study": study["study"], "model": study["model"], "dataset": study["dataset"], "budget": study["budget"],
+            "report": study["report"], **row}
+
+
+if __name__ == "__main__":
+    root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("results")
+    FINDINGS_FILE.write_text(json.dumps(render(root), indent=1) + "\n")
+    print(f"wrote {FINDINGS_FILE}")

@@ -1,0 +1,209 @@
+"""A train step that computes the gradient in pieces of the global batch and measures the
+gradient noise scale from the gradients it computes anyway.
+
+McCandlish et al. 2018 ("An Empirical Model of Large-Batch Training", app. A.1) estimate the
+simple noise scale ``B_simple = tr(Sigma) / |G|^2`` from gradients at two batch sizes. Since
+``E|g_B|^2 = |G|^2 + tr(Sigma) / B``, squared norms at ``B_small`` and ``B_big`` give::
+
+    |G|^2 ~ (B_big |g_big|^2 - B_small |g_small|^2) / (B_big - B_small)
+    S     ~ (|g_small|^2 - |g_big|^2) / (1 / B_small - 1 / B_big)
+
+both unbiased. A synchronous step already holds both: the ``k`` pieces it is computed from
+(``B_small = B / k``, ``|g_small|^2`` the mean of the pieces' squared norms) and their mean, the
+gradient it applies (``B_big = B``). So the estimate costs ``k`` squared norms and a few scalar
+ops inside the same compiled step, with no host copies (AdaptDL measures the same way):
+
+- a simulated world computes its global batch in ``k`` pieces of whole workers (default 2);
+- Horovod: each rank's own gradient is a piece (``B_small`` = the per-worker batch), one
+  allreduce of the local squared norm gives ``|g_small|^2``, and the allreduced gradient the
+  optimizer applies gives ``|g_big|^2``.
+
+Each step's estimates enter bias-corrected exponential moving averages (``decay`` per step), and
+the step's logs carry ``noise_scale`` (their ratio, NaN when undetermined: the ``|G|^2`` average
+is not positive or the ``S`` average negative, ``lbtrain.analysis.scaling_laws.simple_noise_scale``),
+``noise_trace``, ``gradient_norm_sq`` and ``noise_scale_undetermined`` (1 or 0).
+
+Pieces are applied as one update: the gradient is the mean of the pieces' gradients (the
+gradient of the mean loss, since pieces are equal), and every batch-norm layer's moving
+statistics move once, by the mean of what each piece would have moved them (exact, since the
+update ``m * v + (1 - m) * batch_statistic`` is affine in the batch statistic).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import tensorflow as tf
+
+from lbtrain._keras import KERAS_3, tensorflow_variables
+from lbtrain.layers import is_batch_norm
+
+DEFAULT_DECAY = 0.99
+DEFAULT_PIECES = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class NoiseScaleSettings:
+    """How a train step measures the noise scale: the moving averages' ``decay`` per step and,
+    in a simulated world, how many ``pieces`` the global batch is split into (None: 2, or the
+    smallest number of whole workers' pieces above 1)."""
+
+    decay: float = DEFAULT_DECAY
+    pieces: int | None = None
+
+    def __post_init__(self):
+        if not 0 <= self.decay < 1:
+            raise ValueError(f"noise scale decay must be in [0, 1), got {self.decay!r}")
+        if self.pieces is not None and (isinstance(self.pieces, bool) or not isinstance(self.pieces, int) or self.pieces < 2):
+            raise ValueError(f"noise scale pieces must be an integer >= 2, got {self.pieces!r}")
+
+
+def measurement_pieces(world_size: int, per_worker_batch: int, requested: int | None) -> int | None:
+    """How many pieces a simulated world computes its step in to measure the noise scale: the
+    requested number (it must divide the world size, or with one worker the batch), else 2 if
+    that divides, else the smallest divisor above 1; None when no split exists (one worker
+    with a batch of one)."""
+    total = world_size if world_size > 1 else per_worker_batch
+    if requested is not None:
+        if total % requested:
+            unit = "world size" if world_size > 1 else "per-worker batch"
+            raise ValueError(f"analysis.noise_scale_pieces ({requested}) must divide the {unit} ({total})")
+        return requested
+    return next((pieces for pieces in (DEFAULT_PIECES, *range(3, total + 1)) if total % pieces == 0), None)
+
+
+class NoiseScaleTracker(tf.Module):
+    """The in-graph moving averages of the two-batch estimates (see the module doc); a
+    checkpoint of the model holds them, so a resumed run continues its averages."""
+
+    def __init__(self, small_batch: int, big_batch: int, decay: float):
+        super().__init__(name="noise_scale")
+        if not 0 < small_batch < big_batch:
+            raise ValueError(f"the noise scale needs 0 < B_small < B_big, got {small_batch} and {big_batch}")
+        self.small_batch, self.big_batch, self.decay = small_batch, big_batch, decay
+
+        def state(name: str, dtype=tf.float64) -> tf.Variable:
+            return tf.Variable(tf.zeros((), dtype), trainable=False, name=f"noise_scale_{name}")
+
+        self.trace_average, self.norm_sq_average = state("trace_average"), state("norm_sq_average")
+        self.step_trace, self.step_norm_sq = state("step_trace"), state("step_norm_sq")
+        self.measurements = state("measurements", tf.int64)
+
+    def update(self, small_sq: tf.Tensor, big_sq: tf.Tensor) -> dict[str, tf.Tensor]:
+        """Adds one step's ``|g_small|^2`` and ``|g_big|^2``; returns the logs of the averages."""
+        b_small, b_big = float(self.small_batch), float(self.big_batch)
+        norm_sq = (b_big * big_sq - b_small * small_sq) / (b_big - b_small)
+        trace = (small_sq - big_sq) / (1.0 / b_small - 1.0 / b_big)
+        self.step_trace.assign(trace)
+        self.step_norm_sq.assign(norm_sq)
+        self.trace_average.assign(self.decay * self.trace_average + (1.0 - self.decay) * trace)
+        self.norm_sq_average.assign(self.decay * self.norm_sq_average + (1.0 - self.decay) * norm_sq)
+        self.measurements.assign_add(1)
+        return self.logs()
+
+    def logs(self) -> dict[str, tf.Tensor]:
+        """``noise_scale``, ``noise_trace``, ``gradient_norm_sq`` and ``noise_scale_undetermined``
+        of the bias-corrected averages."""
+        correction = 1.0 - tf.pow(tf.constant(self.decay, tf.float64), tf.cast(self.measurements, tf.float64))
+        trace = tf.math.divide_no_nan(self.trace_average, correction)
+        norm_sq = tf.math.divide_no_nan(self.norm_sq_average, correction)
+        undetermined = tf.logical_or(tf.logical_not(norm_sq > 0), trace < 0)
+        scale = tf.where(undetermined, tf.constant(float("nan"), tf.float64), tf.math.divide_no_nan(trace, norm_sq))
+        return {"noise_scale": scale, "noise_trace": trace, "gradient_norm_sq": norm_sq,
+                "noise_scale_undetermined": tf.cast(undetermined, tf.float64)}
+
+    def estimate(self) -> dict[str, float]:
+        """The logs as floats (all NaN before the first measurement)."""
+        if int(self.measurements.numpy()) == 0:
+            return dict.fromkeys(("noise_scale", "noise_trace", "gradient_norm_sq", "noise_scale_undetermined"), float("nan"))
+        return {name: float(value.numpy()) for name, value in self.logs().items()}
+
+
+def noise_scale_tracker(model: tf.keras.Model) -> NoiseScaleTracker | None:
+    """The tracker of a model whose train step measures the noise scale, else None."""
+    return model.noise_scale if isinstance(model, GradientStepModel) else None
+
+
+def squared_norm(tensors: list[tf.Tensor]) -> tf.Tensor:
+    """``sum_i |t_i|^2`` in float64."""
+    return tf.add_n([tf.reduce_sum(tf.square(tf.cast(tensor, tf.float64))) for tensor in tensors])
+
+
+class GradientStepModel(tf.keras.Model):
+    """``model`` (same layers and weights) with a train step that computes the gradient in
+    ``pieces`` equal pieces of the batch it is fed, applies their mean once, and with a
+    ``noise_scale`` tracker measures the noise scale (see the module doc).
+
+    In a simulated world of ``world_size > 1`` the batch is laid out ``[per_worker_batch,
+    world_size]`` (position ``i * W + r`` is worker r's i-th sample, see ``lbtrain.data``) and
+    piece j holds workers ``j*W/k .. (j+1)*W/k - 1`` in the same layout, so ghost batch norm still
+    sees each worker's own samples; with one worker the pieces are consecutive samples (the
+    model then has no batch norm, whose statistics a split would change). The pieces run in a
+    ``tf.while_loop``, one after another, so only one piece's activations are alive at a time.
+    ``world`` averages gradients and scalars over real ranks (Horovod); a simulated world is
+    its own average.
+    """
+
+    def __init__(self, model: tf.keras.Model, *, world: Any, per_worker_batch: int, pieces: int = 1,
+                 noise_scale: NoiseScaleTracker | None = None):
+        super().__init__(inputs=model.inputs, outputs=model.outputs, name=model.name)
+        self.world_size, self.per_worker_batch, self.pieces = world.size, per_worker_batch, pieces
+        self.noise_scale = noise_scale
+        self._world = world
+
+    def _split(self, tensor: tf.Tensor) -> tf.Tensor:
+        """``[pieces, batch / pieces, ...]``: the pieces, whole workers each (see the class doc)."""
+        features = tf.shape(tensor)[1:]
+        if self.world_size == 1 or self._world.input_shard()[1] > 1:
+            return tf.reshape(tensor, tf.concat([[self.pieces, -1], features], 0))
+        workers_per_piece = self.world_size // self.pieces
+        grid = tf.reshape(tensor, tf.concat([[self.per_worker_batch, self.pieces, workers_per_piece], features], 0))
+        grid = tf.transpose(grid, [1, 0, 2, *range(3, len(tensor.shape) + 2)])
+        return tf.reshape(grid, tf.concat([[self.pieces, self.per_worker_batch * workers_per_piece], features], 0))
+
+    def _moving_statistics(self) -> list[tf.Variable]:
+        if self.pieces == 1:
+            return []
+        layers = [layer for layer in self._flatten_layers(include_self=False) if is_batch_norm(layer)]
+        return tensorflow_variables([weight for layer in layers for weight in (layer.moving_mean, layer.moving_variance)])
+
+    def _piece_gradient(self, x: tf.Tensor, y: tf.Tensor) -> list[tf.Tensor]:
+        with tf.GradientTape() as tape:
+            prediction = self(x, training=True)
+            loss = self.compute_loss(x, y, prediction)
+        if KERAS_3:  # Keras 3's compute_loss does not track the loss; its train_step does
+            self._loss_tracker.update_state(loss, sample_weight=tf.shape(x)[0])
+        self.compute_metrics(x, y, prediction, None)
+        return tape.gradient(loss, self.trainable_variables)
+
+    def train_step(self, data):
+        x, y, _ = tf.keras.utils.unpack_x_y_sample_weight(data)
+        x_pieces, y_pieces = self._split(x), self._split(y)
+        statistics = self._moving_statistics()
+        start = [tf.identity(variable) for variable in statistics]
+
+        def accumulate(piece, totals, squares, moved):
+            for variable, value in zip(statistics, start):
+                variable.assign(value)
+            gradients = self._piece_gradient(x_pieces[piece], y_pieces[piece])
+            return (piece + 1, [total + gradient for total, gradient in zip(totals, gradients)],
+                    squares + (squared_norm(gradients) if self.noise_scale is not None else 0.0),
+                    [total + tf.identity(variable) for total, variable in zip(moved, statistics)])
+
+        _, totals, squares, moved = tf.while_loop(
+            lambda piece, *_: piece < self.pieces,
+            accumulate,
+            (tf.constant(0), [tf.zeros_like(v) for v in self.trainable_variables], tf.constant(0.0, tf.float64),
+             [tf.zeros_like(v) for v in statistics]),
+        )
+        for variable, total in zip(statistics, moved):
+            variable.assign(total / self.pieces)
+        gradients = [total / self.pieces for total in totals]
+        small_sq = squares / self.pieces
+        gradients = self._world.average_gradients(gradients, self.trainable_variables, self.optimizer)
+        self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))
+        logs = dict(self.get_metrics_result())
+        if self.noise_scale is not None:
+            logs.update(self.noise_scale.update(self._world.mean_over_ranks(small_sq), squared_norm(gradients)))
+        return logs

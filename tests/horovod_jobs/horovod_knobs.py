@@ -1,0 +1,31 @@
+"""Started by tests/test_runner.py through ``lbtrain.runner.launch_horovod`` (what ``mode:
+horovod`` uses): each rank writes OUT/rank<r>.json with what it sees of the experiment's Horovod
+knobs: Horovod's variables in its environment, the compression ``HorovodWorld`` chose, and the
+weight after one allreduced SGD step (lr 1, w = 0) whose gradient, 1 + 2**-12, float16 cannot
+hold (10 mantissa bits): -1 when the gradient crossed the allreduce as float16."""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import tensorflow as tf
+
+from lbtrain.distributed import HorovodWorld
+
+VARIABLES = ("HOROVOD_FUSION_THRESHOLD", "HOROVOD_CYCLE_TIME", "HOROVOD_TIMELINE", "HOROVOD_HIERARCHICAL_ALLREDUCE",
+             "LBTRAIN_HOROVOD_COMPRESSION")
+
+world = HorovodWorld()
+weight = tf.Variable(0.0)
+optimizer = world.wrap_optimizer(tf.keras.optimizers.SGD(1.0))
+with tf.GradientTape() as tape:
+    loss = weight * (1.0 + 2.0**-12)
+optimizer.minimize(loss, [weight], tape=tape)
+report = {
+    "size": world.size,
+    "environment": {name: os.environ.get(name) for name in VARIABLES},
+    "compression": world.compression.__name__,
+    "weight": float(weight.numpy()),
+}
+(Path(sys.argv[1]) / f"rank{world.rank}.json").write_text(json.dumps(report))
