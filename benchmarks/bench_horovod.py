@@ -7,14 +7,17 @@ two ranks do. Every process runs one intra-op and one inter-op TensorFlow thread
 the same number of steps (the single worker's count for ``--seconds``), started together.
 
 - ratio = images/s of ``horovod:2`` / images/s of ``independent:2`` (target >= 0.90);
-- allreduce share = the time Horovod's timeline (recorded over the measured steps of the same
-  np=2 run) shows an allreduce in progress / the measured time;
-- variants: np=2 again under other Horovod knobs (``--variant 'HOROVOD_CYCLE_TIME=5'``) or with
-  the gradients allreduced in groups (``--variant groups=1``: one allreduce once the backward
-  pass is done, ``Settings.allreduce_groups``), each against the pair of its own round.
+- allreduce share = the time Horovod's timeline shows an allreduce in progress / the measured
+  time, from one more np=2 run per variant that records it over its measured steps (the
+  ratios come from runs without it: rank 0 writing the timeline slows the whole job);
+- variants: np=2 again under other Horovod knobs (``--variant 'HOROVOD_CYCLE_TIME=5'``), with
+  the gradients allreduced in groups (``groups=1``: one allreduce once the backward pass is
+  done), each rank bound to its own core (``pin``), Horovod's threads at ``SCHED_IDLE`` (``idle``:
+  they run only while their rank's compute waits), or several at once (``'pin idle'``), each
+  against the pair of its own round (``lbtrain.bench.Settings``).
 
-Rounds run the pair, then each np=2 variant; the median over rounds is reported. Writes
-results/benchmarks/horovod.json.
+Rounds run the pair, then each np=2 variant; the median over rounds is reported, then the
+timeline runs. Writes results/benchmarks/horovod.json.
 
     python benchmarks/bench_horovod.py [--model cnn] [--batch 128] [--rounds 3] [--seconds 4]
 """
@@ -34,25 +37,30 @@ from lbtrain.files import write_json_atomic
 TARGET = 0.90
 # Horovod 0.28.1's own values when the variables are unset (since 0.21: cycle 1 ms, fusion 128 MB).
 HOROVOD_DEFAULTS = {"HOROVOD_CYCLE_TIME": "1 (ms)", "HOROVOD_FUSION_THRESHOLD": "134217728 (bytes, 128 MB)"}
-DEFAULT_VARIANTS = ("groups=1", "HOROVOD_CYCLE_TIME=5")
+DEFAULT_VARIANTS = ("HOROVOD_CYCLE_TIME=5", "groups=1", "pin", "idle", "pin idle")
+# Variant flags -> the ``Settings`` field they switch on.
+FLAGS = {"pin": "pin_cores", "idle": "idle_horovod_threads"}
 
 
 def parse_variant(text: str) -> dict:
-    """``'NAME=VALUE ...'`` -> the ``Settings`` fields it changes: Horovod's environment
-    variables (``HOROVOD_*``) in ``horovod_env``, ``groups=N`` as ``allreduce_groups``.
+    """``'WORD ...'`` -> the ``Settings`` fields the np=2 run changes: ``HOROVOD_NAME=VALUE``
+    (Horovod's environment), ``groups=N`` (``allreduce_groups``), ``pin`` (``pin_cores``),
+    ``idle`` (``idle_horovod_threads``).
 
-    >>> parse_variant("groups=1 HOROVOD_CYCLE_TIME=5")
-    {'horovod_env': {'HOROVOD_CYCLE_TIME': '5'}, 'allreduce_groups': 1}
+    >>> parse_variant("pin idle HOROVOD_CYCLE_TIME=5")
+    {'horovod_env': {'HOROVOD_CYCLE_TIME': '5'}, 'pin_cores': True, 'idle_horovod_threads': True}
     """
     changes: dict = {"horovod_env": {}}
-    for assignment in text.split():
-        name, equals, value = assignment.partition("=")
+    for word in text.split():
+        name, equals, value = word.partition("=")
         if equals and name.startswith("HOROVOD_"):
             changes["horovod_env"][name] = value
         elif equals and name == "groups" and value.isdigit() and int(value) >= 1:
             changes["allreduce_groups"] = int(value)
+        elif word in FLAGS:
+            changes[FLAGS[word]] = True
         else:
-            raise argparse.ArgumentTypeError(f"expected HOROVOD_NAME=VALUE or groups=N, got {assignment!r}")
+            raise argparse.ArgumentTypeError(f"expected HOROVOD_NAME=VALUE, groups=N, pin or idle, got {word!r}")
     return changes
 
 
@@ -60,26 +68,25 @@ def images_per_second(result: dict) -> float:
     return result["images"] / result["seconds"]
 
 
+def np2(model: str, batch: int, settings: Settings, steps: int, changes: dict, timeline: bool = False) -> dict:
+    """One ``horovodrun -np 2`` run under ``changes`` to ``settings``."""
+    return measure_case(Case(model, batch, WorldSpec("horovod", 2)), dataclasses.replace(settings, **changes, timeline=timeline), steps)
+
+
 def measure_round(model: str, batch: int, settings: Settings, steps: int, variants: dict[str, dict]) -> dict:
-    """The pair, then np=2 under each variant's settings (timeline on), all with ``steps``."""
+    """The pair, then np=2 under each variant (no timeline: rank 0 writing it slows the job)."""
     pair = measure_case(Case(model, batch, WorldSpec("independent", 2)), settings, steps)
-    row = {"pair": images_per_second(pair), "pair_process_seconds": pair["process_seconds"], "np2": {}}
-    for name, changes in variants.items():
-        np2 = measure_case(Case(model, batch, WorldSpec("horovod", 2)),
-                           dataclasses.replace(settings, **changes, timeline=True), steps)
-        row["np2"][name] = {"images_per_second": images_per_second(np2), "allreduce_share": np2["allreduce_share"]}
-    return row
+    return {"pair": images_per_second(pair), "pair_process_seconds": pair["process_seconds"],
+            "np2": {name: images_per_second(np2(model, batch, settings, steps, changes)) for name, changes in variants.items()}}
 
 
-def summarize(rounds: list[dict], variants: dict[str, dict]) -> dict:
-    """Per variant: the ratio to the same round's pair and the allreduce share, each round and median."""
+def summarize(rounds: list[dict], shares: dict[str, float], variants: dict[str, dict]) -> dict:
+    """Per variant: the ratio to the same round's pair (each round, median) and the allreduce share."""
     results = {}
     for name, changes in variants.items():
-        ratios = [row["np2"][name]["images_per_second"] / row["pair"] for row in rounds]
-        shares = [row["np2"][name]["allreduce_share"] for row in rounds]
-        results[name] = {**changes, "ratio": statistics.median(ratios), "ratios": ratios,
-                         "allreduce_share": statistics.median(shares), "allreduce_shares": shares,
-                         "np2_images_per_second": [row["np2"][name]["images_per_second"] for row in rounds]}
+        ratios = [row["np2"][name] / row["pair"] for row in rounds]
+        results[name] = {**changes, "ratio": statistics.median(ratios), "ratios": ratios, "allreduce_share": shares[name],
+                         "np2_images_per_second": [row["np2"][name] for row in rounds]}
     return results
 
 
@@ -105,9 +112,11 @@ def main() -> None:
     rounds = []
     for index in range(args.rounds):
         rounds.append(measure_round(args.model, args.batch, settings, steps, variants))
-        shown = ", ".join(f"{name} {row['images_per_second'] / rounds[-1]['pair']:.3f}" for name, row in rounds[-1]["np2"].items())
+        shown = ", ".join(f"{name} {value / rounds[-1]['pair']:.3f}" for name, value in rounds[-1]["np2"].items())
         print(f"round {index + 1}: np=2 / pair: {shown}", flush=True)
-    results = summarize(rounds, variants)
+    shares = {name: np2(args.model, args.batch, settings, steps, changes, timeline=True)["allreduce_share"]
+              for name, changes in variants.items()}
+    results = summarize(rounds, shares, variants)
     for name, result in results.items():
         print(f"np=2 ({name}) / independent pair: {result['ratio']:.3f} (target >= {TARGET}), "
               f"allreduce {result['allreduce_share']:.1%} of the time")

@@ -17,7 +17,9 @@ per configuration: images/s over all workers; scaling efficiency = images/s / (p
 single worker's images/s at the same model, batch and threads); on CPU the fraction of the
 machine's float32 matmul peak, measured in the same run, that the training FLOPs reach
 (3 x the forward FLOPs counted from the Dense and Conv layers' shapes). A Horovod configuration
-can also record Horovod's timeline over its measured steps (``allreduce_share``).
+can also record Horovod's timeline over its measured steps (``allreduce_share``), bind each
+process to a core and run Horovod's own threads at ``SCHED_IDLE`` (``Settings``): where no core
+is spare, those threads otherwise preempt the compute threads (README, Performance).
 """
 
 from __future__ import annotations
@@ -27,12 +29,13 @@ import json
 import math
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence, TextIO
 
 from lbtrain.files import csv_text, write_atomic, write_json_atomic
 
@@ -46,8 +49,8 @@ DEFAULT_BATCHES = (64,)
 DEFAULT_WORLDS = ("single", "simulated:4", "mirrored:2", "independent:2", "horovod:2")
 DEFAULT_OUTPUT = Path("results/benchmarks/bench")
 # The zoo models see Fashion-MNIST's shape; ResNet-50 ImageNet's.
-INPUTS = {"resnet50": ((224, 224, 3), 1000)}
 ZOO_INPUT = ((28, 28, 1), 10)
+RESNET50_INPUT = ((224, 224, 3), 1000)
 MIN_STEPS = 5
 RESULT_PREFIX = "lbtrain-bench-result "
 COLUMNS = ("model", "per_worker_batch", "world", "workers", "processes", "threads", "device", "global_batch", "steps",
@@ -124,6 +127,8 @@ class Settings:
       knobs); ``timeline`` records a Horovod timeline over the measured steps;
       ``allreduce_groups`` allreduces the gradients in that many groups, each once all its
       gradients are ready (None: Horovod's per-tensor allreduce, as the trainer's ``HorovodWorld``);
+      ``idle_horovod_threads`` runs the threads Horovod starts (its background loop, Gloo's) at
+      ``SCHED_IDLE``: only while the process's own compute waits;
     - ``pin_cores`` binds the i-th process of a world (rank or index) to core i mod the cores.
     """
 
@@ -137,6 +142,7 @@ class Settings:
     timeline: bool = False
     pin_cores: bool = False
     allreduce_groups: int | None = None
+    idle_horovod_threads: bool = False
 
 
 # ---------------------------------------------------------------- what a model costs
@@ -200,7 +206,7 @@ def build_bench_model(name: str, seed: int):
     from lbtrain.models import build_model
 
     if name == "resnet50":
-        input_shape, classes = INPUTS[name]
+        input_shape, classes = RESNET50_INPUT
         tf.keras.utils.set_random_seed(seed)
         model = tf.keras.applications.ResNet50(weights=None, input_shape=input_shape, classes=classes, classifier_activation=None)
         return model, input_shape, classes
@@ -225,6 +231,27 @@ def _set_up_devices(job: dict) -> None:
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * job["size"])
 
 
+def _thread_ids() -> set[int]:
+    """The ids of this process's threads (Linux)."""
+    return {int(tid) for tid in os.listdir("/proc/self/task")}
+
+
+def _horovod_world(idle_threads: bool):
+    """``HorovodWorld()``; with ``idle_threads`` the threads it starts run at ``SCHED_IDLE``."""
+    import tensorflow as tf
+
+    from lbtrain.distributed import HorovodWorld
+
+    if not idle_threads:
+        return HorovodWorld()
+    tf.constant(0.0).numpy()  # TensorFlow starts its own threads first
+    before = _thread_ids()
+    world = HorovodWorld()
+    for thread in _thread_ids() - before:
+        os.sched_setscheduler(thread, os.SCHED_IDLE, os.sched_param(0))
+    return world
+
+
 def _world_and_strategy(job: dict):
     """The lbtrain world of this process and the tf.distribute strategy to build under."""
     import tensorflow as tf
@@ -232,7 +259,7 @@ def _world_and_strategy(job: dict):
     from lbtrain.distributed import HorovodWorld, SimulatedWorld
 
     if job["kind"] == "horovod":
-        return HorovodWorld(), tf.distribute.get_strategy()
+        return _horovod_world(job["idle"]), tf.distribute.get_strategy()
     if job["kind"] == "simulated":
         return SimulatedWorld(job["size"]), tf.distribute.get_strategy()
     if job["kind"] == "mirrored":
@@ -252,20 +279,36 @@ def _synthetic_batches(batch: int, input_shape: Sequence[int], classes: int, see
     return tf.data.Dataset.from_tensor_slices((images, labels)).batch(batch, drop_remainder=True).take(1).cache().repeat()
 
 
-def _timed_fit(model, data, steps: int, callbacks: list) -> float:
-    """Seconds of one ``fit`` epoch of ``steps`` steps (from epoch begin to end, results synced)."""
+def _timeline_switch(path: str | None) -> tuple[Callable[[], None], Callable[[], None]]:
+    """``(start, stop)`` of a Horovod timeline at ``path``; without a path, two no-ops."""
+    if not path:
+        return (lambda: None), (lambda: None)
+    import horovod.tensorflow as hvd
+
+    return (lambda: hvd.start_timeline(path)), hvd.stop_timeline
+
+
+def _timed_fit(model, data, steps: int, callbacks: list, timeline: str | None = None) -> float:
+    """Seconds of ``steps`` steps, timed in a ``fit`` of ``steps + 1`` from the end of its first
+    step (which also starts the data iterator and, under Horovod, waits for the other ranks) to
+    the end of the epoch (results synced). With ``timeline`` (a path), Horovod records its
+    timeline over the same steps."""
     import tensorflow as tf
 
     seconds: list[float] = []
+    start_timeline, stop_timeline = _timeline_switch(timeline)
 
-    class EpochTimer(tf.keras.callbacks.Callback):
-        def on_epoch_begin(self, epoch, logs=None):
-            self.start = time.perf_counter()
+    class StepTimer(tf.keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 0:
+                start_timeline()
+                self.start = time.perf_counter()
 
         def on_epoch_end(self, epoch, logs=None):
             seconds.append(time.perf_counter() - self.start)
+            stop_timeline()
 
-    model.fit(data, epochs=1, steps_per_epoch=steps, verbose=0, callbacks=[*callbacks, EpochTimer()])
+    model.fit(data, epochs=1, steps_per_epoch=steps + 1, verbose=0, callbacks=[*callbacks, StepTimer()])
     return seconds[0]
 
 
@@ -298,7 +341,8 @@ def _process_index(job: dict) -> int:
 def run_job(job: dict) -> dict:
     """Measures one configuration in this process (a child of ``run_benchmark``; under
     horovodrun, one rank): warm-up, a timed probe that sets the steps (unless given), the
-    measured steps. Returns the process's images/s, steps, seconds and FLOPs per sample."""
+    measured steps (``_timed_fit``). Returns the images, steps and seconds measured (all ranks'
+    images under Horovod) and the training FLOPs per sample."""
     if job["pin"]:
         os.sched_setaffinity(0, {_process_index(job) % os.cpu_count()})
     import tensorflow as tf
@@ -314,21 +358,14 @@ def run_job(job: dict) -> dict:
     workers = job["size"] if job["kind"] in ("simulated", "mirrored") else 1
     data = _synthetic_batches(workers * job["batch"], input_shape, classes, job["seed"] + world.rank)
     callbacks = world.callbacks()
-    _timed_fit(model, data, job["warmup"], callbacks)
+    model.fit(data, epochs=1, steps_per_epoch=job["warmup"], verbose=0, callbacks=callbacks)
     steps = job["steps"]
     if steps is None:
-        probe = _timed_fit(model, data, job["warmup"], callbacks) / job["warmup"]
+        probe = _timed_fit(model, data, MIN_STEPS, callbacks) / MIN_STEPS
         steps = world.broadcast_object(max(MIN_STEPS, math.ceil(job["seconds"] / probe)))
     if job["kind"] == "independent":
         _wait_for_all(job["barrier"], job["index"], job["size"])
-    timeline = job.get("timeline")
-    if timeline:
-        import horovod.tensorflow as hvd
-
-        hvd.start_timeline(timeline)
-    seconds = _timed_fit(model, data, steps, callbacks)
-    if timeline:
-        hvd.stop_timeline()
+    seconds = _timed_fit(model, data, steps, callbacks, job.get("timeline"))
     images = steps * workers * job["batch"] * (world.size if job["kind"] == "horovod" else 1)
     return {"rank": world.rank, "steps": steps, "seconds": seconds, "images": images, "train_flops_per_sample": flops}
 
@@ -353,6 +390,7 @@ class CaseFailed(RuntimeError):
 
 
 def _child_command(argument: str) -> list[str]:
+    """The command that runs this module's ``_child_main`` with ``argument``."""
     return [sys.executable, "-m", "lbtrain.bench", argument]
 
 
@@ -362,24 +400,28 @@ def horovodrun_path() -> Path:
 
 
 def _result_of(process: subprocess.CompletedProcess) -> dict:
-    """The result line of a finished child, or ``CaseFailed`` with its last stderr line."""
+    """The result line of a finished child, or ``CaseFailed`` with its first error line (a
+    rank's own, under horovodrun), else its last line."""
     for line in process.stdout.splitlines():
         _, marker, payload = line.partition(RESULT_PREFIX)
         if marker:
             return json.loads(payload)
-    lines = [line for line in (process.stderr + process.stdout).strip().splitlines() if line.strip()]
-    raise CaseFailed(f"exit code {process.returncode}: {lines[-1].strip() if lines else 'no output'}")
+    lines = [line.strip() for line in (process.stderr + process.stdout).splitlines() if line.strip()]
+    errors = [line for line in lines if re.search(r"\w(Error|Exception): ", line)]
+    raise CaseFailed(f"exit code {process.returncode}: {(errors or lines or ['no output'])[0 if errors else -1]}")
 
 
 def _run(command: list[str], env: dict[str, str] | None = None) -> dict:
+    """Runs ``command`` to its end; its result line (``_result_of``)."""
     return _result_of(subprocess.run(command, capture_output=True, text=True, env=env))
 
 
 def _job(case: Case, settings: Settings, steps: int | None) -> dict:
+    """What a child needs to measure ``case`` (JSON-ready; ``run_job`` reads it)."""
     return {"model": case.model, "batch": case.per_worker_batch, "kind": case.world.kind, "size": case.world.size,
             "device": settings.device, "threads": settings.threads, "steps": settings.steps if steps is None else steps,
             "seconds": settings.seconds, "warmup": settings.warmup_steps, "seed": settings.seed, "pin": settings.pin_cores,
-            "groups": settings.allreduce_groups}
+            "groups": settings.allreduce_groups, "idle": settings.idle_horovod_threads}
 
 
 def _wait_for_children(children: list[subprocess.Popen]) -> None:
@@ -483,6 +525,7 @@ def allreduce_seconds(events: Iterable[dict]) -> float:
 
 
 def _union_length(intervals: list[tuple[float, float]]) -> float:
+    """The length of the union of ``(start, end)`` intervals."""
     total, reach = 0.0, -math.inf
     for start, end in sorted(intervals):
         if end > reach:
@@ -494,12 +537,12 @@ def _union_length(intervals: list[tuple[float, float]]) -> float:
 # ---------------------------------------------------------------- the matrix
 
 
-def check_worlds(worlds: Sequence[WorldSpec], device: str, explicit: bool) -> tuple[list[WorldSpec], list[str]]:
+def check_worlds(worlds: Sequence[WorldSpec], explicit: bool) -> tuple[list[WorldSpec], list[str]]:
     """The worlds that can run here, and a note for each left out. A world that cannot run is
     a ``BenchError`` when asked for explicitly, a note when it came from the defaults."""
     runnable, notes = [], []
     for world in worlds:
-        problem = world_problem(world, device)
+        problem = world_problem(world)
         if problem is None:
             runnable.append(world)
         elif explicit:
@@ -509,7 +552,7 @@ def check_worlds(worlds: Sequence[WorldSpec], device: str, explicit: bool) -> tu
     return runnable, notes
 
 
-def world_problem(world: WorldSpec, device: str) -> str | None:
+def world_problem(world: WorldSpec) -> str | None:
     """Why ``world`` cannot run on this stack, or None."""
     if world.kind != "horovod":
         return None
@@ -718,14 +761,17 @@ class ProgressBar:
     """A one-line progress bar on a stream (stderr): redrawn in place on a terminal, one line
     per step otherwise."""
 
-    def __init__(self, stream=sys.stderr, width: int = 24):
-        self.stream, self.width = stream, width
-        self.tty = stream.isatty()
+    def __init__(self, stream: TextIO | None = None, width: int = 24):
+        self.stream, self.width = stream or sys.stderr, width
+        self.tty = self.stream.isatty()
 
     def __call__(self, done: int, total: int, label: str) -> None:
         filled = self.width * done // max(1, total)
         line = f"[{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} {label}"
-        self.stream.write(f"\r{line:<80}" + ("\n" if done == total or not self.tty else ""))
+        if self.tty:
+            self.stream.write(f"\r{line:<80}" + ("\n" if done == total else ""))
+        else:
+            self.stream.write(line + "\n")
         self.stream.flush()
 
 

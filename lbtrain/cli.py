@@ -173,13 +173,15 @@ def _bench_command(args: argparse.Namespace) -> int:
     models = args.models or bench.default_models(args.device)
     bench.check_models(models)
     worlds, notes = bench.check_worlds(args.worlds or [bench.WorldSpec.parse(world) for world in bench.DEFAULT_WORLDS],
-                                       args.device, explicit=args.worlds is not None)
+                                       explicit=args.worlds is not None)
     for note in notes:
         print(f"lbtrain: note: {note}", file=sys.stderr)
     threads = args.threads or (1 if args.device == "cpu" else None)
     settings = bench.Settings(device=args.device, threads=threads, seconds=args.seconds, steps=args.steps,
-                              warmup_steps=args.warmup, timeline=args.timeline)
-    report = bench.run_benchmark(models, args.batches, worlds, settings, args.output, progress=bench.ProgressBar())
+                              warmup_steps=args.warmup, timeline=args.timeline, pin_cores=args.pin_cores,
+                              idle_horovod_threads=args.idle_horovod_threads)
+    batches = args.batches or list(bench.DEFAULT_BATCHES)
+    report = bench.run_benchmark(models, batches, worlds, settings, args.output, progress=bench.ProgressBar())
     print(bench.format_table(report))
     print(f"wrote {Path(args.output) / 'bench.csv'}, bench.json and bench.png")
     failed = sum(row["status"] != "ok" for row in report["rows"])
@@ -259,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "matmul peak; CSV, JSON and plot")
     bench.add_argument("--models", type=_comma_list, help="comma-separated: mlp, cnn, resnet, resnet50 "
                        "(default mlp,cnn,resnet; with --device gpu also resnet50)")
-    bench.add_argument("--batches", type=_positive_ints, default=[64], help="per-worker batch sizes, comma-separated (default 64)")
+    bench.add_argument("--batches", type=_positive_ints, help="per-worker batch sizes, comma-separated (default 64)")
     bench.add_argument("--worlds", type=_worlds, help="comma-separated: single, simulated:W, horovod:N, independent:N, mirrored:N "
                        "(default single,simulated:4,mirrored:2,independent:2,horovod:2; horovod skipped where not installed)")
     bench.add_argument("--device", default="cpu", help="cpu (default) or gpu (needs a GPU TensorFlow sees)")
@@ -269,6 +271,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--steps", type=_positive_int, help="measured steps per configuration instead of --seconds")
     bench.add_argument("--warmup", type=_positive_int, default=5, help="steps before measuring (default 5)")
     bench.add_argument("--timeline", action="store_true", help="record a Horovod timeline: the share of time in allreduce")
+    bench.add_argument("--pin-cores", action="store_true", help="bind the i-th process of a world (rank) to core i")
+    bench.add_argument("--idle-horovod-threads", action="store_true",
+                       help="run Horovod's own threads at SCHED_IDLE: only while their rank's compute waits")
     bench.add_argument("--output", default="results/benchmarks/bench", help="folder of bench.csv, bench.json, bench.png")
     bench.set_defaults(handler=_bench_command)
     train = commands.add_parser(
