@@ -231,27 +231,6 @@ def _set_up_devices(job: dict) -> None:
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * job["size"])
 
 
-def _thread_ids() -> set[int]:
-    """The ids of this process's threads (Linux)."""
-    return {int(tid) for tid in os.listdir("/proc/self/task")}
-
-
-def _horovod_world(idle_threads: bool):
-    """``HorovodWorld()``; with ``idle_threads`` the threads it starts run at ``SCHED_IDLE``."""
-    import tensorflow as tf
-
-    from lbtrain.distributed import HorovodWorld
-
-    if not idle_threads:
-        return HorovodWorld()
-    tf.constant(0.0).numpy()  # TensorFlow starts its own threads first
-    before = _thread_ids()
-    world = HorovodWorld()
-    for thread in _thread_ids() - before:
-        os.sched_setscheduler(thread, os.SCHED_IDLE, os.sched_param(0))
-    return world
-
-
 def _world_and_strategy(job: dict):
     """The lbtrain world of this process and the tf.distribute strategy to build under."""
     import tensorflow as tf
@@ -259,7 +238,8 @@ def _world_and_strategy(job: dict):
     from lbtrain.distributed import HorovodWorld, SimulatedWorld
 
     if job["kind"] == "horovod":
-        return _horovod_world(job["idle"]), tf.distribute.get_strategy()
+        # run_job has bound the whole process already, before TensorFlow started (``job["pin"]``)
+        return HorovodWorld(idle_threads=job["idle"], pin_cores=False), tf.distribute.get_strategy()
     if job["kind"] == "simulated":
         return SimulatedWorld(job["size"]), tf.distribute.get_strategy()
     if job["kind"] == "mirrored":

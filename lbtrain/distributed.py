@@ -21,6 +21,7 @@ Either world can measure the gradient noise scale inside its train step
 from __future__ import annotations
 
 import abc
+import atexit
 import os
 from typing import Any
 
@@ -34,6 +35,29 @@ from lbtrain.train_step import GradientStepModel, NoiseScaleSettings, NoiseScale
 
 # Set by horovodrun (Gloo), mpirun (Open MPI) and MPICH/Intel MPI respectively.
 LAUNCHER_VARIABLES = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+
+
+def _switch(variable: str) -> bool:
+    """An on/off environment variable: ``1`` or ``0`` (unset is off)."""
+    value = os.environ.get(variable, "0")
+    if value not in ("0", "1"):
+        raise ConfigError(f"${variable} is {value!r} (allowed: 0, 1)")
+    return value == "1"
+
+
+def _thread_ids() -> set[int]:
+    """The ids of this process's threads (Linux's /proc/self/task)."""
+    return {int(tid) for tid in os.listdir("/proc/self/task")}
+
+
+def _pin_to_one_core(index: int) -> int:
+    """Binds every thread of this process to one core, the ``index``-th (mod their number) of
+    the cores it may use; threads started later inherit it. Returns the core."""
+    cores = sorted(os.sched_getaffinity(0))
+    core = cores[index % len(cores)]
+    for thread in _thread_ids():
+        os.sched_setaffinity(thread, {core})
+    return core
 
 
 class World(abc.ABC):
@@ -127,33 +151,71 @@ class SimulatedWorld(World):
                 tracker = NoiseScaleTracker(big_batch // pieces, big_batch, noise_scale.decay)
         if pieces == 1:
             return model
-        return GradientStepModel(model, world=self, per_worker_batch=per_worker_batch, pieces=pieces, noise_scale=tracker)
+        return GradientStepModel(model, world=self, per_worker_batch=per_worker_batch, pieces=pieces, noise_scale=tracker,
+                                 sequential=self.micro_batches > 1)
 
 
 class HorovodWorld(World):
     """The real workers of a job started by ``horovodrun`` (or ``mpirun``)."""
 
-    def __init__(self):
+    def __init__(self, *, pin_cores: bool | None = None, idle_threads: bool | None = None):
         """Initializes Horovod. The gradient compression of ``wrap_optimizer`` comes from
         ``$LBTRAIN_HOROVOD_COMPRESSION`` (``none``, the default, or ``fp16``), which ``mode:
-        horovod`` sets from the experiment's ``horovod.compression``."""
+        horovod`` sets from the experiment's ``horovod.compression``.
+
+        Where no core is spare (as many ranks as cores, one compute thread each), Horovod's own
+        threads (its background loop waking every cycle, Gloo's I/O) preempt the compute
+        threads all through the step; two opt-in remedies, measured in README "Horovod against
+        the machine's own limit" (np=2 against two independent processes: 0.76 -> 0.94):
+
+        - ``idle_threads``: the threads ``hvd.init()`` starts run at Linux's ``SCHED_IDLE``, so
+          they run only while their rank's compute waits (which is when an allreduce is due);
+        - ``pin_cores``: every thread of the process (and those it starts later) is bound to
+          one core, the local rank's place among the cores this process may use.
+
+        Both default to ``$LBTRAIN_HOROVOD_IDLE_THREADS`` / ``$LBTRAIN_HOROVOD_PIN_CORES``
+        (``1`` or ``0``), which ``mode: horovod`` sets from ``horovod.idle_threads`` /
+        ``horovod.pin_cores``. Off by default: on a host with spare cores (a GPU node) an idle
+        communication thread could starve behind other work."""
         import horovod.tensorflow.keras as hvd
 
-        from lbtrain.config import HOROVOD_COMPRESSION_VARIABLE
+        from lbtrain.config import (
+            HOROVOD_COMPRESSION_VARIABLE,
+            HOROVOD_IDLE_THREADS_VARIABLE,
+            HOROVOD_PIN_CORES_VARIABLE,
+        )
 
         compressions = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}
         name = os.environ.get(HOROVOD_COMPRESSION_VARIABLE, "none")
         if name not in compressions:
             raise ConfigError(f"${HOROVOD_COMPRESSION_VARIABLE} is {name!r} (allowed: {', '.join(compressions)})")
         self.compression = compressions[name]
+        self.idle_threads = _switch(HOROVOD_IDLE_THREADS_VARIABLE) if idle_threads is None else idle_threads
+        pin_cores = _switch(HOROVOD_PIN_CORES_VARIABLE) if pin_cores is None else pin_cores
+        if (self.idle_threads or pin_cores) and not hasattr(os, "sched_setaffinity"):
+            raise ConfigError("horovod.idle_threads and horovod.pin_cores need Linux's scheduler calls (not on this system)")
         self._hvd = hvd
+        before = _thread_ids()
+        # Horovod's timeline writer would run idle with its other threads and lose the last
+        # events at exit; started dynamically and stopped at exit, the timeline is complete.
+        timeline = os.environ.get("HOROVOD_TIMELINE") if self.idle_threads else None
+        if timeline:
+            os.environ["HOROVOD_TIMELINE"] = "DYNAMIC"  # started by hvd.start_timeline below
         hvd.init()
+        if self.idle_threads:
+            for thread in _thread_ids() - before:
+                os.sched_setscheduler(thread, os.SCHED_IDLE, os.sched_param(0))
+        if timeline:
+            os.environ["HOROVOD_TIMELINE"] = timeline
+            hvd.start_timeline(timeline, mark_cycles=os.environ.get("HOROVOD_TIMELINE_MARK_CYCLES") == "1")
+            atexit.register(hvd.stop_timeline)
         gpus = tf.config.list_physical_devices("GPU")
         for gpu in gpus:
             tf.config.experimental.set_memory_growth(gpu, True)
         if gpus:
             tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
         self.size, self.rank, self.local_rank = hvd.size(), hvd.rank(), hvd.local_rank()
+        self.core = _pin_to_one_core(self.local_rank) if pin_cores else None
 
     def __repr__(self) -> str:
         return f"HorovodWorld(size={self.size}, rank={self.rank})"

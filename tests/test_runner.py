@@ -11,6 +11,7 @@ import yaml
 
 from conftest import REPO_ROOT
 from lbtrain.config import ConfigError, ExperimentConfig, load_experiment
+from lbtrain.distributed import HorovodWorld
 from lbtrain.results import read_run
 from lbtrain.runner import expand, launch_horovod, run_experiment
 
@@ -190,7 +191,8 @@ def test_mode_horovod_runs_world_sizes_one_and_two_for_real(tmp_path):
     assert any(event.get("name") == "ALLREDUCE" for event in events)
 
 
-KNOBS = {"fusion_threshold_mb": 2, "cycle_time_ms": 3.5, "timeline": True, "compression": "fp16", "hierarchical_allreduce": True}
+KNOBS = {"fusion_threshold_mb": 2, "cycle_time_ms": 3.5, "timeline": True, "compression": "fp16", "hierarchical_allreduce": True,
+         "idle_threads": True, "pin_cores": True}
 
 
 @pytest.mark.slow
@@ -205,10 +207,16 @@ def test_every_horovod_knob_reaches_every_rank_and_the_timeline_lands_in_the_run
     assert job.returncode == 0, job.stderr[-2000:]
     timeline = run_dir / "horovod_timeline.json"
     expected = {"HOROVOD_FUSION_THRESHOLD": str(2 * 1024 * 1024), "HOROVOD_CYCLE_TIME": "3.5", "HOROVOD_TIMELINE": str(timeline),
-                "HOROVOD_HIERARCHICAL_ALLREDUCE": "1", "LBTRAIN_HOROVOD_COMPRESSION": "fp16"}
+                "HOROVOD_HIERARCHICAL_ALLREDUCE": "1", "LBTRAIN_HOROVOD_COMPRESSION": "fp16",
+                "LBTRAIN_HOROVOD_IDLE_THREADS": "1", "LBTRAIN_HOROVOD_PIN_CORES": "1"}
+    cores = sorted(os.sched_getaffinity(0))
     for rank in (0, 1):
         seen = json.loads((run_dir / f"rank{rank}.json").read_text())
         assert (seen["size"], seen["environment"], seen["compression"]) == (2, expected, "FP16Compressor")
+        core = cores[rank % len(cores)]  # one local rank per core
+        assert seen["core"] == core and all(thread_cores == [core] for thread_cores in seen["threads"]["cores"])
+        assert seen["threads"]["idle"], "no Horovod thread runs at SCHED_IDLE"
+        assert seen["threads"]["other"][0] == "python"  # the main thread, which computes, is not idle
         assert seen["weight"] == -1.0  # the gradient 1 + 2**-12 crossed the allreduce as float16
     events = json.loads(timeline.read_text())
     assert {"dtype": "float16", "shape": "[]"} in [event.get("args") for event in events]
@@ -222,6 +230,7 @@ def test_every_horovod_knob_reaches_every_rank_and_the_timeline_lands_in_the_run
         ({"compression": "int8"}, "horovod.compression: Input should be 'none' or 'fp16' (got 'int8')"),
         ({"timeline": "yes"}, "horovod.timeline: Input should be a valid boolean (got 'yes')"),
         ({"hierarchical_allreduce": 1}, "horovod.hierarchical_allreduce: Input should be a valid boolean (got 1)"),
+        ({"pin_cores": "always"}, "horovod.pin_cores: Input should be a valid boolean (got 'always')"),
         ({"cycle_time_ms": 5, "args": ["--cycle-time-ms=2"]},
          "horovod: args has --cycle-time-ms, which sets what cycle_time_ms sets: keep one of them"),
     ],
@@ -239,6 +248,16 @@ def test_only_the_knobs_given_become_horovod_variables(tmp_path):
     assert experiment(tmp_path, horovod={"hierarchical_allreduce": False, "fusion_threshold_mb": 0, "args": ["--timeline-filename", "t.json"]}
                       ).horovod.environment(tmp_path) == {
         "LBTRAIN_HOROVOD_COMPRESSION": "none", "HOROVOD_FUSION_THRESHOLD": "0", "HOROVOD_HIERARCHICAL_ALLREDUCE": "0"}
+    assert experiment(tmp_path, horovod={"idle_threads": True, "pin_cores": False}).horovod.environment(tmp_path) == {
+        "LBTRAIN_HOROVOD_COMPRESSION": "none", "LBTRAIN_HOROVOD_IDLE_THREADS": "1"}
+
+
+@pytest.mark.horovod
+@pytest.mark.parametrize("variable", ["LBTRAIN_HOROVOD_IDLE_THREADS", "LBTRAIN_HOROVOD_PIN_CORES"])
+def test_a_bad_thread_switch_in_a_ranks_environment_is_a_one_line_error(monkeypatch, variable):
+    monkeypatch.setenv(variable, "yes")
+    with pytest.raises(ConfigError, match=rf"^\${variable} is 'yes' \(allowed: 0, 1\)$"):
+        HorovodWorld()
 
 
 @pytest.mark.slow
