@@ -568,15 +568,50 @@ class SweepConfig(_Strict):
     grace_seconds: int = Field(default=30, gt=0)
 
 
+def check_search_paths(search: dict[str, SearchParam]) -> dict[str, SearchParam]:
+    """``search`` unchanged if every key is a field path of a run; else a ValueError naming it."""
+    for path in search:
+        if "." not in path or not known_field_path(path):
+            raise ValueError(f"{path!r} is no field path (use e.g. lr.base_lr, lr.warmup_epochs, optimizer.name)")
+    return search
+
+
 class ProtocolConfig(_Strict):
     """The tuning protocol of ``lbtrain sweep`` (``lbtrain.protocol``; Shallue et al. 2018,
     Nado et al. 2021): every arm is tuned with ``sweep.trials`` trials on validation, then its
     best configuration is re-run with each of ``seeds`` (at least 3) and tested.
     ``reference_world_size`` (default the smallest of ``grid.world_sizes``) is where a recipe's
-    base LR is tuned for its "rule" arms."""
+    base LR is tuned for its "rule" arms. ``rules`` maps a recipe's label to the LR rules its
+    reference tuning is carried by, one rule arm each (default: the recipe's own ``lr.rule``):
+    ``{momentum: [none, sqrt, linear]}`` compares three rules on one base-batch tuning.
+    ``search`` maps a recipe's label to dimensions that replace (or add to) the experiment's
+    ``search`` for that recipe, e.g. Adam's LR range beside SGD's; the trial budget stays
+    ``sweep.trials`` for every arm."""
 
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=3)
     reference_world_size: int | None = Field(default=None, gt=0)
+    rules: dict[str, list[str | float]] = Field(default_factory=dict)
+    search: dict[str, dict[str, SearchParam]] = Field(default_factory=dict)
+
+    @field_validator("search")
+    @classmethod
+    def _search_paths(cls, search: dict[str, dict[str, SearchParam]]) -> dict[str, dict[str, SearchParam]]:
+        for dimensions in search.values():
+            check_search_paths(dimensions)
+        return search
+
+    @field_validator("rules")
+    @classmethod
+    def _known_rules(cls, rules: dict[str, list[str | float]]) -> dict[str, list[str | float]]:
+        for recipe, listed in rules.items():
+            if not listed or len(set(map(str, listed))) != len(listed):
+                raise ValueError(f"rules of {recipe!r} must be a non-empty list of distinct rules, got {listed}")
+            for rule in listed:
+                try:
+                    LRConfig(rule=rule)
+                except ValidationError:
+                    raise ValueError(f"rules of {recipe!r}: {rule!r} is not a rule (allowed: linear, sqrt, none or a float exponent)") from None
+        return rules
 
     @field_validator("seeds")
     @classmethod
@@ -614,10 +649,7 @@ class ExperimentConfig(_Strict):
     @field_validator("search")
     @classmethod
     def _search_paths(cls, search: dict[str, SearchParam]) -> dict[str, SearchParam]:
-        for path in search:
-            if "." not in path or not known_field_path(path):
-                raise ValueError(f"{path!r} is no field path (use e.g. lr.base_lr, lr.warmup_epochs, optimizer.name)")
-        return search
+        return check_search_paths(search)
 
     def base_run(self) -> dict[str, Any]:
         """The run every grid point starts from, as plain data."""

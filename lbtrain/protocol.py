@@ -12,6 +12,9 @@ how lucky the base LR was. ``lbtrain sweep`` on an experiment with a ``protocol`
    - *rule*: the recipe's fields tuned at the reference world size (``protocol.
      reference_world_size``, default the smallest), then carried to W unchanged, so the
      recipe's ``lr.rule`` alone scales the LR. At the reference world size the two are one arm.
+     With ``protocol.rules[recipe]`` (several rules) the one reference tuning is carried by each
+     of them, one rule arm per rule (``"<recipe> <rule> rule"``): no scaling, sqrt and linear
+     compared on the same base-batch tuning.
 
    Every tuned study gets ``sweep.trials`` trials, so every arm has the same tuning budget (a
    rule arm's budget is its reference study's). A recipe without warmup does not search
@@ -21,8 +24,10 @@ how lucky the base LR was. ``lbtrain sweep`` on an experiment with a ``protocol`
    (``results/<name>/runs``, ``summary.csv``, resumable), labelled ``"<recipe> tuned"`` and
    ``"<recipe> rule"``.
 3. **Comparison.** ``protocol.json`` and ``protocol.md``: per recipe and world size, the test
-   accuracy of each arm (mean over its ok seeds with a 95% bootstrap interval and n), and the
-   cost of the rule, tuned − rule, with its own interval; the trials each study had.
+   accuracy of each arm (mean over its ok seeds with a 95% bootstrap interval and n), the
+   cost of the rule, tuned − rule, and each arm against the recipe's tuned arm at the
+   reference world size (arm − reference: what moving from the base batch costs), each with
+   its own interval; the trials each study had.
 """
 
 from __future__ import annotations
@@ -53,11 +58,13 @@ class Arm:
     world_size: int
     base: dict[str, Any]
     study: StudySpec
+    rule: str | float | None = None
 
     @property
     def label(self) -> str:
-        """The label of its final runs: ``"<recipe> <kind>"``."""
-        return f"{self.recipe} {self.kind}"
+        """The label of its final runs: ``"<recipe> <kind>"``, or ``"<recipe> <rule> rule"`` for
+        a rule arm of a recipe carried by several rules (``protocol.rules``)."""
+        return f"{self.recipe} {self.kind}" if self.rule is None else f"{self.recipe} {self.rule} {self.kind}"
 
 
 def reference_world_size(experiment: ExperimentConfig) -> int:
@@ -83,16 +90,24 @@ def protocol_arms(experiment: ExperimentConfig) -> list[Arm]:
         raise ConfigError(f"grid: the protocol crosses grid.world_sizes with grid.variants only, not {', '.join(crossed)} "
                           "(seeds come from protocol.seeds)")
     sizes, reference = world_sizes(experiment), reference_world_size(experiment)
+    recipes = [str(variant.get("label") or "base") for variant in variants]
+    for section in ("rules", "search"):
+        unknown = sorted(set(getattr(experiment.protocol, section)) - set(recipes))
+        if unknown:
+            raise ConfigError(f"protocol.{section}: {', '.join(map(repr, unknown))} is not a recipe "
+                              f"(labels of grid.variants: {', '.join(recipes)})")
     arms = []
-    for variant in variants:
-        recipe = str(variant.get("label") or "base")
+    for recipe, variant in zip(recipes, variants):
         base = with_overrides(experiment.base_run(), {path: value for path, value in variant.items() if path != "label"})
-        search = _recipe_search(experiment.search, base)
+        search = _recipe_search({**experiment.search, **experiment.protocol.search.get(recipe, {})}, base)
         studies = {size: StudySpec(f"{experiment.name}-{label_slug(recipe)}-w{size}", size, base, search) for size in sizes}
+        rules = experiment.protocol.rules.get(recipe)
         for size in sizes:
             arms.append(Arm(recipe, "tuned", size, base, studies[size]))
-            if size != reference:
+            if size != reference and rules is None:
                 arms.append(Arm(recipe, "rule", size, base, studies[reference]))
+            elif size != reference:
+                arms += [Arm(recipe, "rule", size, with_overrides(base, {"lr.rule": rule}), studies[reference], rule) for rule in rules]
     return arms
 
 
@@ -148,30 +163,40 @@ def _test_accuracies(summary: list[dict[str, Any]], label: str, world_size: int)
 
 
 def comparison_rows(arms: list[Arm], summary: list[dict[str, Any]], trials: dict[str, int], reference: int) -> list[dict[str, Any]]:
-    """Per recipe and world size: each arm's test accuracy (``Estimate`` as plain data), the
-    cost of the rule (tuned − rule; None at the reference world size, where the rule arm is the
-    tuned arm) and the trials behind each arm."""
+    """Per recipe, world size and rule: each arm's test accuracy (``Estimate`` as plain data),
+    the cost of the rule (tuned − rule), and each arm against the recipe's tuned arm at the
+    reference world size (arm − reference), with the trials behind each arm. At the reference
+    world size the rule arm is the tuned arm: one row, no differences."""
     from lbtrain.analysis.statistics import bootstrap_difference, bootstrap_mean
+
+    def difference(a: list[float], b: list[float], at_reference: bool) -> dict[str, Any] | None:
+        return None if at_reference else dataclasses.asdict(bootstrap_difference(a, b))
 
     rows = []
     for arm in (arm for arm in arms if arm.kind == "tuned"):
+        config = run_config_from_dict(with_overrides(arm.base, {"training.world_size": arm.world_size}))
+        at_reference = arm.world_size == reference
         tuned, tuned_runs = _test_accuracies(summary, arm.label, arm.world_size)
-        rule_label = arm.label if arm.world_size == reference else f"{arm.recipe} rule"
-        rule, rule_runs = _test_accuracies(summary, rule_label, arm.world_size)
-        rule_study = next(a.study.name for a in arms if a.recipe == arm.recipe and a.world_size == reference)
-        rows.append({
-            "recipe": arm.recipe,
-            "world_size": arm.world_size,
-            "global_batch": run_config_from_dict(with_overrides(arm.base, {"training.world_size": arm.world_size})).global_batch,
-            "tuned": dataclasses.asdict(bootstrap_mean(tuned)),
-            "tuned_runs": tuned_runs,
-            "tuned_trials": trials[arm.study.name],
-            "rule": dataclasses.asdict(bootstrap_mean(rule)),
-            "rule_runs": rule_runs,
-            "rule_trials": trials[rule_study],
-            # At the reference the rule arm is the tuned arm: no cost by construction.
-            "cost_of_rule": None if arm.world_size == reference else dataclasses.asdict(bootstrap_difference(tuned, rule)),
-        })
+        base, _ = _test_accuracies(summary, arm.label, reference)
+        rule_arms = [a for a in arms if a.kind == "rule" and a.recipe == arm.recipe and a.world_size == arm.world_size]
+        reference_study = next(a.study.name for a in arms if a.recipe == arm.recipe and a.world_size == reference)
+        for rule_arm in rule_arms or [arm]:
+            rule, rule_runs = _test_accuracies(summary, rule_arm.label, arm.world_size)
+            rows.append({
+                "recipe": arm.recipe,
+                "rule_name": "reference" if at_reference else str(config.lr.rule if rule_arm.rule is None else rule_arm.rule),
+                "world_size": arm.world_size,
+                "global_batch": config.global_batch,
+                "tuned": dataclasses.asdict(bootstrap_mean(tuned)),
+                "tuned_runs": tuned_runs,
+                "tuned_trials": trials[arm.study.name],
+                "rule": dataclasses.asdict(bootstrap_mean(rule)),
+                "rule_runs": rule_runs,
+                "rule_trials": trials[reference_study],
+                "cost_of_rule": difference(tuned, rule, at_reference),
+                "rule_minus_reference": difference(rule, base, at_reference),
+                "tuned_minus_reference": difference(tuned, base, at_reference),
+            })
     return rows
 
 
@@ -194,15 +219,18 @@ def protocol_markdown(experiment: ExperimentConfig, rows: list[dict[str, Any]], 
     budget_text = (f"{budgets[0]} finished trials per tuned study (equal for every arm)" if len(budgets) == 1
                    else f"unequal tuning budgets: {', '.join(f'{name} {count}' for name, count in trials.items())}")
     table = markdown_table(
-        ["recipe", "world", "global batch", "rule: test acc [95% CI]", "tuned: test acc [95% CI]", "cost of the rule (tuned − rule)"],
-        [[row["recipe"], row["world_size"], row["global_batch"], _describe(row["rule"]), _describe(row["tuned"]),
+        ["recipe", "rule", "world", "global batch", "rule: test acc [95% CI]", "rule − reference", "tuned: test acc [95% CI]",
+         "tuned − reference", "cost of the rule (tuned − rule)"],
+        [[row["recipe"], row["rule_name"], row["world_size"], row["global_batch"], _describe(row["rule"]),
+          _describe(row["rule_minus_reference"], signed=True), _describe(row["tuned"]), _describe(row["tuned_minus_reference"], signed=True),
           _describe(row["cost_of_rule"], signed=True)] for row in rows],
     )
     return "\n\n".join([
         f"# {experiment.name}: scaling rule vs tuning at the batch",
         f"Tuning budget: {budget_text}, scored on validation accuracy; each arm's best configuration re-run with seeds "
         f"{', '.join(str(seed) for seed in experiment.protocol.seeds)} and tested. *rule*: the recipe's search tuned at world size "
-        f"{reference_world_size(experiment)} and carried by its LR rule; *tuned*: tuned at this world size. "
+        f"{reference_world_size(experiment)} and carried by its LR rule; *tuned*: tuned at this world size; *reference*: the "
+        "recipe's tuned arm at that world size, so *− reference* is what the larger batch costs. "
         "Means over the seeds whose run was judged ok, "
         "95% bootstrap intervals, n = ok seeds.",
         table,

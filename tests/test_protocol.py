@@ -11,7 +11,7 @@ import yaml
 from lbtrain.analysis.tables import read_summary
 from lbtrain.cli import main
 from lbtrain.config import ConfigError, ExperimentConfig
-from lbtrain.protocol import protocol_arms, reference_world_size, tuned_studies
+from lbtrain.protocol import comparison_rows, protocol_arms, reference_world_size, tuned_studies
 from lbtrain.sweep import FINISHED, best_ok_trial, open_study
 
 
@@ -48,9 +48,53 @@ def test_arms_pair_a_tuned_and_a_rule_arm_per_recipe_and_world_size(tmp_path):
     assert set(arms[0].study.search) == {"lr.base_lr"} and set(arms[3].study.search) == {"lr.base_lr", "lr.warmup_epochs"}
 
 
+def test_protocol_rules_carry_one_reference_tuning_by_several_rules(tmp_path):
+    spec = protocol_spec(tmp_path, protocol={"seeds": [0, 1, 2], "rules": {"sqrt": ["none", "sqrt", 0.75]}})
+    spec["grid"]["world_sizes"] = [1, 2, 4]
+    arms = protocol_arms(ExperimentConfig.model_validate(spec))
+    sqrt_rule_arms = [(arm.label, arm.world_size, arm.study.name, arm.base["lr"]["rule"]) for arm in arms
+                      if arm.recipe == "sqrt" and arm.kind == "rule"]
+    assert sqrt_rule_arms == [(f"sqrt {rule} rule", size, "proto-sqrt-w1", rule) for size in (2, 4) for rule in ("none", "sqrt", 0.75)]
+    # A recipe without an entry keeps its one rule arm, labelled as before.
+    assert [arm.label for arm in arms if arm.recipe == "linear+warmup" and arm.kind == "rule"] == ["linear+warmup rule"] * 2
+    assert len(tuned_studies(arms)) == 6  # the extra rules cost no tuning
+
+
+def test_protocol_search_gives_a_recipe_its_own_ranges_with_the_same_budget(tmp_path):
+    adam_range = {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}
+    spec = protocol_spec(tmp_path, protocol={"seeds": [0, 1, 2], "search": {"linear+warmup": {"lr.base_lr": adam_range}}})
+    arms = protocol_arms(ExperimentConfig.model_validate(spec))
+    sqrt, linear = arms[0].study.search, arms[3].study.search
+    assert (sqrt["lr.base_lr"].low, sqrt["lr.base_lr"].high) == (0.02, 0.2)
+    assert (linear["lr.base_lr"].low, linear["lr.base_lr"].high) == (1e-4, 1e-2) and "lr.warmup_epochs" in linear
+
+
+def test_comparison_rows_set_each_arm_against_the_recipes_tuned_reference(tmp_path):
+    spec = protocol_spec(tmp_path, protocol={"seeds": [0, 1, 2], "rules": {"sqrt": ["none", "sqrt"]}})
+    arms = protocol_arms(ExperimentConfig.model_validate(spec))
+    accuracies = {("sqrt tuned", 1): [0.80, 0.82, 0.84], ("sqrt tuned", 2): [0.78, 0.80, 0.79],
+                  ("sqrt none rule", 2): [0.70, 0.72, None], ("sqrt sqrt rule", 2): [0.75, 0.77, 0.76],
+                  ("linear+warmup tuned", 1): [0.8] * 3, ("linear+warmup tuned", 2): [0.8] * 3, ("linear+warmup rule", 2): [0.1] * 3}
+    summary = [{"label": label, "world_size": world, "status": "ok" if value is not None else "diverged", "test_accuracy": value}
+               for (label, world), values in accuracies.items() for value in values]
+    trials = {study.name: 2 for study in tuned_studies(arms)}
+    rows = {(row["recipe"], row["rule_name"], row["world_size"]): row for row in comparison_rows(arms, summary, trials, 1)}
+    assert set(rows) == {("sqrt", "reference", 1), ("sqrt", "none", 2), ("sqrt", "sqrt", 2), ("linear+warmup", "reference", 1),
+                         ("linear+warmup", "linear", 2)}
+    none = rows[("sqrt", "none", 2)]
+    assert (none["rule"]["n"], none["rule_runs"]) == (2, 3)  # the diverged seed is counted, not averaged
+    assert none["rule_minus_reference"]["mean"] == pytest.approx(0.71 - 0.82)
+    assert none["tuned_minus_reference"]["mean"] == pytest.approx(0.79 - 0.82)
+    assert none["cost_of_rule"]["mean"] == pytest.approx(0.79 - 0.71)
+    assert rows[("sqrt", "sqrt", 2)]["rule_minus_reference"]["mean"] == pytest.approx(0.76 - 0.82)
+    assert rows[("sqrt", "reference", 1)]["cost_of_rule"] is None and rows[("sqrt", "reference", 1)]["rule_minus_reference"] is None
+
+
 @pytest.mark.parametrize("changes, message", [
     ({"grid": {"world_sizes": [1, 2], "seeds": [0, 1]}}, r"the protocol crosses grid.world_sizes with grid.variants only, not training.seed"),
     ({"protocol": {"reference_world_size": 4}}, r"protocol.reference_world_size 4 is not one of grid.world_sizes \[1, 2\]"),
+    ({"protocol": {"rules": {"linear": ["sqrt"]}}}, r"protocol.rules: 'linear' is not a recipe \(labels of grid.variants: sqrt, linear\+warmup\)"),
+    ({"protocol": {"search": {"adam": {}}}}, r"protocol.search: 'adam' is not a recipe"),
 ])
 def test_protocol_grid_errors(tmp_path, changes, message):
     with pytest.raises(ConfigError, match=message):
@@ -101,9 +145,17 @@ def test_a_tuned_study_from_one_yaml_equal_budgets_three_seeds_and_the_cost_of_t
     assert row["cost_of_rule"]["mean"] == pytest.approx(statistics.fmean(tuned) - statistics.fmean(rule))
     assert row["tuned_trials"] == row["rule_trials"] == 2
     text = (results / "protocol.md").read_text()
-    assert "2 finished trials per tuned study (equal for every arm)" in text and "| sqrt | 2 | 32 |" in text
+    assert "2 finished trials per tuned study (equal for every arm)" in text and "| sqrt | sqrt | 2 | 32 |" in text
 
     # Resumable: a rerun trains nothing new.
     capsys.readouterr()
     assert main(["sweep", str(path)]) == 0
     assert capsys.readouterr().out.count("done before, skipped") == len(summary)
+
+
+def test_a_rule_that_does_not_exist_in_protocol_rules_is_a_one_line_error(tmp_path, capsys):
+    path = tmp_path / "proto.yaml"
+    path.write_text(yaml.safe_dump(protocol_spec(tmp_path, protocol={"seeds": [0, 1, 2], "rules": {"sqrt": ["none", "cube"]}})))
+    assert main(["sweep", str(path)]) == 2
+    assert capsys.readouterr().err == ("lbtrain: error: protocol.rules: rules of 'sqrt': 'cube' is not a rule "
+                                       "(allowed: linear, sqrt, none or a float exponent)\n")
