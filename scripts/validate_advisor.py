@@ -9,6 +9,11 @@ by a steps-to-target study (``report.json`` of ``lbtrain report``: the fit of
 beside the validation accuracy, with where the run reaches the study's target and where
 ``B_simple`` reaches the measured ``B_crit``.
 
+The raw probe is biased low (B_simple grows as the loss falls), so the advisor also prints a
+calibrated B_crit: B_simple times the geometric mean of the measured / predicted multiples of
+these pairs. That calibration is validated out of sample by leaving one pair out: each pair's
+B_simple times the geometric mean multiple of the *other* pairs, against its measured B_crit.
+
 Writes ``results/advisor_validation/validation.json``, ``validation.md`` (every number in it
 comes from the JSON) and ``validation.png``.
 
@@ -218,6 +223,43 @@ def _verdict(item: dict[str, Any]) -> str:
     return text
 
 
+def leave_one_out(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per pair: the calibrated prediction from the other pairs only, B_simple x the geometric
+    mean of their measured / predicted multiples, its ratio to the measured B_crit and whether
+    it is within 2x. Empty with fewer than two pairs."""
+    multiples = [item["measured"]["b_crit"] / item["predicted"]["b_simple"] for item in pairs]
+    rows = []
+    for index, item in enumerate(pairs):
+        others = [multiple for other, multiple in enumerate(multiples) if other != index]
+        if not others:
+            continue
+        multiple = math.exp(sum(math.log(m) for m in others) / len(others))
+        calibrated = item["predicted"]["b_simple"] * multiple
+        ratio = calibrated / item["measured"]["b_crit"]
+        rows.append({"pair": item["pair"], "calibrated_from": [pairs[other]["pair"] for other in range(len(pairs)) if other != index],
+                     "multiple": multiple, "calibrated_b_crit": calibrated, "measured_b_crit": item["measured"]["b_crit"],
+                     "ratio": ratio, "within_2x": 1 / WITHIN <= ratio <= WITHIN})
+    return rows
+
+
+def _leave_one_out_section(data: dict[str, Any]) -> list[str]:
+    rows = data["leave_one_out"]
+    if not rows:
+        return []
+    return ["## Calibrated prediction, validated by leaving one pair out", "",
+            "`lbtrain advise` also prints a calibrated B_crit: the probe's B_simple times the geometric mean of the "
+            "measured / predicted multiples of these pairs. Fitted on all pairs it cannot be validated on them; here each "
+            "pair is predicted from the other pairs' multiples only.", "",
+            _table(["pair", "calibrated from", "multiple", "calibrated B_crit", "measured B_crit", "calibrated / measured",
+                    "within 2x"],
+                   [[row["pair"], ", ".join(row["calibrated_from"]), f"{row['multiple']:.1f}x", _n(row["calibrated_b_crit"]),
+                     _n(row["measured_b_crit"]), f"{row['ratio']:.2f}", "yes" if row["within_2x"] else "no"] for row in rows]),
+            "",
+            f"Left-out pairs within 2x: {sum(row['within_2x'] for row in rows)} of {len(rows)}. With {len(rows)} pairs this is "
+            "thin evidence: the multiple is a property of the model, data and target, and a new pair may sit outside the "
+            "range these span.", ""]
+
+
 def render_markdown(data: dict[str, Any]) -> str:
     pairs = data["pairs"]
     lines = [
@@ -242,6 +284,7 @@ def render_markdown(data: dict[str, Any]) -> str:
         "",
     ]
     lines += [_verdict(item) + "\n" for item in pairs]
+    lines += _leave_one_out_section(data)
     lines += ["![predicted vs measured critical batch; B_simple over training](validation.png)", "",
               "## B_simple over a whole training run", "",
               "The per-epoch `noise_scale` of one run at each pair's base batch (the in-step estimate's moving average at the "
@@ -338,6 +381,7 @@ def main() -> None:
                            "studies, and B_simple over a whole training run (issue 17, part 3)",
             "tolerance": WITHIN, "pairs": [pair(*spec) for spec in PAIRS]}
     data["within_2x"] = sum(item["within_2x"] for item in data["pairs"])
+    data["leave_one_out"] = leave_one_out(data["pairs"])
     OUTPUT.mkdir(parents=True, exist_ok=True)
     write_atomic(OUTPUT / "validation.json", (json.dumps(data, indent=2, allow_nan=False) + "\n").encode())
     write_atomic(OUTPUT / "validation.md", render_markdown(data).encode())
@@ -346,6 +390,9 @@ def main() -> None:
         print(f"{item['pair']}: predicted {item['predicted']['b_simple']:.0f} [{item['predicted']['low']:.0f}, "
               f"{item['predicted']['high']:.0f}], measured {item['measured']['b_crit']:.0f}, ratio {item['ratio']:.2f}, "
               f"within 2x: {'yes' if item['within_2x'] else 'no'}")
+    for row in data["leave_one_out"]:
+        print(f"{row['pair']}, calibrated from {', '.join(row['calibrated_from'])}: {row['calibrated_b_crit']:.0f} vs "
+              f"{row['measured_b_crit']:.0f}, ratio {row['ratio']:.2f}, within 2x: {'yes' if row['within_2x'] else 'no'}")
     print(f"wrote {OUTPUT / 'validation.json'}, validation.md, validation.png")
 
 
