@@ -99,6 +99,10 @@ def warmup_lr(step, warmup_steps, start_lr, target_lr):
     return start_lr + (target_lr - start_lr) * ((step + 1) / warmup_steps)
 
 
+# Goyal et al. 2017 sec. 2.2: a ramp from the start to the target, or the start held constant.
+WARMUP_TYPES = ("gradual", "constant")
+
+
 @keras_serializable()
 class Warmup(LearningRateSchedule):
     """Gradual warmup (Goyal et al. 2017, "Accurate, Large Minibatch SGD", sec. 2.2).
@@ -119,6 +123,10 @@ class Warmup(LearningRateSchedule):
     (Horovod's and Goyal's convention: start at the unscaled LR, ``k`` being the scaling
     factor the target was scaled by); else 0 (``lr(s) = target * (s + 1) / warmup_steps``).
 
+    ``warmup_type="constant"`` is Goyal et al.'s *constant* warmup instead: ``lr(s) = start`` for
+    ``s < warmup_steps``, then the jump to ``after(s)`` (they found it fails at 8k where the
+    gradual ramp holds: the jump itself is the shock).
+
     Args:
       target_lr: the (scaled) learning rate reached at the end of warmup.
       warmup_steps: length of the warmup in steps; 0 means no warmup.
@@ -127,6 +135,7 @@ class Warmup(LearningRateSchedule):
       offset_after: whether ``after`` counts steps from the end of warmup (default False:
         from step 0).
       scaling_factor: ``k``; only used to derive the start, exclusive with ``start_lr``.
+      warmup_type: ``gradual`` (the ramp) or ``constant`` (the start held).
     """
 
     def __init__(
@@ -138,8 +147,12 @@ class Warmup(LearningRateSchedule):
         offset_after: bool = False,
         scaling_factor: float | None = None,
         name: str | None = None,
+        warmup_type: str = "gradual",
     ):
         super().__init__()
+        if warmup_type not in WARMUP_TYPES:
+            raise ScheduleError(f"warmup_type must be one of {', '.join(WARMUP_TYPES)}, got {warmup_type!r}")
+        self.warmup_type = warmup_type
         self.target_lr = _check_positive("target_lr", target_lr)
         if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, (int, np.integer)) or warmup_steps < 0:
             raise ScheduleError(f"warmup_steps must be a non-negative integer, got {warmup_steps!r}")
@@ -170,7 +183,10 @@ class Warmup(LearningRateSchedule):
                 after = tf.cast(self.after(after_step), tf.float32)
             if self.warmup_steps == 0:
                 return after
-            warm = warmup_lr(tf.cast(step, tf.float32), self.warmup_steps, self.start_lr, self.target_lr)
+            if self.warmup_type == "constant":
+                warm = tf.constant(self.start_lr, tf.float32)
+            else:
+                warm = warmup_lr(tf.cast(step, tf.float32), self.warmup_steps, self.start_lr, self.target_lr)
             return tf.where(step < self.warmup_steps, warm, after)
 
     def get_config(self) -> dict:
@@ -181,6 +197,7 @@ class Warmup(LearningRateSchedule):
             "start_lr": self.start_lr,
             "offset_after": self.offset_after,
             "name": self.name,
+            "warmup_type": self.warmup_type,
         }
 
     @classmethod
@@ -272,7 +289,8 @@ DECAYS: dict[str, tuple] = {
 # When the decay's step 0 is: the run's first step (Goyal et al. 2017), or the first step after warmup.
 DECAY_CLOCKS = ("from_step_0", "after_warmup")
 
-SCHEDULE_KEYS = {"rule": "linear", "warmup_epochs": 0, "warmup_start": None, "decay": None, "decay_clock": "from_step_0"}
+SCHEDULE_KEYS = {"rule": "linear", "warmup_epochs": 0, "warmup_start": None, "warmup_type": "gradual", "decay": None,
+                 "decay_clock": "from_step_0"}
 
 
 def _with_defaults(spec: Any, defaults: Mapping[str, Any], path: str) -> dict:
@@ -325,7 +343,7 @@ def build_schedule(
 
     ``spec`` keys (defaults in ``SCHEDULE_KEYS``): ``rule`` (linear | sqrt | none | float
     exponent), ``warmup_epochs`` (0), ``warmup_start`` (None: the unscaled ``base_lr``, as
-    Horovod's warmup callback), ``decay`` (``{type: none | exponential | step | cosine |
+    Horovod's warmup callback), ``warmup_type`` (``gradual`` or Goyal's ``constant``), ``decay`` (``{type: none | exponential | step | cosine |
     polynomial, ...}``), ``decay_clock`` (``from_step_0``: the decay counts steps from the
     run's first step, so warmup only replaces the decay's first steps and from the end of
     warmup on the LR is exactly the same schedule's without warmup, as in Goyal et al. 2017;
@@ -364,7 +382,9 @@ def build_schedule(
         start = min(base_lr, target)
     elif not _is_number(start) or not 0 <= start <= target:
         raise ScheduleError(f"{path}.warmup_start must be a number in [0, {target:g}] (the scaled LR), got {start!r}")
-    return Warmup(target, warmup_steps, after=decay, start_lr=start, offset_after=after_warmup)
+    if merged["warmup_type"] not in WARMUP_TYPES:
+        raise ScheduleError(f"{path}.warmup_type must be one of {', '.join(WARMUP_TYPES)}, got {merged['warmup_type']!r}")
+    return Warmup(target, warmup_steps, after=decay, start_lr=start, offset_after=after_warmup, warmup_type=merged["warmup_type"])
 
 
 def schedule_values(schedule: LearningRateSchedule | float, steps: int) -> np.ndarray:
@@ -382,6 +402,7 @@ __all__ = [
     "DECAY_CLOCKS",
     "SCHEDULE_KEYS",
     "ScheduleError",
+    "WARMUP_TYPES",
     "Warmup",
     "build_decay",
     "build_schedule",

@@ -174,6 +174,22 @@ def test_build_linear_warmup_starts_at_unscaled_lr_and_reaches_scaled_lr():
     assert float(schedule(20)) == pytest.approx(3.2, rel=1e-6)
 
 
+def test_goyals_constant_warmup_holds_the_unscaled_lr_then_jumps_to_the_decay_clocked_from_step_0():
+    # 10 steps an epoch, batch 32x the base: 2 epochs at 0.1, then the cosine of 3.2 over 20 epochs at step 20.
+    schedule = build({"rule": "linear", "warmup_epochs": 2, "warmup_type": "constant", "decay": {"type": "cosine"}})
+    values = schedule_values(schedule, 100)
+    np.testing.assert_allclose(values[:20], 0.1, rtol=1e-6)
+    assert values[20] == pytest.approx(3.2 * 0.5 * (1 + math.cos(math.pi * 20 / 200)), rel=1e-6)
+    restored = Warmup.from_config(json.loads(json.dumps(schedule.get_config())))
+    assert restored.warmup_type == "constant" and float(restored(19)) == pytest.approx(0.1, rel=1e-6)
+
+
+def test_a_warmup_saved_before_warmup_type_existed_loads_as_gradual():
+    config = Warmup(3.2, 20, start_lr=0.1).get_config()
+    del config["warmup_type"]
+    assert float(Warmup.from_config(config)(0)) == pytest.approx(0.1 + 3.1 / 20, rel=1e-6)
+
+
 def test_build_without_warmup_or_decay_is_a_constant_scaled_lr():
     schedule = build({"rule": "sqrt"})
     assert isinstance(schedule, Constant)
@@ -344,8 +360,8 @@ def test_cosine_and_step_decay_with_and_without_warmup_against_numpy_at_every_st
     "spec, overrides, message",
     [
         ({"rule": "cubic"}, {}, r"lr.rule must be one of 'linear', 'sqrt', 'none' or a float exponent, got 'cubic'"),
-        ({"rul": "linear"}, {}, r"lr: unknown key 'rul' \(allowed: rule, warmup_epochs, warmup_start, decay, decay_clock\)"),
-        ({"offset_decay": True}, {}, r"lr: unknown key 'offset_decay' \(allowed: rule, warmup_epochs, warmup_start, decay, decay_clock\)"),
+        ({"rul": "linear"}, {}, r"lr: unknown key 'rul' \(allowed: rule, warmup_epochs, warmup_start, warmup_type, decay, decay_clock\)"),
+        ({"offset_decay": True}, {}, r"lr: unknown key 'offset_decay' \(allowed: rule, warmup_epochs, warmup_start, warmup_type, decay, decay_clock\)"),
         ({"decay_clock": "offset"}, {}, r"lr.decay_clock must be one of 'from_step_0', 'after_warmup', got 'offset'"),
         ({"decay_clock": True}, {}, r"lr.decay_clock must be one of 'from_step_0', 'after_warmup', got True"),
         ({"warmup_epochs": -1}, {}, r"lr.warmup_epochs must be a non-negative number, got -1"),
@@ -362,6 +378,7 @@ def test_cosine_and_step_decay_with_and_without_warmup_against_numpy_at_every_st
         ({"decay": {"type": "polynomial", "power": 0}}, {}, r"lr.decay.power must be a positive number, got 0"),
         ({"decay": "cosine"}, {}, r"lr.decay must be a mapping, got str"),
         ({}, {"base_lr": 0}, r"base_lr must be a positive number, got 0"),
+        ({"warmup_epochs": 1, "warmup_type": "linear"}, {}, r"lr.warmup_type must be one of gradual, constant, got 'linear'"),
     ],
 )
 def test_bad_specs_name_the_field(spec, overrides, message):
