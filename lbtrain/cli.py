@@ -88,7 +88,7 @@ def _train_command(args: argparse.Namespace) -> int:
             write_run(args.run_dir, result)
         metrics = result.metrics
         print(
-            f"{result.status}: world {result.world_size} x {config.training.per_worker_batch} = batch {result.global_batch}, "
+            f"{result.status}: {config.training.world_text} = batch {result.global_batch}, "
             f"lr {result.learning_rate:.4g}, train acc {metrics.get('train_accuracy', float('nan')):.4f}, "
             f"test acc {metrics.get('test_accuracy', float('nan')):.4f}, {result.samples_per_second:.0f} samples/s"
             + (f" ({result.reason})" if result.reason else "")
@@ -106,7 +106,7 @@ def _run_command(args: argparse.Namespace) -> int:
         print(f"{experiment.name}: {len(planned)} runs ({experiment.mode}) -> {experiment.results_dir}")
         for run in planned:
             settings = run.config.training
-            print(f"  {run.run_id}  {run.label}  world {settings.world_size} x {settings.per_worker_batch}  "
+            print(f"  {run.run_id}  {run.label}  {settings.world_text}  "
                   f"{run.config.optimizer.name}  rule {run.config.lr.rule}  seed {settings.seed}")
         return 0
     print(f"{experiment.name}: {len(planned)} runs ({experiment.mode}) -> {experiment.results_dir}", flush=True)

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from lbtrain.schedules import DECAY_CLOCKS, SCHEDULE_KEYS
+from lbtrain.schedules import DECAY_CLOCKS, SCHEDULE_KEYS, WARMUP_TYPES
 
 
 class ConfigError(ValueError):
@@ -113,6 +113,7 @@ class LRConfig(_Strict):
     rule: str | float = SCHEDULE_KEYS["rule"]
     warmup_epochs: float = Field(default=SCHEDULE_KEYS["warmup_epochs"], ge=0)
     warmup_start: float | None = Field(default=SCHEDULE_KEYS["warmup_start"], ge=0)
+    warmup_type: Literal[WARMUP_TYPES] = SCHEDULE_KEYS["warmup_type"]
     decay: dict[str, Any] | None = SCHEDULE_KEYS["decay"]
     decay_clock: Literal[DECAY_CLOCKS] = SCHEDULE_KEYS["decay_clock"]
 
@@ -130,6 +131,7 @@ class LRConfig(_Strict):
             "rule": self.rule,
             "warmup_epochs": self.warmup_epochs,
             "warmup_start": self.warmup_start,
+            "warmup_type": self.warmup_type,
             "decay": self.decay,
             "decay_clock": self.decay_clock,
         }
@@ -179,6 +181,13 @@ class TrainingConfig(_Strict):
     training target, the budget capping it. The verdict (``lbtrain.verdict``): a step loss above
     ``divergence_factor`` x the step-0 loss is divergence; a final train accuracy within
     ``collapse_margin`` of chance is a collapse.
+
+    ``accumulation_steps: k`` makes every worker take k batches per update (gradient
+    accumulation, Goyal et al. 2017 sec. 2), so one update averages the gradient over the
+    global batch ``world_size * per_worker_batch * k``; LR scaling, warmup, decay, steps per
+    epoch and the recorded global batch all count that batch and its updates. ``staleness: tau``
+    (``mode: simulated`` only) applies each update's gradient tau updates late, as asynchronous
+    SGD with a constant delay (Lian et al. 2015; ``lbtrain.train_step.StaleGradients``).
     """
 
     world_size: int = Field(default=1, gt=0)
@@ -189,6 +198,8 @@ class TrainingConfig(_Strict):
     stop_at: StopAtConfig | None = None
     seed: int = 0
     micro_batches: int = Field(default=1, gt=0)
+    accumulation_steps: int = Field(default=1, gt=0)
+    staleness: int = Field(default=0, ge=0)
     eval_batch: int = Field(default=1024, gt=0)
     divergence_factor: float = Field(default=10.0, gt=1.0)
     collapse_margin: float = Field(default=0.05, ge=0, lt=1)
@@ -208,6 +219,17 @@ class TrainingConfig(_Strict):
         if len(given) > 1:
             raise ValueError(f"give one budget, epochs, steps or samples, not {' and '.join(given)} (set the others to null)")
         return self
+
+    @property
+    def update_batch(self) -> int:
+        """``per_worker_batch * accumulation_steps``: the samples one worker contributes to one update."""
+        return self.per_worker_batch * self.accumulation_steps
+
+    @property
+    def world_text(self) -> str:
+        """``world W x b``, with `` x k accumulated`` when it accumulates, for progress lines."""
+        accumulated = f" x {self.accumulation_steps} accumulated" if self.accumulation_steps > 1 else ""
+        return f"world {self.world_size} x {self.per_worker_batch}{accumulated}"
 
     @property
     def budget(self) -> dict[str, Any]:
@@ -250,6 +272,12 @@ class AnalysisConfig(_Strict):
     noise_scale_pieces: int | None = Field(default=None, ge=2)
 
 
+# Fields added to runs after studies were committed, with their defaults: a run id hashes such a
+# field only when it is set away from its default (``RunConfig.identity``), so a rerun of a study
+# configured before the field existed finds its runs done.
+LATER_FIELD_DEFAULTS = {"lr.warmup_type": "gradual", "training.accumulation_steps": 1, "training.staleness": 0}
+
+
 class RunConfig(_Strict):
     """One fully resolved run: what ``trainer.train`` takes and what a run directory records."""
 
@@ -270,7 +298,8 @@ class RunConfig(_Strict):
                 f"training.micro_batches ({settings.micro_batches}) must divide training.world_size "
                 f"({settings.world_size}): each micro-batch holds whole workers' batches"
             )
-        if self.analysis.noise_scale and self.analysis.noise_scale_pieces is not None and settings.micro_batches == 1:
+        pieces_requested = self.analysis.noise_scale and self.analysis.noise_scale_pieces is not None
+        if pieces_requested and settings.micro_batches == settings.accumulation_steps == 1:
             from lbtrain.train_step import measurement_pieces
 
             measurement_pieces(settings.world_size, settings.per_worker_batch, self.analysis.noise_scale_pieces)
@@ -289,10 +318,11 @@ class RunConfig(_Strict):
 
     @property
     def global_batch(self) -> int:
-        """``world_size * per_worker_batch``: the batch one synchronous update averages over."""
+        """``world_size * per_worker_batch * accumulation_steps``: the batch one synchronous
+        update averages over."""
         from lbtrain.scaling import global_batch_size
 
-        return global_batch_size(self.training.world_size, self.training.per_worker_batch)
+        return global_batch_size(self.training.world_size, self.training.update_batch)
 
     def total_steps(self, steps_per_epoch: int) -> int:
         """The budget in optimizer steps: ``epochs * steps_per_epoch``, ``steps``, or
@@ -329,6 +359,16 @@ class RunConfig(_Strict):
     def to_dict(self) -> dict[str, Any]:
         """Plain data, as written to ``config.yaml``."""
         return self.model_dump(mode="json")
+
+    def identity(self) -> dict[str, Any]:
+        """``to_dict`` without the fields of ``LATER_FIELD_DEFAULTS`` that are at their default:
+        what a run's id hashes, so runs configured before such a field existed keep their ids."""
+        data = self.to_dict()
+        for path, default in LATER_FIELD_DEFAULTS.items():
+            section, field = path.split(".")
+            if data[section].get(field) == default:
+                del data[section][field]
+        return data
 
 
 def describe_budget(budget: dict[str, Any]) -> str:

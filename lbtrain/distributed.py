@@ -15,7 +15,12 @@ Both sit behind one small interface, ``World``, so the trainer has one code path
   (``lbtrain.train_step.GradientStepModel``).
 
 Either world can measure the gradient noise scale inside its train step
-(``prepare_model(..., noise_scale=NoiseScaleSettings())``, see ``lbtrain.train_step``).
+(``prepare_model(..., noise_scale=NoiseScaleSettings())``, see ``lbtrain.train_step``), and
+accumulate ``accumulation_steps=k`` batches per worker into one update (Goyal et al. 2017 sec. 2):
+each process feeds ``k`` times its batch a step (``process_batch(k * per_worker_batch)``) and the
+step computes it in k pieces, so W workers of batch b update as synchronous SGD at the global
+batch ``W b k``. A simulated world also applies gradients ``staleness=tau`` updates late
+(asynchronous SGD with a constant delay, ``lbtrain.train_step.StaleGradients``).
 """
 
 from __future__ import annotations
@@ -80,11 +85,13 @@ class World(abc.ABC):
     def process_batch(self, per_worker_batch: int) -> int:
         """How many samples this process feeds per step."""
 
-    def prepare_model(self, model: tf.keras.Model, per_worker_batch: int,
-                      noise_scale: NoiseScaleSettings | None = None) -> tf.keras.Model:
+    def prepare_model(self, model: tf.keras.Model, per_worker_batch: int, noise_scale: NoiseScaleSettings | None = None,
+                      accumulation_steps: int = 1, staleness: int = 0) -> tf.keras.Model:
         """The model this process trains (may be a rebuilt copy with the same weights); with
         ``noise_scale``, one whose train step measures the gradient noise scale where this world
-        can (``noise_scale_tracker`` then finds its tracker)."""
+        can (``noise_scale_tracker`` then finds its tracker); with ``accumulation_steps=k``, one
+        whose step takes k of each worker's batches and applies one update; with ``staleness``,
+        one that applies every gradient that many updates late (where the world can)."""
         return model
 
     def average_gradients(self, gradients: list[tf.Tensor], variables: list, optimizer) -> list[tf.Tensor]:
@@ -132,27 +139,31 @@ class SimulatedWorld(World):
     def process_batch(self, per_worker_batch: int) -> int:
         return self.size * per_worker_batch
 
-    def prepare_model(self, model: tf.keras.Model, per_worker_batch: int,
-                      noise_scale: NoiseScaleSettings | None = None) -> tf.keras.Model:
+    def prepare_model(self, model: tf.keras.Model, per_worker_batch: int, noise_scale: NoiseScaleSettings | None = None,
+                      accumulation_steps: int = 1, staleness: int = 0) -> tf.keras.Model:
         """Ghost batch norm at the per-worker batch; a ``GradientStepModel`` when the step runs
-        in micro-batches or measures the noise scale. The noise scale comes from the
-        micro-batches if there are any, else from ``noise_scale.pieces`` pieces; with one worker
-        and batch norm (whose statistics a split would change) this world cannot measure it in
-        the step."""
+        in micro-batches, accumulates batches, measures the noise scale or applies stale
+        gradients. The step then takes ``accumulation_steps * micro_batches`` pieces (each of
+        ``size / micro_batches`` workers' batches of one accumulated step) one after another.
+        The noise scale comes from those pieces if there are several, else from
+        ``noise_scale.pieces`` pieces; with one worker and batch norm (whose statistics a split
+        would change) this world cannot measure it in the step unless the pieces are the
+        worker's accumulated batches."""
         has_batch_norm = any(is_batch_norm(layer) for layer in model.layers)
         if self.size > 1 and has_batch_norm:
             model = set_virtual_batch_size(model, per_worker_batch)
-        pieces, tracker = self.micro_batches, None
-        if noise_scale is not None and not (self.size == 1 and has_batch_norm):
+        pieces, tracker = accumulation_steps * self.micro_batches, None
+        if noise_scale is not None and not (self.size == 1 and has_batch_norm and pieces == 1):
             if pieces == 1:
                 pieces = measurement_pieces(self.size, per_worker_batch, noise_scale.pieces) or 1
             if pieces > 1:
-                big_batch = self.size * per_worker_batch
+                big_batch = self.size * per_worker_batch * accumulation_steps
                 tracker = NoiseScaleTracker(big_batch // pieces, big_batch, noise_scale.decay)
-        if pieces == 1:
+        if pieces == 1 and not staleness:
             return model
-        return GradientStepModel(model, world=self, per_worker_batch=per_worker_batch, pieces=pieces, noise_scale=tracker,
-                                 sequential=self.micro_batches > 1)
+        return GradientStepModel(model, world=self, per_worker_batch=per_worker_batch, pieces=pieces,
+                                 accumulation_steps=accumulation_steps, noise_scale=tracker,
+                                 sequential=self.micro_batches * accumulation_steps > 1, staleness=staleness)
 
 
 class HorovodWorld(World):
@@ -241,13 +252,26 @@ class HorovodWorld(World):
 
         return hvd_tf.broadcast_object(obj, root_rank=0)
 
-    def prepare_model(self, model, per_worker_batch, noise_scale=None):
-        """With ``noise_scale`` (and more than one rank): a ``GradientStepModel`` whose step
-        takes this rank's gradient as the small batch and the allreduced one as the big batch."""
-        if noise_scale is None or self.size == 1:
+    def prepare_model(self, model, per_worker_batch, noise_scale=None, accumulation_steps=1, staleness=0):
+        """With ``accumulation_steps=k > 1``: a ``GradientStepModel`` whose step takes this rank's
+        k batches (fed as one of ``k * per_worker_batch``) one after another, averages their
+        gradients locally and allreduces once, so one update is synchronous SGD at ``size *
+        per_worker_batch * k`` and the optimizer counts updates. (Horovod's own
+        ``backward_passes_per_step`` advances ``optimizer.iterations`` on every backward pass,
+        horovod/tensorflow/gradient_aggregation_eager.py, so the LR schedule and the step budget
+        would count passes.) With ``noise_scale`` (and more than one batch per update): one whose
+        step takes each batch of this rank as the small batch and the allreduced gradient as the
+        big batch. ``staleness`` exists only in a simulated world."""
+        if staleness:
+            raise ConfigError(f"training.staleness ({staleness}) is simulated in one process: use mode: simulated "
+                              f"(Horovod's workers are synchronous)")
+        tracker = None
+        if noise_scale is not None and self.size * accumulation_steps > 1:
+            tracker = NoiseScaleTracker(per_worker_batch, self.size * per_worker_batch * accumulation_steps, noise_scale.decay)
+        if accumulation_steps == 1 and tracker is None:
             return model
-        tracker = NoiseScaleTracker(per_worker_batch, self.size * per_worker_batch, noise_scale.decay)
-        return GradientStepModel(model, world=self, per_worker_batch=per_worker_batch, noise_scale=tracker)
+        return GradientStepModel(model, world=self, per_worker_batch=per_worker_batch, pieces=accumulation_steps,
+                                 accumulation_steps=accumulation_steps, noise_scale=tracker)
 
     def average_gradients(self, gradients, variables, optimizer):
         # The DistributedOptimizer's own allreduce (its fusion, compression and local-variable

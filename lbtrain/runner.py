@@ -67,8 +67,9 @@ def label_slug(label: str) -> str:
 
 def run_id(config: RunConfig, label: str) -> str:
     """``<label>-w<W>-s<seed>-<hash>``: the hash (10 hex digits of SHA-256 over the canonical
-    JSON of the resolved config) makes the id stable and unique; the prefix makes it readable."""
-    digest = hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True).encode()).hexdigest()[:10]
+    JSON of the resolved config, ``RunConfig.identity``) makes the id stable and unique; the
+    prefix makes it readable."""
+    digest = hashlib.sha256(json.dumps(config.identity(), sort_keys=True).encode()).hexdigest()[:10]
     return f"{label_slug(label)}-w{config.training.world_size}-s{config.training.seed}-{digest}"
 
 
@@ -164,7 +165,7 @@ def check_runs(planned: list[PlannedRun]) -> None:
                 datasets[data_key] = load_dataset(config.data.dataset, train_subset=config.data.train_subset,
                                                   validation_split=config.data.validation_split, **config.data.options)
             data = datasets[data_key]
-            config.schedule(steps_per_epoch(len(data.x_train), config.training.per_worker_batch, config.training.world_size))
+            config.schedule(steps_per_epoch(len(data.x_train), config.training.update_batch, config.training.world_size))
             model_key = json.dumps([config.model.model_dump(mode="json"), data.input_shape, data.num_classes], sort_keys=True)
             if model_key not in models_built:
                 build_model(config.model.name, data.input_shape, data.num_classes, **config.model.options)
@@ -342,6 +343,10 @@ def run_planned(
         problem = horovod_launch_problem()
         if problem is not None:
             raise ConfigError(f"mode: horovod: {problem}")
+        stale = next((run for run in planned if run.config.training.staleness), None)
+        if stale is not None:
+            raise ConfigError(f"training.staleness {stale.config.training.staleness} (run {stale.label}) is simulated only: "
+                              "real Horovod workers are synchronous (use mode: simulated)")
     check_runs(planned)
     folder = experiment.results_dir
     claim_folder(folder, experiment.name, config_file, experiment.model_dump(mode="json"))

@@ -27,6 +27,15 @@ Pieces are applied as one update: the gradient is the mean of the pieces' gradie
 gradient of the mean loss, since pieces are equal), and every batch-norm layer's moving
 statistics move once, by the mean of what each piece would have moved them (exact, since the
 update ``m * v + (1 - m) * batch_statistic`` is affine in the batch statistic).
+
+The same step carries two more ways of training (``lbtrain.distributed`` builds it for them):
+
+- gradient accumulation (Goyal et al. 2017 sec. 2: the minibatch of ``k n`` samples gives the
+  update ``w_{t+1} = w_t - eta / (k n) sum_{x in B} grad l(x, w_t)``): every worker feeds ``k``
+  of its batches per update, the step computes them one after another and applies their mean,
+  so W workers of batch b update as synchronous SGD at the global batch ``W b k``;
+- simulated staleness (``StaleGradients``): the gradient applied at update t is the one computed
+  ``tau`` updates earlier.
 """
 
 from __future__ import annotations
@@ -130,26 +139,82 @@ def squared_norm(tensors: list[tf.Tensor]) -> tf.Tensor:
     return tf.add_n([tf.reduce_sum(tf.square(tf.cast(tensor, tf.float64))) for tensor in tensors])
 
 
+class StaleGradients(tf.Module):
+    """A ring buffer of ``staleness`` gradient copies in variables, which makes a train step
+    apply every gradient ``tau = staleness`` updates after it was computed: asynchronous SGD with
+    a constant delay (Lian et al. 2015, "Asynchronous Parallel Stochastic Gradient for Nonconvex
+    Optimization", sec. 3, with all delays equal to ``tau``; Dutta et al. 2018, "Slow and Stale
+    Gradients Can Win the Race", where ``tau + 1`` workers take turns at a parameter server)::
+
+        w_{t+1} = w_t - eta_t * g(w_{max(t - tau, 0)}; batch_{max(t - tau, 0)})
+
+    Workers start from ``w_0``, so the gradients of updates ``0 .. tau`` are all computed at
+    ``w_0``: here updates ``0 .. tau`` all apply the gradient of update 0, the one gradient this
+    process computed at ``w_0`` (the convention ``w_s = w_0``, ``batch_s = batch_0`` for ``s < 0``;
+    a parameter server would get ``tau + 1`` batches' gradients at ``w_0``), so every update moves
+    the weights and the optimizer's step counts updates as in a synchronous run. Slot
+    ``t mod tau`` holds the gradient of update ``t - tau`` until update t reads and replaces it.
+    The buffer and its update counter are variables of the model, so a checkpoint of the model
+    holds them and a resumed run applies the same gradients as an uninterrupted one.
+    """
+
+    def __init__(self, variables: list, staleness: int):
+        super().__init__(name="stale_gradients")
+        if isinstance(staleness, bool) or not isinstance(staleness, int) or staleness < 1:
+            raise ValueError(f"staleness must be an integer >= 1, got {staleness!r}")
+        self.staleness = staleness
+        self.slots = [tf.Variable(tf.zeros((staleness, *variable.shape), variable.dtype), trainable=False,
+                                  name=f"stale_gradient_{index}")
+                      for index, variable in enumerate(tensorflow_variables(variables))]
+        self.updates = tf.Variable(tf.zeros((), tf.int64), trainable=False, name="stale_gradient_updates")
+
+    def exchange(self, gradients: list[tf.Tensor]) -> tuple[list[tf.Tensor], tf.Tensor]:
+        """Stores the gradients of this update and returns the ones to apply now, with their
+        staleness ``min(t, tau)`` (how many updates ago the weights they were computed at were
+        current)."""
+        step, tau = self.updates.read_value(), tf.constant(self.staleness, tf.int64)
+        slot = step % tau
+        oldest = tf.where(step >= tau, slot, tf.zeros_like(slot))
+        stale = tf.cond(step > 0, lambda: [buffer[oldest] for buffer in self.slots], lambda: list(gradients))
+        for buffer, gradient in zip(self.slots, gradients):
+            buffer[slot].assign(gradient)
+        self.updates.assign_add(1)
+        return stale, tf.cast(tf.minimum(step, tau), tf.float64)
+
+
 class GradientStepModel(tf.keras.Model):
     """``model`` (same layers and weights) with a train step that computes the gradient in
-    ``pieces`` equal pieces of the batch it is fed, applies their mean once, and with a
-    ``noise_scale`` tracker measures the noise scale (see the module doc).
+    ``pieces`` equal pieces of the batch it is fed, applies their mean once, with a
+    ``noise_scale`` tracker measures the noise scale (see the module doc), and with
+    ``stale_gradients`` applies the gradient of ``tau`` updates earlier (``StaleGradients``).
 
-    In a simulated world of ``world_size > 1`` the batch is laid out ``[per_worker_batch,
-    world_size]`` (position ``i * W + r`` is worker r's i-th sample, see ``lbtrain.data``) and
-    piece j holds workers ``j*W/k .. (j+1)*W/k - 1`` in the same layout, so ghost batch norm still
-    sees each worker's own samples; with one worker the pieces are consecutive samples (the
-    model then has no batch norm, whose statistics a split would change). The pieces run in a
-    ``tf.while_loop``, one after another, so only one piece's activations are alive at a time.
-    ``world`` averages gradients and scalars over real ranks (Horovod); a simulated world is
-    its own average.
+    The batch is ``accumulation_steps`` (k) consecutive blocks, one per accumulated batch, each
+    cut into ``pieces / k`` pieces. In a simulated world of ``world_size > 1`` a block is laid out
+    ``[per_worker_batch, world_size]`` (position ``i * W + r`` is worker r's i-th sample, see
+    ``lbtrain.data``) and piece j of it holds workers ``j*W/m .. (j+1)*W/m - 1`` (``m = pieces /
+    k``) in the same layout, so ghost batch norm still sees each worker's own samples; with one
+    worker, or one rank's batch under Horovod, the pieces are consecutive samples (the model then
+    has no batch norm, whose statistics a split would change, unless the pieces are exactly the
+    worker's accumulated batches). With ``sequential`` (micro-batches and accumulated batches,
+    which exist because the whole batch does not fit in memory) the pieces run in a
+    ``tf.while_loop``, one after another, so only one piece's activations are alive at a
+    time; otherwise (pieces that exist only to measure the noise scale) they are unrolled in the
+    graph, where TensorFlow may run them side by side, as a step without pieces would hold the
+    whole batch's activations anyway. ``world`` averages gradients and scalars over real ranks
+    (Horovod); a simulated world is its own average.
     """
 
     def __init__(self, model: tf.keras.Model, *, world: Any, per_worker_batch: int, pieces: int = 1,
-                 noise_scale: NoiseScaleTracker | None = None):
+                 accumulation_steps: int = 1, noise_scale: NoiseScaleTracker | None = None, sequential: bool = True,
+                 staleness: int = 0):
         super().__init__(inputs=model.inputs, outputs=model.outputs, name=model.name)
+        if pieces % accumulation_steps:
+            raise ValueError(f"pieces ({pieces}) must be a multiple of accumulation_steps ({accumulation_steps})")
         self.world_size, self.per_worker_batch, self.pieces = world.size, per_worker_batch, pieces
+        self.accumulation_steps = accumulation_steps
+        self.sequential = sequential
         self.noise_scale = noise_scale
+        self.stale_gradients = StaleGradients(self.trainable_variables, staleness) if staleness else None
         self._world = world
 
     def _split(self, tensor: tf.Tensor) -> tf.Tensor:
@@ -157,9 +222,10 @@ class GradientStepModel(tf.keras.Model):
         features = tf.shape(tensor)[1:]
         if self.world_size == 1 or self._world.input_shard()[1] > 1:
             return tf.reshape(tensor, tf.concat([[self.pieces, -1], features], 0))
-        workers_per_piece = self.world_size // self.pieces
-        grid = tf.reshape(tensor, tf.concat([[self.per_worker_batch, self.pieces, workers_per_piece], features], 0))
-        grid = tf.transpose(grid, [1, 0, 2, *range(3, len(tensor.shape) + 2)])
+        blocks, per_block = self.accumulation_steps, self.pieces // self.accumulation_steps
+        workers_per_piece = self.world_size // per_block
+        grid = tf.reshape(tensor, tf.concat([[blocks, self.per_worker_batch, per_block, workers_per_piece], features], 0))
+        grid = tf.transpose(grid, [0, 2, 1, 3, *range(4, len(tensor.shape) + 3)])
         return tf.reshape(grid, tf.concat([[self.pieces, self.per_worker_batch * workers_per_piece], features], 0))
 
     def _moving_statistics(self) -> list[tf.Variable]:
@@ -191,19 +257,26 @@ class GradientStepModel(tf.keras.Model):
                     squares + (squared_norm(gradients) if self.noise_scale is not None else 0.0),
                     [total + tf.identity(variable) for total, variable in zip(moved, statistics)])
 
-        _, totals, squares, moved = tf.while_loop(
-            lambda piece, *_: piece < self.pieces,
-            accumulate,
-            (tf.constant(0), [tf.zeros_like(v) for v in self.trainable_variables], tf.constant(0.0, tf.float64),
-             [tf.zeros_like(v) for v in statistics]),
-        )
+        state = (tf.constant(0), [tf.zeros_like(v) for v in self.trainable_variables], tf.constant(0.0, tf.float64),
+                 [tf.zeros_like(v) for v in statistics])
+        if self.sequential:
+            state = tf.while_loop(lambda piece, *_: piece < self.pieces, accumulate, state)
+        else:
+            for _ in range(self.pieces):
+                state = accumulate(*state)
+        _, totals, squares, moved = state
         for variable, total in zip(statistics, moved):
             variable.assign(total / self.pieces)
         gradients = [total / self.pieces for total in totals]
         small_sq = squares / self.pieces
         gradients = self._world.average_gradients(gradients, self.trainable_variables, self.optimizer)
-        self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))
+        applied, staleness = gradients, None
+        if self.stale_gradients is not None:
+            applied, staleness = self.stale_gradients.exchange(gradients)
+        self.optimizer.apply_gradients(zip(applied, self.trainable_variables))
         logs = dict(self.get_metrics_result())
+        if staleness is not None:
+            logs["staleness"] = staleness
         if self.noise_scale is not None:
             logs.update(self.noise_scale.update(self._world.mean_over_ranks(small_sq), squared_norm(gradients)))
         return logs

@@ -132,11 +132,13 @@ def build(config: RunConfig, world: World) -> _Built:
         config.data.dataset, train_subset=config.data.train_subset, validation_split=config.data.validation_split,
         seed=settings.seed, **config.data.options,
     )
-    steps = steps_per_epoch(len(data.x_train), settings.per_worker_batch, settings.world_size)
+    # An update takes ``accumulation_steps`` batches of every worker: epochs count updates.
+    steps = steps_per_epoch(len(data.x_train), settings.update_batch, settings.world_size)
     model = build_model(config.model.name, data.input_shape, data.num_classes, seed=settings.seed, **config.model.options)
     analysis = config.analysis
     noise_scale = NoiseScaleSettings(analysis.noise_scale_decay, analysis.noise_scale_pieces) if analysis.noise_scale else None
-    model = world.prepare_model(model, settings.per_worker_batch, noise_scale=noise_scale)
+    model = world.prepare_model(model, settings.per_worker_batch, noise_scale=noise_scale,
+                                accumulation_steps=settings.accumulation_steps, staleness=settings.staleness)
     optimizer = world.wrap_optimizer(build_optimizer(config.optimizer.name, config.schedule(steps), **config.optimizer.params))
     model.compile(
         optimizer=optimizer,
@@ -200,7 +202,7 @@ def fit(config: RunConfig, built: _Built, world: World, callbacks: _Callbacks, v
     if start_step >= built.total_steps or _target_met(settings.stop_at, history):
         return history
     train_data = make_input_pipeline(
-        data.x_train, data.y_train, per_worker_batch=world.process_batch(settings.per_worker_batch), rank=shard,
+        data.x_train, data.y_train, per_worker_batch=world.process_batch(settings.update_batch), rank=shard,
         world_size=shards, seed=settings.seed, training=True, initial_epoch=callbacks.initial_epoch,
     )
     validation_data = None

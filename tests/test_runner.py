@@ -284,3 +284,43 @@ def test_a_damaged_metrics_file_is_reported_and_its_run_trained_again(tmp_path):
     assert lines[1].startswith(f"{metrics} is damaged (JSONDecodeError: ") and lines[1].endswith(": training the run again")
     assert "done before, skipped" not in lines[2] and [row["status"] for row in again] == ["ok", "ok"]
     assert read_run(metrics.parent).metrics["test_accuracy"] == pytest.approx(first[1]["test_accuracy"])
+
+
+def test_fields_added_later_enter_a_run_id_only_away_from_their_default(tmp_path):
+    """A study configured before lr.warmup_type, training.accumulation_steps and
+    training.staleness existed keeps its run ids, so a rerun finds its runs done."""
+    from lbtrain.config import LATER_FIELD_DEFAULTS, run_config_from_dict
+    from lbtrain.runner import run_id
+
+    config = run_config_from_dict({"lr": {"warmup_epochs": 1}})
+    older = config.to_dict()
+    for path in LATER_FIELD_DEFAULTS:
+        section, field = path.split(".")
+        del older[section][field]
+    assert config.identity() == older
+    assert run_id(config, "a") == run_id(run_config_from_dict(older), "a")
+    assert run_id(run_config_from_dict({"lr": {"warmup_epochs": 1, "warmup_type": "constant"}}), "a") != run_id(config, "a")
+
+
+@pytest.mark.horovod
+def test_staleness_under_horovod_is_refused_before_anything_trains(tmp_path):
+    exp = experiment(tmp_path, mode="horovod", training={"per_worker_batch": 16, "epochs": 1, "staleness": 2})
+    with pytest.raises(ConfigError, match=r"^training.staleness 2 \(run none\) is simulated only"):
+        run_experiment(exp, progress=lambda line: None)
+    assert not (tmp_path / "results" / "tiny").exists()
+
+
+def test_the_preflight_counts_an_accumulated_update_as_one_step(tmp_path):
+    """256 samples, 2 workers x 16 x 4 accumulated = 128 a step: 2 steps an epoch, so a warmup of
+    1 epoch (2 steps) fits a 4-step budget (counted at 16 a worker it would be 8 steps), and one
+    of 3 epochs (6 steps) does not."""
+    from lbtrain.runner import check_runs
+
+    def planned(warmup_epochs):
+        return expand(experiment(tmp_path, grid={"world_sizes": [2]},
+                                 training={"per_worker_batch": 16, "steps": 4, "accumulation_steps": 4},
+                                 lr={"base_lr": 0.1, "base_batch": 16, "warmup_epochs": warmup_epochs}))
+
+    check_runs(planned(1))
+    with pytest.raises(ConfigError, match="warmup"):
+        check_runs(planned(3))
