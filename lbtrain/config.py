@@ -188,6 +188,10 @@ class TrainingConfig(_Strict):
     epoch and the recorded global batch all count that batch and its updates. ``staleness: tau``
     (``mode: simulated`` only) applies each update's gradient tau updates late, as asynchronous
     SGD with a constant delay (Lian et al. 2015; ``lbtrain.train_step.StaleGradients``).
+    ``precise_bn_samples: n`` sets every batch-norm layer's moving statistics from the first n
+    training samples with the current weights before each evaluation (``lbtrain.precise_bn``,
+    Wu & Johnson 2021): runs with few steps otherwise evaluate with moving averages that have
+    not caught up with their weights.
     """
 
     world_size: int = Field(default=1, gt=0)
@@ -201,6 +205,7 @@ class TrainingConfig(_Strict):
     accumulation_steps: int = Field(default=1, gt=0)
     staleness: int = Field(default=0, ge=0)
     eval_batch: int = Field(default=1024, gt=0)
+    precise_bn_samples: int | None = Field(default=None, gt=0)
     divergence_factor: float = Field(default=10.0, gt=1.0)
     collapse_margin: float = Field(default=0.05, ge=0, lt=1)
     checkpoint: bool = True
@@ -275,7 +280,8 @@ class AnalysisConfig(_Strict):
 # Fields added to runs after studies were committed, with their defaults: a run id hashes such a
 # field only when it is set away from its default (``RunConfig.identity``), so a rerun of a study
 # configured before the field existed finds its runs done.
-LATER_FIELD_DEFAULTS = {"lr.warmup_type": "gradual", "training.accumulation_steps": 1, "training.staleness": 0}
+LATER_FIELD_DEFAULTS = {"lr.warmup_type": "gradual", "training.accumulation_steps": 1, "training.staleness": 0,
+                        "training.precise_bn_samples": None}
 
 
 class RunConfig(_Strict):

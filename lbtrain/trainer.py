@@ -29,6 +29,7 @@ from lbtrain.data import Dataset, load_dataset, make_input_pipeline, steps_per_e
 from lbtrain.distributed import World
 from lbtrain.models import build_model
 from lbtrain.optimizers import build_optimizer
+from lbtrain.precise_bn import PreciseBatchNorm, recompute_batch_norm_statistics
 from lbtrain.results import CHECKPOINT_FOLDER, RunResult, finite_or_none
 from lbtrain.scaling import scale_learning_rate
 from lbtrain.train_step import NoiseScaleSettings, NoiseScaleTracker, noise_scale_tracker
@@ -177,6 +178,8 @@ def make_callbacks(
     guard = DivergenceGuard(settings.divergence_factor, world=world, initial_loss=initial_loss)
     budget = BudgetStop(built.total_steps, settings.stop_at)
     callbacks = [*world.callbacks(), LearningRateLogger(), Throughput(config.global_batch), GeneralizationGap(), guard, budget]
+    if config.training.precise_bn_samples:
+        callbacks.append(PreciseBatchNorm(built.data.x_train[:config.training.precise_bn_samples], config.training.per_worker_batch))
     noise_scale = noise_scale_tracker(built.model)
     if config.analysis.noise_scale and noise_scale is None:
         analysis = config.analysis
@@ -234,6 +237,8 @@ def measure(config: RunConfig, built: _Built, world: World, callbacks: _Callback
     the final weights, unless the run diverged),
     and the step at which a ``stop_at`` target was met."""
     data = built.data
+    if config.training.precise_bn_samples:
+        recompute_batch_norm_statistics(built.model, data.x_train[:config.training.precise_bn_samples], config.training.per_worker_batch)
     metrics = _final_metrics(built.model, data, world, config.training.eval_batch)
     if callbacks.noise_scale is not None:
         metrics["noise_scale"] = callbacks.noise_scale.estimate()["noise_scale"]
