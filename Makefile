@@ -41,9 +41,9 @@ run: setup
 	$(BIN)/lbtrain run experiments/quickstart.yaml
 	$(BIN)/lbtrain report results/quickstart
 
-# The canonical studies behind results/README.md (about an hour on 2 cores; resumable).
+# The second-edition studies behind results/README.md (about 3 hours on 2 cores; resumable).
 study: setup
-	LBTRAIN=$(BIN)/lbtrain sh scripts/run_studies.sh
+	LBTRAIN=$(BIN)/lbtrain PYTHON=$(BIN)/python sh scripts/run_studies.sh
 
 # Keras 3: TensorFlow 2.21 from PyPI (pip's cache reused), lbtrain without Horovod.
 $(BIN_KERAS3)/python:

@@ -1,0 +1,83 @@
+"""results/README.md is what scripts/render_results_readme.py renders from the committed data,
+and the goyal_bn section and its anchors are computed from a protocol.json and summary.csv."""
+
+import csv
+import dataclasses
+import importlib.util
+import json
+import os
+
+import pytest
+
+from conftest import REPO_ROOT
+from lbtrain.analysis.statistics import bootstrap_difference, bootstrap_mean
+
+
+@pytest.fixture
+def script():
+    spec = importlib.util.spec_from_file_location("render_results_readme", os.path.join(REPO_ROOT, "scripts", "render_results_readme.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_committed_page_is_what_the_data_render(script):
+    committed = (script.RESULTS / "README.md").read_text()
+    assert committed == script.render(), "results/README.md is stale: run python scripts/render_results_readme.py --write"
+
+
+def estimate(values):
+    return dataclasses.asdict(bootstrap_mean(values))
+
+
+def difference(a, b):
+    return dataclasses.asdict(bootstrap_difference(a, b))
+
+
+def test_goyal_bn_renders_the_best_arm_per_world_size_and_the_goyal_anchors(script, tmp_path, monkeypatch):
+    """A synthetic goyal_bn: momentum+warmup carried by the linear rule holds at world 8 (-0.5
+    points) and breaks at 64 (-9 points); without warmup it is 20 points worse at 64."""
+    seeds = {("momentum+warmup tuned", 1): [0.90, 0.91, 0.92], ("momentum+warmup tuned", 8): [0.90, 0.90, 0.90],
+             ("momentum+warmup linear rule", 8): [0.905, 0.905, 0.905], ("momentum+warmup tuned", 64): [0.85, 0.86, 0.87],
+             ("momentum+warmup linear rule", 64): [0.82, 0.82, 0.82], ("momentum linear rule", 64): [0.62, 0.62, 0.62]}
+    folder = tmp_path / "goyal_bn"
+    folder.mkdir()
+    with open(folder / "summary.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, ["run_id", "label", "status", "world_size", "global_batch", "seed", "test_accuracy"])
+        writer.writeheader()
+        for (label, world), values in seeds.items():
+            for seed, value in enumerate(values):
+                writer.writerow({"run_id": f"{label}-{world}-{seed}", "label": label, "status": "ok", "world_size": world,
+                                 "global_batch": 16 * world, "seed": seed, "test_accuracy": value})
+    reference = seeds[("momentum+warmup tuned", 1)]
+
+    def row(world, rule):
+        tuned, rule_values = seeds[("momentum+warmup tuned", world)], seeds.get((f"momentum+warmup {rule} rule", world), reference)
+        at_reference = world == 1
+        return {"recipe": "momentum+warmup", "rule_name": "reference" if at_reference else rule, "world_size": world,
+                "global_batch": 16 * world, "tuned": estimate(tuned), "tuned_runs": 3, "tuned_trials": 5, "rule": estimate(rule_values),
+                "rule_runs": 3, "rule_trials": 5, "cost_of_rule": None if at_reference else difference(tuned, rule_values),
+                "rule_minus_reference": None if at_reference else difference(rule_values, reference),
+                "tuned_minus_reference": None if at_reference else difference(tuned, reference)}
+
+    protocol = {"rows": [row(1, "linear"), row(8, "linear"), row(64, "linear")], "trials": {"a": 5, "b": 5, "c": 5}}
+    (folder / "protocol.json").write_text(json.dumps(protocol))
+    monkeypatch.setattr(script, "RESULTS", tmp_path)
+
+    verdict, evidence = script.anchor_goyal_linear_warmup()
+    assert verdict == "reproduced up to batch 128"
+    assert "batch 128: -0.5" in evidence and "batch 1024: -9.0" in evidence
+    verdict, evidence = script.anchor_goyal_no_warmup()
+    assert verdict == "reproduced" and "at batch 1024: -20.0 [-20.0, -20.0] (n=3) points" in evidence
+
+    best = script.best_arms(script.goyal_bn_arms(protocol))
+    assert best[8]["label"] == "momentum+warmup, linear rule" and best[64]["label"] == "momentum+warmup, tuned"
+    text = "\n".join(script.section_goyal_bn())
+    assert "| 64 | 1024 | momentum+warmup, tuned | 0.860 [0.850, 0.870] (n=3) | -5.0" in text
+    assert "every recipe tuned with 5 trials per study" in text
+
+
+def test_a_study_not_committed_is_named_with_the_command_that_makes_it(script, tmp_path, monkeypatch):
+    monkeypatch.setattr(script, "RESULTS", tmp_path)
+    assert script.anchor_keskar() == ("not measured yet", "keskar_gap is not committed")
+    assert "`lbtrain run experiments/critical_batch.yaml` makes it" in "\n".join(script.section_critical_batch())
