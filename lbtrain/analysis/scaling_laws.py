@@ -255,8 +255,8 @@ def lr_exponent(trials_by_batch: Mapping[int, Sequence[Mapping[str, Any]]], top_
     least-squares slope of ``y_B`` on ``log B``. The 95% interval is a percentile bootstrap over
     trials within each batch (Efron & Tibshirani 1993): resample a batch's ok trials with
     replacement, take the resample's top-k, refit; it shows how far ``alpha`` moves with which
-    trials happen to score best. Two batch sizes give ``alpha`` with "no interval"; fewer give
-    "not enough points" and no number.
+    trials happen to score best. Fewer than ``MIN_FIT_BATCHES`` batch sizes give "not enough
+    points" and no number: through two or three points a line always fits, and says nothing.
 
     Args:
       trials_by_batch: per global batch, its finished trials as mappings with
@@ -267,7 +267,7 @@ def lr_exponent(trials_by_batch: Mapping[int, Sequence[Mapping[str, Any]]], top_
       resamples, seed: of the bootstrap.
 
     >>> trials = {b: [{"learning_rate": 0.1 * (b / 128) ** 0.5 * f, "validation_accuracy": a}
-    ...               for f, a in ((1, 0.9), (2, 0.89), (0.5, 0.88), (30, 0.2))] for b in (128, 512, 2048)}
+    ...               for f, a in ((1, 0.9), (2, 0.89), (0.5, 0.88), (30, 0.2))] for b in (128, 512, 2048, 8192)}
     >>> round(lr_exponent(trials).alpha, 6)
     0.5
     """
@@ -275,9 +275,9 @@ def lr_exponent(trials_by_batch: Mapping[int, Sequence[Mapping[str, Any]]], top_
         raise ValueError(f"top_k must be a positive integer, got {top_k!r}")
     ranked = [_top_k_batch(batch, trials, top_k) for batch, trials in sorted(trials_by_batch.items())]
     used = [(record, log_rates) for record, log_rates in ranked if record["learning_rate"] is not None]
-    if len(used) < 2:
+    if len(used) < MIN_FIT_BATCHES:
         return LrExponentFit(None, None, None, None, top_k, tuple(record for record, _ in ranked),
-                             note=f"not enough points (n = {_batch_sizes(len(used))} < 2)")
+                             note=f"not enough points (n = {_batch_sizes(len(used))} < {MIN_FIT_BATCHES})")
     log_batches = np.log([record["global_batch"] for record, _ in used])
     points = np.log([record["learning_rate"] for record, _ in used])
     alpha = float(_slopes(log_batches, points[:, None])[0])
@@ -286,9 +286,7 @@ def lr_exponent(trials_by_batch: Mapping[int, Sequence[Mapping[str, Any]]], top_
         record["fitted_learning_rate"] = math.exp(intercept + alpha * math.log(record["global_batch"]))
         record["relative_residual"] = record["fitted_learning_rate"] / record["learning_rate"] - 1
     low = high = note = None
-    if len(used) < 3:
-        note = f"no interval (n = {_batch_sizes(len(used))} < 3)"
-    elif all(record["ok_trials"] == 1 for record, _ in used):
+    if all(record["ok_trials"] == 1 for record, _ in used):
         note = "no interval (one ok trial per batch: nothing to resample)"
     else:
         rng = np.random.default_rng(seed)
