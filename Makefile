@@ -41,7 +41,7 @@ run: setup
 	$(BIN)/lbtrain run experiments/quickstart.yaml
 	$(BIN)/lbtrain report results/quickstart
 
-# The second-edition studies behind results/README.md (about 3 hours on 2 cores; resumable).
+# The second-edition studies behind results/README.md (about 4.5 hours on 2 cores; resumable).
 study: setup
 	LBTRAIN=$(BIN)/lbtrain PYTHON=$(BIN)/python sh scripts/run_studies.sh
 

@@ -40,7 +40,7 @@ from lbtrain.config import ConfigError, ExperimentConfig, SearchParam, run_confi
 from lbtrain.files import write_atomic, write_json_atomic
 from lbtrain.results import claim_folder
 from lbtrain.runner import PlannedRun, grid_axes, label_slug, run_id, run_planned
-from lbtrain.sweep import FINISHED, StudySpec, best_ok_trial, check_sweepable, open_study, optimize, world_sizes
+from lbtrain.sweep import FINISHED, StudySpec, best_ok_trial, check_sweepable, lr_points, open_study, optimize, world_sizes
 
 ARM_KINDS = ("tuned", "rule")
 PROTOCOL_FILE = "protocol.json"
@@ -152,8 +152,27 @@ def run_protocol(
     trials = {study.name: len(open_study(experiment, study, storage).get_trials(deepcopy=False, states=FINISHED))
               for study in studies}
     rows = comparison_rows(arms, summary, trials, reference_world_size(experiment))
-    write_protocol(experiment, rows, trials)
+    write_protocol(experiment, rows, trials, recipe_lr_fits(experiment, arms, storage))
     return rows
+
+
+def recipe_lr_fits(experiment: ExperimentConfig, arms: list[Arm], storage: str) -> dict[str, dict[str, Any]]:
+    """Per recipe, the exponent of its tuned LR in the global batch over its tuned studies
+    (``lbtrain.analysis.scaling_laws.lr_exponent``: the top 3 ok trials of each world size,
+    with a bootstrap interval over trials; "not enough points" below 4 batch sizes), as plain
+    data: how the LR that tuning finds grows with the batch, beside the rules' 0.5 and 1."""
+    from lbtrain.analysis.scaling_laws import lr_exponent
+
+    fits = {}
+    for recipe in dict.fromkeys(arm.recipe for arm in arms):
+        tuned = [arm for arm in arms if arm.recipe == recipe and arm.kind == "tuned"]
+        trials_by_batch = {
+            run_config_from_dict(with_overrides(arm.base, {"training.world_size": arm.world_size})).global_batch:
+                lr_points(open_study(experiment, arm.study, storage))
+            for arm in tuned
+        }
+        fits[recipe] = lr_exponent(trials_by_batch).to_dict()
+    return fits
 
 
 def _test_accuracies(summary: list[dict[str, Any]], label: str, world_size: int) -> tuple[list[float], int]:
@@ -211,8 +230,11 @@ def _describe(record: dict[str, Any] | None, signed: bool = False) -> str:
     return f"{estimate.mean:+.3f} [{estimate.low:+.3f}, {estimate.high:+.3f}] (n={estimate.n})"
 
 
-def protocol_markdown(experiment: ExperimentConfig, rows: list[dict[str, Any]], trials: dict[str, int]) -> str:
-    """``protocol.md``: the comparison table and the budgets, every number from ``rows``."""
+def protocol_markdown(experiment: ExperimentConfig, rows: list[dict[str, Any]], trials: dict[str, int],
+                      lr_fits: dict[str, dict[str, Any]] | None = None) -> str:
+    """``protocol.md``: the comparison table, the budgets and the tuned LR's exponent in the
+    batch per recipe, every number from ``rows`` and ``lr_fits``."""
+    from lbtrain.analysis.scaling_laws import LrExponentFit
     from lbtrain.analysis.tables import markdown_table
 
     budgets = sorted(set(trials.values()))
@@ -234,14 +256,20 @@ def protocol_markdown(experiment: ExperimentConfig, rows: list[dict[str, Any]], 
         "Means over the seeds whose run was judged ok, "
         "95% bootstrap intervals, n = ok seeds.",
         table,
+        *([] if not lr_fits else [
+            "Tuned LR against the global batch, per recipe (its tuned studies' top 3 ok trials per world size; "
+            "alpha = 0.5 is the sqrt rule, 1 the linear rule):\n\n"
+            + "\n".join(f"- {recipe}: {LrExponentFit.from_dict(fit).describe()}" for recipe, fit in lr_fits.items())]),
     ]) + "\n"
 
 
-def write_protocol(experiment: ExperimentConfig, rows: list[dict[str, Any]], trials: dict[str, int]) -> Path:
-    """Writes ``protocol.json`` (rows and trial counts) and ``protocol.md``; returns the latter."""
+def write_protocol(experiment: ExperimentConfig, rows: list[dict[str, Any]], trials: dict[str, int],
+                   lr_fits: dict[str, dict[str, Any]] | None = None) -> Path:
+    """Writes ``protocol.json`` (rows, trial counts, the tuned LR's exponent per recipe) and
+    ``protocol.md``; returns the latter."""
     folder = experiment.results_dir
-    write_json_atomic(folder / PROTOCOL_FILE, {"rows": rows, "trials": trials})
-    return write_atomic(folder / PROTOCOL_REPORT, protocol_markdown(experiment, rows, trials))
+    write_json_atomic(folder / PROTOCOL_FILE, {"rows": rows, "trials": trials, "lr_fits": lr_fits or {}})
+    return write_atomic(folder / PROTOCOL_REPORT, protocol_markdown(experiment, rows, trials, lr_fits))
 
 
 __all__ = ["ARM_KINDS", "Arm", "comparison_rows", "final_runs", "protocol_arms", "reference_world_size", "run_protocol",

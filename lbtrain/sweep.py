@@ -396,16 +396,19 @@ def write_summary(experiment: ExperimentConfig, rows: list[dict[str, Any]]) -> P
     return write_atomic(experiment.results_dir / "sweep_summary.csv", csv_text(rows))
 
 
+def lr_points(study: optuna.Study) -> list[dict[str, Any]]:
+    """The ok complete trials of a study as ``lr_exponent`` takes them: the learning rate each
+    trained with, its validation accuracy and its verdict."""
+    return [{"learning_rate": trial.user_attrs["learning_rate"], "validation_accuracy": trial.value,
+             "status": trial.user_attrs.get("status", "ok")} for trial in ok_trials(study)]
+
+
 def lr_fit(experiment: ExperimentConfig, storage: str | None = None, top_k: int = 3) -> LrExponentFit:
     """The exponent of the tuned LR in the global batch over the sweep's world sizes, from the
     ``top_k`` ok complete trials of each (``lbtrain.analysis.scaling_laws.lr_exponent``: one
     lucky best trial does not decide it), with a bootstrap interval over trials."""
-    trials_by_batch = {}
-    for world_size in world_sizes(experiment):
-        study = open_study(experiment, world_size, storage)
-        batch = trial_run(experiment, world_size, {}).global_batch
-        trials_by_batch[batch] = [{"learning_rate": trial.user_attrs["learning_rate"], "validation_accuracy": trial.value,
-                                   "status": trial.user_attrs.get("status", "ok")} for trial in ok_trials(study)]
+    trials_by_batch = {trial_run(experiment, world_size, {}).global_batch: lr_points(open_study(experiment, world_size, storage))
+                       for world_size in world_sizes(experiment)}
     return lr_exponent(trials_by_batch, top_k)
 
 

@@ -155,6 +155,135 @@ def section_goyal_bn() -> list[str]:
     return lines
 
 
+def keskar_v2_differences() -> dict[str, Estimate]:
+    """keskar_v2: each large-batch arm's test accuracy minus the small batch's (seeds resampled
+    per arm)."""
+    runs = _runs("keskar_v2")
+    small = [float(r["test_accuracy"]) for r in runs if r["label"] == "SB" and r["status"] == "ok"]
+    labels = dict.fromkeys(r["label"] for r in runs if r["label"] != "SB")
+    return {label: bootstrap_difference([float(r["test_accuracy"]) for r in runs if r["label"] == label and r["status"] == "ok"], small)
+            for label in labels}
+
+
+def _mean_of(runs: list[dict[str, Any]], label: str, key: str, digits: int) -> str:
+    values = [float(r[key]) for r in runs if r["label"] == label and r["status"] == "ok" and r[key] is not None]
+    return "-" if not values else f"{sum(values) / len(values):.{digits}f}"
+
+
+def section_keskar_v2() -> list[str]:
+    lines = ["## keskar_v2: generalization gap or under-training?", ""]
+    report = _json("keskar_v2", "report.json")
+    if report is None:
+        return lines + [_missing("keskar_v2", "lbtrain run experiments/keskar_v2.yaml"), ""]
+    runs, differences = _runs("keskar_v2"), keskar_v2_differences()
+    sharp = {row["recipe"]: row for row in report.get("sharpness", [])}
+    hessian = {row["recipe"]: row for row in report.get("hessian_top_eigenvalue", [])}
+
+    def measure(table: dict[str, Any], recipe: str, key: str, digits: int) -> str:
+        row = table.get(recipe)
+        return "-" if row is None or row[key] is None else Estimate(row[key], row["low"], row["high"], row["n"]).describe(digits)
+
+    table = [[row["recipe"], row["global_batch"], _mean_of(runs, row["recipe"], "total_steps", 0), _mean_of(runs, row["recipe"], "train_loss", 3),
+              _estimate(row["train_accuracy"]).describe(), _cell(row), _points(differences.get(row["recipe"])),
+              _estimate(row["gap_accuracy"]).describe(), measure(sharp, row["recipe"], "sharpness", 1),
+              measure(hessian, row["recipe"], "hessian_top_eigenvalue", 2)] for row in report["accuracy"]]
+    epochs, steps, loss = (differences.get(label) for label in ("LB equal epochs", "LB equal steps", "LB equal loss"))
+    if epochs is None or epochs.mean is None:
+        verdict = "Without an ok large-batch run at equal epochs there is nothing to explain."
+    elif _matches(epochs):
+        verdict = "At equal epochs the large batch already matches the small batch: there is no gap here."
+    elif (steps is not None and _matches(steps)) or (loss is not None and _matches(loss)):
+        verdict = ("The large batch's loss at equal epochs is **under-training**: given the small batch's steps (or its "
+                   "training loss) it matches the small batch.")
+    else:
+        verdict = ("The large batch still tests worse at equal steps and at equal training loss: a **generalization gap**, "
+                   "not only under-training.")
+    return lines + [f"Small batch 32 against large batch 256 (experiments/keskar_v2.yaml). Final train loss and steps are "
+                    "means over ok seeds; *− SB*: test accuracy minus the small batch's, in points. [report](keskar_v2/report.md)", "",
+                    markdown_table(["arm", "global batch", "steps", "train loss", "train acc", "test acc", "− SB (points)",
+                                    "train − test", "sharpness", "top Hessian eigenvalue"], table), "", verdict, ""]
+
+
+def section_warmup_ablation() -> list[str]:
+    lines = ["## warmup_ablation: how much warmup does linear scaling need?", ""]
+    report = _json("warmup_ablation", "report.json")
+    if report is None:
+        return lines + [_missing("warmup_ablation", "lbtrain run experiments/warmup_ablation.yaml"), ""]
+    runs = _runs("warmup_ablation")
+    reference = _ok_accuracies(_runs("goyal_bn"), "momentum tuned", 1)
+    labels = list(dict.fromkeys(row["recipe"] for row in report["accuracy"]))
+    sizes = sorted({int(r["world_size"]) for r in runs})
+    table = [[label, *[_points(bootstrap_difference(_ok_accuracies(runs, label, size), reference)) for size in sizes]] for label in labels]
+    return lines + [f"Linear scaling at goyal_bn's tuned base LR; test accuracy [95% interval] (n) per arm and batch, then each "
+                    f"minus goyal_bn's momentum recipe tuned at world size 1 ({Estimate(*_mean_estimate(reference)).describe()}), "
+                    "in points. [report](warmup_ablation/report.md)", "", accuracy_table(report), "",
+                    markdown_table(["warmup", *[f"world {size} − reference" for size in sizes]], table), ""]
+
+
+def _mean_estimate(values: list[float]) -> tuple:
+    estimate = bootstrap_mean(values)
+    return estimate.mean, estimate.low, estimate.high, estimate.n
+
+
+def _region(batch: int, b_crit: float) -> str:
+    """Shallue et al.'s regions by the fitted S(B) = S_min (1 + B_crit / B): perfect scaling while
+    the samples needed stay within 10% of their minimum (B <= B_crit / 10), no further gain once
+    the steps are within 10% of theirs (B >= 10 B_crit), diminishing returns between."""
+    if batch <= b_crit / 10:
+        return "perfect scaling"
+    return "no further gain" if batch >= 10 * b_crit else "diminishing returns"
+
+
+def section_steps_to_target() -> list[str]:
+    lines = ["## steps_to_target: steps to a target against the batch, with the LR chosen per batch", ""]
+    report = _json("steps_to_target", "report.json")
+    if report is None:
+        return lines + [_missing("steps_to_target", "lbtrain run experiments/steps_to_target.yaml"), ""]
+    rows = [row for row in report["steps_to_target"] if row["steps_to_target"] is not None]
+    best = {}
+    for row in rows:
+        if row["global_batch"] not in best or row["steps_to_target"] < best[row["global_batch"]]["steps_to_target"]:
+            best[row["global_batch"]] = row
+    fit = report["critical_batch"]
+    fitted = {r["global_batch"]: r["fitted_steps"] for r in fit.get("residuals") or []}
+    b_crit = fit.get("b_crit")
+    table = [[batch, row["recipe"], ("≤" if row["upper_bound"] else "") + Estimate(row["steps_to_target"], row["low"], row["high"], row["reached"]).describe(0),
+              f"{row['reached']} of {row['runs']}", "-" if batch not in fitted else f"{fitted[batch]:.0f}",
+              "-" if b_crit is None else _region(batch, b_crit)] for batch, row in sorted(best.items())]
+    if b_crit is None:
+        text = f"Not enough batch sizes reach the target to fit ({fit['batches']}; a fit needs at least {fit['min_batches']})."
+    else:
+        text = (f"Measured critical batch B_crit = {b_crit:.0f}, S_min = {fit['s_min']:.1f} steps, on {fit['batches']} batch sizes "
+                f"(relative rms error {100 * fit['relative_rms']:.1f}%).")
+        if fit.get("noise_scale") is not None:
+            text += (f" Predicted from the gradient noise scale: B_simple = {fit['noise_scale']:.0f} (median over runs at the "
+                     f"target), {fit['noise_scale_ratio']:.2f}x the measured B_crit.")
+    return lines + [f"Steps to {report['metric']} {report['target']} (experiments/steps_to_target.yaml): per batch the recipe "
+                    "with the fewest mean steps (selected on validation), with its interval over the seeds that reached the "
+                    "target. [report](steps_to_target/report.md)", "",
+                    markdown_table(["global batch", "best recipe", "steps [95% CI] (n)", "seeds reaching", "fit", "region"], table),
+                    "", text, ""]
+
+
+def section_adam_scaling() -> list[str]:
+    lines = ["## adam_scaling: Adam's tuned LR against the batch", ""]
+    protocol = _json("adam_scaling", "protocol.json")
+    if protocol is None:
+        return lines + [_missing("adam_scaling", "lbtrain sweep experiments/adam_scaling.yaml"), ""]
+    fit = protocol["lr_fits"]["adam"]
+    table = [[row["world_size"], row["global_batch"], row["rule_name"], _estimate(row["rule"]).describe(),
+              _points(row["rule_minus_reference"]), _estimate(row["tuned"]).describe(), _points(row["cost_of_rule"])]
+             for row in protocol["rows"]]
+    tuned = markdown_table(["global batch", "ok trials", "tuned LR (geometric mean of the top 3)"],
+                           [[b["global_batch"], b["ok_trials"], "-" if b["learning_rate"] is None else f"{b['learning_rate']:.3g}"]
+                            for b in fit["batches"]])
+    verdict, evidence = anchor_malladi()
+    return lines + ["The MNIST-1D cnn with Adam (experiments/adam_scaling.yaml): each rule carries the LR tuned at batch 32; "
+                    "*cost of the rule* = tuned − rule, in points. [protocol](adam_scaling/protocol.md)", "",
+                    markdown_table(["world", "global batch", "rule", "rule: test acc", "rule − reference", "tuned: test acc",
+                                    "cost of the rule"], table), "", tuned, "", f"{evidence[0].upper()}{evidence[1:]}: **{verdict}**.", ""]
+
+
 # First edition -----------------------------------------------------------------------------
 
 
@@ -328,26 +457,101 @@ def anchor_keskar() -> tuple[str, str]:
     return ("reproduced" if sharper and worse else "not reproduced"), evidence
 
 
+def _steps_study() -> tuple[str, dict[str, Any] | None]:
+    """The steps-to-target study to judge by: the second edition where committed, else the first."""
+    for study in ("steps_to_target", "critical_batch"):
+        report = _json(study, "report.json")
+        if report is not None:
+            return study, report
+    return "steps_to_target", None
+
+
 def anchor_shallue() -> tuple[str, str]:
-    report = _json("critical_batch", "report.json")
+    study, report = _steps_study()
     if report is None:
-        return "not measured yet", "critical_batch is not committed"
+        return "not measured yet", f"{study} is not committed"
     fit = report["critical_batch"]
     if fit.get("b_crit") is None or fit["batches"] < MIN_FIT_POINTS:
         return "not measurable", f"{fit['batches']} batch sizes reach the target (a fit needs {MIN_FIT_POINTS})"
-    return ("reproduced", f"steps to target follow S(B) = S_min (1 + B_crit / B) over {fit['batches']} batch sizes "
+    return ("reproduced", f"{study}: steps to target follow S(B) = S_min (1 + B_crit / B) over {fit['batches']} batch sizes "
             f"(relative rms error {100 * fit['relative_rms']:.1f}%): near-perfect scaling below B_crit = {fit['b_crit']:.0f}, "
             "diminishing returns above")
 
 
 def anchor_mccandlish() -> tuple[str, str]:
-    report = _json("critical_batch", "report.json")
+    study, report = _steps_study()
     if report is None or report["critical_batch"].get("noise_scale_ratio") is None:
-        return "not measured yet", "critical_batch with a noise scale is not committed"
+        return "not measured yet", f"{study} with a noise scale is not committed"
     ratio = report["critical_batch"]["noise_scale_ratio"]
     verdict = "reproduced" if 0.5 <= ratio <= 2 else "not reproduced"
-    return verdict, (f"B_simple, read when each run reached the target, is {ratio:.2f}x the measured B_crit (B_simple "
+    return verdict, (f"{study}: B_simple, read when each run reached the target, is {ratio:.2f}x the measured B_crit (B_simple "
                      "equals the noise scale B_noise only when the Hessian is a multiple of the identity)")
+
+
+def _largest_rows(recipe: str) -> list[dict[str, Any]]:
+    """goyal_bn's protocol rows of ``recipe`` at its largest world size (empty when absent)."""
+    protocol = _json("goyal_bn", "protocol.json")
+    if protocol is None:
+        return []
+    largest = max(r["world_size"] for r in protocol["rows"])
+    return [r for r in protocol["rows"] if r["recipe"] == recipe and r["world_size"] == largest]
+
+
+def anchor_lars() -> tuple[str, str]:
+    rows = _largest_rows("lars+warmup")
+    if not rows:
+        return "not measured yet", "goyal_bn is not committed"
+    row = rows[0]
+    verdict = "reproduced" if _matches(_estimate(row["rule_minus_reference"])) else "not reproduced"
+    return verdict, (f"LARS + warmup carried by the linear rule to batch {row['global_batch']}: {_points(row['rule_minus_reference'])} "
+                     "points against LARS tuned at batch 16")
+
+
+def anchor_nado() -> tuple[str, str]:
+    momentum, lars, lamb = (_largest_rows(recipe) for recipe in ("momentum+warmup", "lars+warmup", "lamb+warmup"))
+    if not (momentum and lars and lamb):
+        return "not measured yet", "goyal_bn is not committed"
+    runs, size, batch = _runs("goyal_bn"), momentum[0]["world_size"], momentum[0]["global_batch"]
+    tuned = _ok_accuracies(runs, "momentum+warmup tuned", size)
+    differences = {name: bootstrap_difference(tuned, _ok_accuracies(runs, f"{name} tuned", size)) for name in ("lars+warmup", "lamb+warmup")}
+    verdict = "reproduced" if all(_matches(d) for d in differences.values()) else "not reproduced"
+    return verdict, f"tuned momentum minus tuned LARS / LAMB at batch {batch}: " + ", ".join(
+        f"{name.split('+')[0].upper()} {_points(d)} points" for name, d in differences.items())
+
+
+def anchor_malladi() -> tuple[str, str]:
+    protocol = _json("adam_scaling", "protocol.json")
+    if protocol is None:
+        return "not measured yet", "adam_scaling is not committed"
+    fit = protocol["lr_fits"]["adam"]
+    if fit["alpha"] is None:
+        return "not measurable", f"Adam's tuned LR: {fit['note']}"
+    low, high = fit["alpha_95_low"], fit["alpha_95_high"]
+    interval = "" if low is None else f" (95% interval {low:.2f} to {high:.2f})"
+    if low is None:
+        verdict = "not measurable"
+    elif low <= 0.5 <= high and not low <= 1 <= high:
+        verdict = "reproduced"
+    elif low <= 0.5 <= high:
+        verdict = "reproduced with a caveat"
+    else:
+        verdict = "not reproduced"
+    caveat = " (the interval also holds the linear rule's 1)" if verdict == "reproduced with a caveat" else ""
+    return verdict, f"Adam's tuned LR grows as batch^{fit['alpha']:.2f}{interval} over {fit['points']} batch sizes{caveat}"
+
+
+def anchor_hoffer() -> tuple[str, str]:
+    report = _json("keskar_v2", "report.json")
+    if report is None:
+        return "not measured yet", "keskar_v2 is not committed"
+    differences = keskar_v2_differences()
+    hoffer, epochs = differences.get("Hoffer"), differences.get("LB equal epochs")
+    if hoffer is None or epochs is None:
+        return "not measurable", "keskar_v2 lacks an ok Hoffer or equal-epochs arm"
+    verdict = "reproduced" if _matches(hoffer) and not _matches(epochs) else (
+        "no gap to close" if _matches(epochs) else "not reproduced")
+    return verdict, (f"against the small batch: large batch at equal epochs {_points(epochs)} points, with ghost batch norm "
+                     f"and equal steps {_points(hoffer)} points")
 
 
 ANCHORS = [
@@ -356,6 +560,10 @@ ANCHORS = [
     ("Keskar et al. 2017", "large batches reach sharper minima and test worse", anchor_keskar),
     ("Shallue et al. 2018", "steps to a target fall perfectly with the batch, then with diminishing returns", anchor_shallue),
     ("McCandlish et al. 2018", "the critical batch is predicted by the gradient noise scale", anchor_mccandlish),
+    ("Hoffer et al. 2017", "training longer with ghost batch norm closes the large-batch gap", anchor_hoffer),
+    ("You et al. 2017", "LARS with warmup holds at large batches", anchor_lars),
+    ("Nado et al. 2021", "tuned momentum matches LARS and LAMB at large batches", anchor_nado),
+    ("Malladi et al. 2022", "Adam's LR should grow as the square root of the batch", anchor_malladi),
 ]
 
 
@@ -373,6 +581,10 @@ def section_anchors() -> list[str]:
 SECTIONS: list[Callable[[], list[str]]] = [
     section_anchors,
     section_goyal_bn,
+    section_warmup_ablation,
+    section_keskar_v2,
+    section_adam_scaling,
+    section_steps_to_target,
     lambda: section_accuracy_study("goyal_scaling", "LR rules x world sizes (mlp 512-512, no batch norm)",
                                    "Fashion-MNIST mlp, momentum SGD, fixed base LR, decay clocked after warmup (first edition)."),
     lambda: section_accuracy_study("goyal_scaling_cnn", "the same on a conv net",

@@ -146,6 +146,11 @@ def test_a_tuned_study_from_one_yaml_equal_budgets_three_seeds_and_the_cost_of_t
     assert row["tuned_trials"] == row["rule_trials"] == 2
     text = (results / "protocol.md").read_text()
     assert "2 finished trials per tuned study (equal for every arm)" in text and "| sqrt | sqrt | 2 | 32 |" in text
+    # The tuned LR per recipe is reported against the batch, never fitted through two world sizes.
+    fits = json.loads((results / "protocol.json").read_text())["lr_fits"]
+    assert set(fits) == {"sqrt", "linear+warmup"} and fits["sqrt"]["note"] == "not enough points (n = 2 batch sizes < 4)"
+    assert [batch["global_batch"] for batch in fits["sqrt"]["batches"]] == [16, 32]
+    assert "- sqrt: tuned lr vs global batch: not enough points (n = 2 batch sizes < 4)" in text
 
     # Resumable: a rerun trains nothing new.
     capsys.readouterr()

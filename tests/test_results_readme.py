@@ -81,3 +81,48 @@ def test_a_study_not_committed_is_named_with_the_command_that_makes_it(script, t
     monkeypatch.setattr(script, "RESULTS", tmp_path)
     assert script.anchor_keskar() == ("not measured yet", "keskar_gap is not committed")
     assert "`lbtrain run experiments/critical_batch.yaml` makes it" in "\n".join(script.section_critical_batch())
+
+
+def test_shallues_regions_follow_the_fitted_critical_batch(script):
+    assert [script._region(batch, 100.0) for batch in (10, 11, 999, 1000)] == [
+        "perfect scaling", "diminishing returns", "diminishing returns", "no further gain"]
+
+
+@pytest.mark.parametrize("alpha, low, high, verdict", [
+    (0.5, 0.3, 0.7, "reproduced"), (0.6, 0.3, 1.2, "reproduced with a caveat"), (1.0, 0.8, 1.2, "not reproduced"),
+    (None, None, None, "not measurable"),
+])
+def test_malladis_sqrt_rule_is_judged_by_the_interval_of_adams_exponent(script, tmp_path, monkeypatch, alpha, low, high, verdict):
+    (tmp_path / "adam_scaling").mkdir()
+    fit = {"alpha": alpha, "alpha_95_low": low, "alpha_95_high": high, "points": 7, "note": None if alpha else "not enough points"}
+    (tmp_path / "adam_scaling" / "protocol.json").write_text(json.dumps({"rows": [], "trials": {}, "lr_fits": {"adam": fit}}))
+    monkeypatch.setattr(script, "RESULTS", tmp_path)
+    assert script.anchor_malladi()[0] == verdict
+
+
+def accuracy_row(recipe, batch, values):
+    summary = estimate(values)
+    return {"recipe": recipe, "global_batch": batch, "test_accuracy": summary["mean"], "low": summary["low"], "high": summary["high"],
+            "ok_runs": len(values), "total": len(values), "excluded": {}, "train_accuracy": estimate([v + 0.05 for v in values]),
+            "gap_accuracy": estimate([0.05] * len(values))}
+
+
+def test_keskar_v2_calls_a_gap_that_equal_steps_closes_under_training(script, tmp_path, monkeypatch):
+    arms = {"SB": (32, [0.90, 0.91, 0.89]), "LB equal epochs": (256, [0.85, 0.86, 0.84]), "LB equal steps": (256, [0.90, 0.905, 0.895]),
+            "Hoffer": (256, [0.905, 0.91, 0.90]), "LB equal loss": (256, [0.89, 0.90, 0.88])}
+    folder = tmp_path / "keskar_v2"
+    folder.mkdir()
+    (folder / "report.json").write_text(json.dumps({"accuracy": [accuracy_row(label, batch, values) for label, (batch, values) in arms.items()]}))
+    with open(folder / "summary.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, ["run_id", "label", "status", "world_size", "global_batch", "seed", "test_accuracy",
+                                         "train_loss", "total_steps"])
+        writer.writeheader()
+        for label, (batch, values) in arms.items():
+            for seed, value in enumerate(values):
+                writer.writerow({"run_id": f"{label}-{seed}", "label": label, "status": "ok", "world_size": 1, "global_batch": batch,
+                                 "seed": seed, "test_accuracy": value, "train_loss": 0.3, "total_steps": 1500})
+    monkeypatch.setattr(script, "RESULTS", tmp_path)
+    text = "\n".join(script.section_keskar_v2())
+    assert "**under-training**" in text and "| LB equal epochs | 256 | 1500 | 0.300 |" in text
+    verdict, evidence = script.anchor_hoffer()
+    assert verdict == "reproduced" and "equal epochs -5.0 [" in evidence

@@ -216,6 +216,12 @@ class LrExponentFit:
                 "intercept": self.intercept, "top_k": self.top_k, "batches": [dict(batch) for batch in self.batches],
                 "note": self.note}
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "LrExponentFit":
+        """The fit ``to_dict`` wrote."""
+        return cls(data["alpha"], data["alpha_95_low"], data["alpha_95_high"], data["intercept"], data["top_k"],
+                   tuple(data["batches"]), data["note"])
+
     def describe(self) -> str:
         """``tuned lr ~ global_batch^0.25 (95% CI 0.02 to 0.51; top 3 ok trials at each of 3 batch sizes)``."""
         basis = f"top {self.top_k} ok trial{'s' if self.top_k > 1 else ''} at each of {self.points} batch sizes"
