@@ -37,8 +37,14 @@ def _json(study: str, name: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def _missing(study: str, command: str) -> str:
-    return f"*Not committed yet*: `{command}` makes it (resumable)."
+def _opening(study: str, title: str, file: str, command: str) -> tuple[list[str], dict[str, Any] | None]:
+    """A section's heading and the study's ``file`` (None, with a line naming ``command``, when
+    the study is not committed)."""
+    lines = [f"## {study}: {title}", ""]
+    data = _json(study, file)
+    if data is None:
+        lines += [f"*Not committed yet*: `{command}` makes it (resumable).", ""]
+    return lines, data
 
 
 def _estimate(record: dict[str, Any] | None) -> Estimate | None:
@@ -121,10 +127,9 @@ def best_arms(arms: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
 
 
 def section_goyal_bn() -> list[str]:
-    lines = ["## goyal_bn: which recipe at which world size (batch norm, tuned, equal budgets)", ""]
-    protocol = _json("goyal_bn", "protocol.json")
+    lines, protocol = _opening("goyal_bn", "which recipe at which world size (batch norm, tuned, equal budgets)", "protocol.json", "lbtrain sweep experiments/goyal_bn.yaml")
     if protocol is None:
-        return lines + [_missing("goyal_bn", "lbtrain sweep experiments/goyal_bn.yaml"), ""]
+        return lines
     references = [row for row in protocol["rows"] if row["rule_name"] == "reference"]
     trials = sorted(set(protocol["trials"].values()))
     arms = goyal_bn_arms(protocol)
@@ -171,10 +176,9 @@ def _mean_of(runs: list[dict[str, Any]], label: str, key: str, digits: int) -> s
 
 
 def section_keskar_v2() -> list[str]:
-    lines = ["## keskar_v2: generalization gap or under-training?", ""]
-    report = _json("keskar_v2", "report.json")
+    lines, report = _opening("keskar_v2", "generalization gap or under-training?", "report.json", "lbtrain run experiments/keskar_v2.yaml")
     if report is None:
-        return lines + [_missing("keskar_v2", "lbtrain run experiments/keskar_v2.yaml"), ""]
+        return lines
     runs, differences = _runs("keskar_v2"), keskar_v2_differences()
     sharp = {row["recipe"]: row for row in report.get("sharpness", [])}
     hessian = {row["recipe"]: row for row in report.get("hessian_top_eigenvalue", [])}
@@ -205,10 +209,9 @@ def section_keskar_v2() -> list[str]:
 
 
 def section_warmup_ablation() -> list[str]:
-    lines = ["## warmup_ablation: how much warmup does linear scaling need?", ""]
-    report = _json("warmup_ablation", "report.json")
+    lines, report = _opening("warmup_ablation", "how much warmup does linear scaling need?", "report.json", "lbtrain run experiments/warmup_ablation.yaml")
     if report is None:
-        return lines + [_missing("warmup_ablation", "lbtrain run experiments/warmup_ablation.yaml"), ""]
+        return lines
     runs = _runs("warmup_ablation")
     reference = _ok_accuracies(_runs("goyal_bn"), "momentum tuned", 1)
     labels = list(dict.fromkeys(row["recipe"] for row in report["accuracy"]))
@@ -235,10 +238,9 @@ def _region(batch: int, b_crit: float) -> str:
 
 
 def section_steps_to_target() -> list[str]:
-    lines = ["## steps_to_target: steps to a target against the batch, with the LR chosen per batch", ""]
-    report = _json("steps_to_target", "report.json")
+    lines, report = _opening("steps_to_target", "steps to a target against the batch, with the LR chosen per batch", "report.json", "lbtrain run experiments/steps_to_target.yaml")
     if report is None:
-        return lines + [_missing("steps_to_target", "lbtrain run experiments/steps_to_target.yaml"), ""]
+        return lines
     rows = [row for row in report["steps_to_target"] if row["steps_to_target"] is not None]
     best = {}
     for row in rows:
@@ -266,10 +268,9 @@ def section_steps_to_target() -> list[str]:
 
 
 def section_adam_scaling() -> list[str]:
-    lines = ["## adam_scaling: Adam's tuned LR against the batch", ""]
-    protocol = _json("adam_scaling", "protocol.json")
+    lines, protocol = _opening("adam_scaling", "Adam's tuned LR against the batch", "protocol.json", "lbtrain sweep experiments/adam_scaling.yaml")
     if protocol is None:
-        return lines + [_missing("adam_scaling", "lbtrain sweep experiments/adam_scaling.yaml"), ""]
+        return lines
     fit = protocol["lr_fits"]["adam"]
     table = [[row["world_size"], row["global_batch"], row["rule_name"], _estimate(row["rule"]).describe(),
               _points(row["rule_minus_reference"]), _estimate(row["tuned"]).describe(), _points(row["cost_of_rule"])]
@@ -318,20 +319,18 @@ def best_per_batch_sentences(study: str, report: dict[str, Any]) -> str:
 
 
 def section_accuracy_study(study: str, title: str, note: str) -> list[str]:
-    lines = [f"## {study}: {title}", ""]
-    report = _json(study, "report.json")
+    lines, report = _opening(study, title, "report.json", f"lbtrain run experiments/{study}.yaml")
     if report is None:
-        return lines + [_missing(study, f"lbtrain run experiments/{study}.yaml"), ""]
+        return lines
     return lines + [f"{note} Budget: {report['budget']}. Test accuracy, mean over ok seeds [95% interval] (n); runs that "
                     f"were not ok named. [report]({study}/report.md)", "", accuracy_table(report), "",
                     best_per_batch_sentences(study, report), ""]
 
 
 def section_keskar_gap() -> list[str]:
-    lines = ["## keskar_gap: small vs large batch, Adam, with sharpness", ""]
-    report = _json("keskar_gap", "report.json")
+    lines, report = _opening("keskar_gap", "small vs large batch, Adam, with sharpness", "report.json", "lbtrain run experiments/keskar_gap.yaml")
     if report is None:
-        return lines + [_missing("keskar_gap", "lbtrain run experiments/keskar_gap.yaml"), ""]
+        return lines
     sharp = {row["recipe"]: row for row in report["sharpness"]}
     table = []
     for row in report["accuracy"]:
@@ -352,10 +351,9 @@ def section_keskar_gap() -> list[str]:
 
 
 def section_goyal_sweep() -> list[str]:
-    lines = ["## goyal_sweep: the LR tuned per world size (one sweep per world size)", ""]
-    report = _json("goyal_sweep", "report.json")
+    lines, report = _opening("goyal_sweep", "the LR tuned per world size (one sweep per world size)", "report.json", "lbtrain sweep experiments/goyal_sweep.yaml")
     if report is None:
-        return lines + [_missing("goyal_sweep", "lbtrain sweep experiments/goyal_sweep.yaml"), ""]
+        return lines
     sweep = report["sweep"]
     table = [[row["world_size"], row["global_batch"], row["complete"] + row["pruned"], row["diverged"] + row["collapsed"],
               f"{row['best_learning_rate']:.3g}", f"{row['best_validation_accuracy']:.3f}", f"{row['best_test_accuracy']:.3f}"]
@@ -372,10 +370,9 @@ def section_goyal_sweep() -> list[str]:
 
 
 def section_critical_batch() -> list[str]:
-    lines = ["## critical_batch: measured vs predicted critical batch", ""]
-    report = _json("critical_batch", "report.json")
+    lines, report = _opening("critical_batch", "measured vs predicted critical batch", "report.json", "lbtrain run experiments/critical_batch.yaml")
     if report is None:
-        return lines + [_missing("critical_batch", "lbtrain run experiments/critical_batch.yaml"), ""]
+        return lines
     fit = report["critical_batch"]
     if fit.get("b_crit") is None:
         return lines + [f"Not enough batch sizes reach the target to fit ({fit['batches']} of the {fit['min_batches']} needed).", ""]
