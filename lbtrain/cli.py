@@ -73,14 +73,22 @@ def _datasets_command(args: argparse.Namespace) -> int:
 
 
 def _train_command(args: argparse.Namespace) -> int:
-    from lbtrain.config import load_run_config
+    from lbtrain.config import read_yaml_mapping, run_config_from_dict
     from lbtrain.distributed import configure_threads, current_world
     from lbtrain.results import write_run
-    from lbtrain.trainer import train
 
-    config = load_run_config(args.config)
     configure_threads(args.threads, args.threads)
-    world = current_world(config.training.world_size, config.training.micro_batches)
+    data = read_yaml_mapping(args.config)
+    world = None
+    if args.mode in ("mirrored", "multiworker"):
+        from lbtrain.tf_distribute import world_before_tensorflow
+
+        world = world_before_tensorflow(data, args.mode)
+    config = run_config_from_dict(data)
+    if world is None:
+        world = current_world(config.training.world_size, config.training.micro_batches, args.mode)
+    from lbtrain.trainer import train  # after the world: importing it starts TensorFlow's runtime
+
     verbose = 1 if world.is_root and sys.stdout.isatty() else 0
     result = train(config, world, run_dir=args.run_dir, resume=args.resume, verbose=verbose)
     if world.is_root:
@@ -277,12 +285,17 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--output", default="results/benchmarks/bench", help="folder of bench.csv, bench.json, bench.png")
     bench.set_defaults(handler=_bench_command)
     train = commands.add_parser(
-        "train", help="train one resolved run config here: in a Horovod world under horovodrun/mpirun, simulated otherwise"
+        "train", help="train one resolved run config here: in a Horovod world under horovodrun/mpirun, simulated otherwise, "
+                      "or in the world --mode names"
     )
     train.add_argument("config", help="a run config YAML (data, model, optimizer, lr, training)")
     train.add_argument("--run-dir", help="where rank 0 writes checkpoints, config.yaml, history.csv, metrics.json")
     train.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --run-dir")
     train.add_argument("--threads", type=_positive_int, help="TensorFlow intra- and inter-op threads per process")
+    train.add_argument("--mode", choices=("simulated", "horovod", "mirrored", "multiworker"),
+                       help="the world: mirrored (tf.distribute.MirroredStrategy over W devices of this process), "
+                            "multiworker (one worker of a MultiWorkerMirroredStrategy job described by $TF_CONFIG); "
+                            "default: horovod under horovodrun/mpirun, else simulated")
     train.set_defaults(handler=_train_command)
     return parser
 

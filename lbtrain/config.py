@@ -565,6 +565,16 @@ class HorovodLaunchConfig(_Strict):
         return variables
 
 
+class MultiWorkerLaunchConfig(_Strict):
+    """How ``mode: multiworker`` starts each run: W processes of ``lbtrain train --mode
+    multiworker`` on this machine, worker i with ``TF_CONFIG`` naming ``localhost:PORT`` for every
+    worker and itself as task i (``lbtrain.tf_distribute.launch_multiworker``). ``base_port``: the
+    workers listen on ``base_port .. base_port + W - 1`` (refused before anything trains if one is
+    in use); null (default): free ports chosen per run."""
+
+    base_port: int | None = Field(default=None, ge=1024, le=65535)
+
+
 class SearchParam(_Strict):
     """One dimension of an Optuna search space: ``float``/``int`` between ``low`` and ``high``
     (``log`` scale, ``step``), or ``categorical`` over ``choices``."""
@@ -670,6 +680,11 @@ class ProtocolConfig(_Strict):
 class ExperimentConfig(_Strict):
     """One study: a base run, a grid of changes to it, where results go and how runs start.
 
+    ``mode``: ``simulated`` (W workers in one process), ``horovod`` (``horovodrun -np W``),
+    ``mirrored`` (``tf.distribute.MirroredStrategy`` over W devices of a fresh process) or
+    ``multiworker`` (``tf.distribute.MultiWorkerMirroredStrategy``, W local processes); the
+    ``horovod`` and ``multiworker`` sections say how those start.
+
     ``grid`` maps field paths (``lr.rule``, ``optimizer.name``, ``training.per_worker_batch``,
     any ``section.field``) or the shorthands ``world_sizes`` / ``seeds`` to lists of values,
     crossed with each other; ``variants`` is a list of named override sets (``label`` plus
@@ -678,9 +693,10 @@ class ExperimentConfig(_Strict):
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str = ""
-    mode: Literal["simulated", "horovod"] = "simulated"
+    mode: Literal["simulated", "horovod", "mirrored", "multiworker"] = "simulated"
     output_dir: str = "results"
     horovod: HorovodLaunchConfig = Field(default_factory=HorovodLaunchConfig)
+    multiworker: MultiWorkerLaunchConfig = Field(default_factory=MultiWorkerLaunchConfig)
     data: dict[str, Any] = Field(default_factory=dict)
     model: dict[str, Any] = Field(default_factory=dict)
     optimizer: dict[str, Any] = Field(default_factory=dict)
@@ -788,7 +804,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         if not separator or not path:
             raise ConfigError(f"--set {override!r}: expected PATH=VALUE, e.g. lr.base_lr=0.2")
         if not known_field_path(path):
-            raise ConfigError(f"--set {path}: no such field (sections: name, mode, output_dir, horovod, grid, {', '.join(RUN_SECTIONS)})")
+            raise ConfigError(f"--set {path}: no such field (sections: name, mode, output_dir, horovod, multiworker, grid, {', '.join(RUN_SECTIONS)})")
         try:
             value = parse_yaml(raw)
         except yaml.YAMLError:

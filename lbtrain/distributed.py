@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import abc
 import atexit
+import contextlib
 import os
-from typing import Any
+from typing import Any, ContextManager
 
 import numpy as np
 import tensorflow as tf
@@ -71,6 +72,9 @@ class World(abc.ABC):
     size: int
     rank: int
     local_rank: int
+    # Whether saving a checkpoint is a collective (tf.distribute's multi-worker variables): then
+    # every process saves, the root into the run folder and the others into a scratch folder.
+    collective_checkpoints: bool = False
 
     @property
     def is_root(self) -> bool:
@@ -117,6 +121,22 @@ class World(abc.ABC):
     def broadcast_object(self, obj: Any) -> Any:
         """Rank 0's ``obj`` on every rank."""
         return obj
+
+    def scope(self) -> ContextManager:
+        """The context the model and optimizer are built in (a tf.distribute strategy's scope)."""
+        return contextlib.nullcontext()
+
+    def training_input(self, dataset: tf.data.Dataset, per_worker_batch: int) -> Any:
+        """What ``fit`` takes from this process's training batches (``process_batch`` samples each)."""
+        return dataset
+
+    def evaluation_input(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+        """What ``evaluate`` (and ``fit``'s validation) takes from this process's evaluation batches."""
+        return dataset
+
+    def share_replica_statistics(self, model: tf.keras.Model) -> None:
+        """Before evaluating: give every replica of this world the same batch-norm moving
+        statistics (where replicas keep their own)."""
 
 
 class SimulatedWorld(World):
@@ -289,11 +309,26 @@ def launched_by_horovod() -> bool:
     return any(name in os.environ for name in LAUNCHER_VARIABLES)
 
 
-def current_world(world_size: int, micro_batches: int = 1) -> World:
-    """Horovod's world when launched by horovodrun/mpirun, else a simulated one of ``world_size``.
+WORLD_MODES = ("simulated", "horovod", "mirrored", "multiworker")
 
-    Under Horovod the number of processes must equal ``world_size``."""
-    if not launched_by_horovod():
+
+def current_world(world_size: int, micro_batches: int = 1, mode: str | None = None) -> World:
+    """The world of ``mode`` (one of ``WORLD_MODES``); without one, Horovod's world when launched
+    by horovodrun/mpirun, else a simulated one of ``world_size``. ``mirrored`` and
+    ``multiworker`` are ``lbtrain.tf_distribute``'s worlds: build them before TensorFlow runs an op.
+
+    Under Horovod and multiworker the number of processes must equal ``world_size``."""
+    if mode is None:
+        mode = "horovod" if launched_by_horovod() else "simulated"
+    if mode not in WORLD_MODES:
+        raise ConfigError(f"mode {mode!r} is not a world (allowed: {', '.join(WORLD_MODES)})")
+    if mode in ("mirrored", "multiworker"):
+        from lbtrain.tf_distribute import MirroredWorld, MultiWorkerWorld
+
+        if micro_batches > 1:
+            raise ConfigError(f"training.micro_batches ({micro_batches}) is simulated only, not in mode: {mode}")
+        return MirroredWorld(world_size) if mode == "mirrored" else MultiWorkerWorld(world_size)
+    if mode == "simulated":
         return SimulatedWorld(world_size, micro_batches)
     world = HorovodWorld()
     if world.size != world_size:

@@ -4,8 +4,10 @@
 resolved run config, after a readable prefix). ``run_experiment`` trains the runs that have no
 ``metrics.json`` yet (so a killed experiment resumes where it stopped; an interrupted run
 continues from its last epoch checkpoint), in a child process for ``mode: simulated``
-(``lbtrain.isolation``: a run that crashes the process is recorded, not fatal) or under
-``horovodrun -np W`` for ``mode: horovod``, records diverged and failed runs and goes on, then
+(``lbtrain.isolation``: a run that crashes the process is recorded, not fatal), under
+``horovodrun -np W`` for ``mode: horovod``, in a fresh ``lbtrain train --mode mirrored`` process
+for ``mode: mirrored`` and as W ``lbtrain train --mode multiworker`` processes for ``mode:
+multiworker`` (``lbtrain.tf_distribute``), records diverged and failed runs and goes on, then
 writes ``summary.csv``.
 """
 
@@ -174,6 +176,31 @@ def check_runs(planned: list[PlannedRun]) -> None:
             raise ConfigError(f"{error} (run {run.label}, world size {config.training.world_size})") from None
 
 
+def check_tf_distribute(experiment: ExperimentConfig, planned: list[PlannedRun]) -> None:
+    """``mode: mirrored`` / ``multiworker`` against this stack and every run, before anything
+    trains: the stack runs the mode (``tf_distribute.stack_problem``), no run uses a setting the
+    mode lacks (``tf_distribute.unsupported_setting``), and a fixed ``multiworker.base_port``
+    leaves the largest world its ports. A problem is a one-line ``ConfigError``."""
+    from lbtrain.tf_distribute import ports_in_use, stack_problem, unsupported_setting
+
+    mode = experiment.mode
+    problem = stack_problem(mode)
+    if problem is not None:
+        raise ConfigError(problem)
+    for run in planned:
+        problem = unsupported_setting(run.config, mode)
+        if problem is not None:
+            raise ConfigError(f"{problem} (run {run.label}, world size {run.config.training.world_size})")
+    base_port = experiment.multiworker.base_port
+    if mode == "multiworker" and base_port is not None and planned:
+        ports = range(base_port, base_port + max(run.config.training.world_size for run in planned))
+        if ports[-1] > 65535:
+            raise ConfigError(f"multiworker.base_port {base_port}: the grid needs ports up to {ports[-1]}, above 65535")
+        taken = ports_in_use(ports)
+        if taken:
+            raise ConfigError(f"multiworker.base_port: port {taken[0]} is in use (the grid needs ports {ports[0]}-{ports[-1]})")
+
+
 def summary_row(planned: PlannedRun, result: RunResult) -> dict[str, Any]:
     """One line of ``summary.csv``."""
     config, metrics = planned.config, result.metrics
@@ -273,6 +300,53 @@ def _worker_error(output: str) -> str:
     return (exceptions or lines or ["no output"])[-1]
 
 
+def _error_line(output: str) -> str:
+    """The last exception or ``lbtrain: error:`` line of a process's output, else its last line."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    exceptions = [line for line in lines if _EXCEPTION_LINE.match(line)]
+    return (exceptions or lines or ["no output"])[-1]
+
+
+def _train_command(planned: PlannedRun, run_dir: Path) -> list[str]:
+    """``lbtrain train CONFIG --run-dir DIR --resume`` for a run, its resolved config written first."""
+    config_path = write_atomic(run_dir / CONFIG_FILE, yaml.safe_dump(planned.config.to_dict(), sort_keys=False))
+    lbtrain = Path(sys.executable).parent / "lbtrain"
+    return [str(lbtrain) if lbtrain.is_file() else "lbtrain", "train", str(config_path), "--run-dir", str(run_dir), "--resume"]
+
+
+def _launched_result(planned: PlannedRun, run_dir: Path, returncode: int, failure: str) -> RunResult:
+    """What a launched ``lbtrain train`` wrote (its root wrote the run), or a failed run with
+    ``failure`` when it exited non-zero or wrote nothing."""
+    if returncode == 0 and is_finished(run_dir):
+        return read_run(run_dir)
+    result = RunResult.failed(planned.config, failure)
+    write_run(run_dir, result)
+    return result
+
+
+def _train_mirrored(planned: PlannedRun, run_dir: Path) -> RunResult:
+    """Runs ``lbtrain train --mode mirrored`` in a fresh process (whose TensorFlow has not yet
+    started, so it can make W logical devices)."""
+    completed = subprocess.run([*_train_command(planned, run_dir), "--mode", "mirrored"], capture_output=True, text=True)
+    return _launched_result(planned, run_dir, completed.returncode,
+                            f"lbtrain train --mode mirrored exited with {completed.returncode}: "
+                            f"{_error_line(completed.stdout + completed.stderr)}")
+
+
+def _train_multiworker(planned: PlannedRun, run_dir: Path, experiment: ExperimentConfig) -> RunResult:
+    """Runs the W workers of ``lbtrain train --mode multiworker`` (``launch_multiworker``); the
+    first worker that exits non-zero ends the job and names the failure."""
+    from lbtrain.tf_distribute import launch_multiworker
+
+    program = [*_train_command(planned, run_dir), "--mode", "multiworker"]
+    try:
+        job = launch_multiworker(planned.config.training.world_size, program, base_port=experiment.multiworker.base_port)
+    except ConfigError as error:
+        return _launched_result(planned, run_dir, 1, str(error))
+    return _launched_result(planned, run_dir, job.returncode,
+                            f"worker {job.worker} exited with {job.returncode}: {_error_line(job.output)}")
+
+
 def launch_horovod(experiment: ExperimentConfig, world_size: int, program: list[str], run_dir: Path) -> subprocess.CompletedProcess:
     """Runs ``program`` on ``world_size`` ranks, ``horovodrun -np W -H HOSTS ARGS... PROGRAM``
     (output captured), with the experiment's Horovod knobs in the environment the ranks inherit
@@ -286,15 +360,9 @@ def launch_horovod(experiment: ExperimentConfig, world_size: int, program: list[
 def _train_horovod(planned: PlannedRun, run_dir: Path, experiment: ExperimentConfig) -> RunResult:
     """Runs ``lbtrain train`` under horovodrun (its rank 0 writes the run); a non-zero exit is a
     failed run, written here with the last error line of the job's output."""
-    config_path = write_atomic(run_dir / CONFIG_FILE, yaml.safe_dump(planned.config.to_dict(), sort_keys=False))
-    lbtrain = Path(sys.executable).parent / "lbtrain"
-    program = [str(lbtrain) if lbtrain.is_file() else "lbtrain", "train", str(config_path), "--run-dir", str(run_dir), "--resume"]
-    completed = launch_horovod(experiment, planned.config.training.world_size, program, run_dir)
-    if completed.returncode == 0 and is_finished(run_dir):
-        return read_run(run_dir)  # rank 0 of `lbtrain train` wrote the run
-    result = RunResult.failed(planned.config, f"horovodrun exited with {completed.returncode}: {_worker_error(completed.stdout + completed.stderr)}")
-    write_run(run_dir, result)
-    return result
+    completed = launch_horovod(experiment, planned.config.training.world_size, _train_command(planned, run_dir), run_dir)
+    return _launched_result(planned, run_dir, completed.returncode,
+                            f"horovodrun exited with {completed.returncode}: {_worker_error(completed.stdout + completed.stderr)}")
 
 
 def _remove_partial_files(folder: Path) -> None:
@@ -347,6 +415,8 @@ def run_planned(
         if stale is not None:
             raise ConfigError(f"training.staleness {stale.config.training.staleness} (run {stale.label}) is simulated only: "
                               "real Horovod workers are synchronous (use mode: simulated)")
+    if experiment.mode in ("mirrored", "multiworker"):
+        check_tf_distribute(experiment, planned)
     check_runs(planned)
     folder = experiment.results_dir
     claim_folder(folder, experiment.name, config_file, experiment.model_dump(mode="json"))
@@ -389,6 +459,10 @@ def _train_all(experiment: ExperimentConfig, planned: list[PlannedRun], runs_dir
             run_started = time.perf_counter()
             if experiment.mode == "horovod":
                 result = _train_horovod(run, run_dir, experiment)
+            elif experiment.mode == "mirrored":
+                result = _train_mirrored(run, run_dir)
+            elif experiment.mode == "multiworker":
+                result = _train_multiworker(run, run_dir, experiment)
             else:
                 result = simulated.train(run.config, run_dir)
             seconds = time.perf_counter() - run_started

@@ -1,7 +1,7 @@
 """One training run: ``train(config, world) -> RunResult``.
 
-The same function runs under ``horovodrun -np W`` (``HorovodWorld``) and in one process
-(``SimulatedWorld(W)``), in four phases: ``build`` (data sharded by rank, the model, the
+The same function runs under ``horovodrun -np W`` (``HorovodWorld``), in one process
+(``SimulatedWorld(W)``) and under a tf.distribute strategy (``lbtrain.tf_distribute``), in four phases: ``build`` (data sharded by rank, the model, the
 optimizer wrapped by the world, the learning rate scaled for the *global* batch and decaying
 over the budget), ``make_callbacks`` (lbtrain's callbacks, a restored checkpoint), ``fit``
 (until the budget of epochs, steps or samples, or a training target) and ``measure`` (final
@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterable
@@ -63,7 +64,9 @@ class _RunState:
 class _RunCheckpoint(tf.keras.callbacks.Callback):
     """Rank 0 checkpoints the run state after every epoch (TensorFlow writes the files, then
     the index that names them: a kill leaves the previous checkpoint intact). Skipped once the
-    run diverged, so a resume never starts from NaN weights."""
+    run diverged, so a resume never starts from NaN weights. Where saving is a collective
+    (``World.collective_checkpoints``: tf.distribute's multi-worker variables, whose reads
+    all-reduce), the other ranks save too, into a scratch folder they delete."""
 
     def __init__(self, directory: Path, state: _RunState, guard: DivergenceGuard,
                  previous_history: list[dict[str, float]], world: World):
@@ -74,12 +77,16 @@ class _RunCheckpoint(tf.keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self.history.append(_history_row(epoch, logs or {}))
-        if self.guard.reason is not None or not self.world.is_root:
+        if self.guard.reason is not None or not (self.world.is_root or self.world.collective_checkpoints):
             return
         self.state.epoch.assign(epoch + 1)
         self.state.initial_loss.assign(math.nan if self.guard.initial_loss is None else self.guard.initial_loss)
         self.state.history_json.assign(json.dumps(finite_or_none(self.history)))
-        self.manager.save(checkpoint_number=epoch + 1)
+        if self.world.is_root:
+            self.manager.save(checkpoint_number=epoch + 1)
+            return
+        with tempfile.TemporaryDirectory(prefix="lbtrain-worker-checkpoint-") as scratch:
+            self.state.checkpoint.save(str(Path(scratch) / "checkpoint"))
 
 
 def _history_row(epoch: int, logs: dict[str, Any]) -> dict[str, float]:
@@ -88,13 +95,15 @@ def _history_row(epoch: int, logs: dict[str, Any]) -> dict[str, float]:
 
 def evaluate(model: tf.keras.Model, x: np.ndarray, y: np.ndarray, world: World, batch: int) -> dict[str, float]:
     """Loss and accuracy on all of ``(x, y)``: each rank evaluates its shard, the sums are
-    averaged over ranks, so the result is the exact mean over every sample."""
+    averaged over ranks, so the result is the exact mean over every sample. (A tf.distribute
+    world feeds the whole set, which its strategy splits and reduces across replicas.)"""
     shard, shards = world.input_shard()
     count = len(range(shard, len(x), shards))
     loss = accuracy = 0.0
     if count:
         data = make_input_pipeline(x, y, per_worker_batch=batch, rank=shard, world_size=shards, seed=0, training=False)
-        loss, accuracy = model.evaluate(data, verbose=0)
+        world.share_replica_statistics(model)
+        loss, accuracy = model.evaluate(world.evaluation_input(data), verbose=0)
     totals = world.allreduce_mean([loss * count, accuracy * count, count])
     return {"loss": float(totals[0] / totals[2]), "accuracy": float(totals[1] / totals[2])}
 
@@ -124,7 +133,7 @@ class _Built:
 
 def build(config: RunConfig, world: World) -> _Built:
     """Seeds, loads the data, and compiles the model with the world's optimizer and the run's
-    schedule (scaled for the global batch, decaying over the budget)."""
+    schedule (scaled for the global batch, decaying over the budget), in the world's scope."""
     settings = config.training
     if world.size != settings.world_size:
         raise ValueError(f"training.world_size is {settings.world_size} but the world has {world.size} workers")
@@ -135,18 +144,19 @@ def build(config: RunConfig, world: World) -> _Built:
     )
     # An update takes ``accumulation_steps`` batches of every worker: epochs count updates.
     steps = steps_per_epoch(len(data.x_train), settings.update_batch, settings.world_size)
-    model = build_model(config.model.name, data.input_shape, data.num_classes, seed=settings.seed, **config.model.options)
     analysis = config.analysis
     noise_scale = NoiseScaleSettings(analysis.noise_scale_decay, analysis.noise_scale_pieces) if analysis.noise_scale else None
-    model = world.prepare_model(model, settings.per_worker_batch, noise_scale=noise_scale,
-                                accumulation_steps=settings.accumulation_steps, staleness=settings.staleness)
-    optimizer = world.wrap_optimizer(build_optimizer(config.optimizer.name, config.schedule(steps), **config.optimizer.params))
-    model.compile(
-        optimizer=optimizer,
-        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=[tf.keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
-    )
-    optimizer.build(model.trainable_variables)
+    with world.scope():
+        model = build_model(config.model.name, data.input_shape, data.num_classes, seed=settings.seed, **config.model.options)
+        model = world.prepare_model(model, settings.per_worker_batch, noise_scale=noise_scale,
+                                    accumulation_steps=settings.accumulation_steps, staleness=settings.staleness)
+        optimizer = world.wrap_optimizer(build_optimizer(config.optimizer.name, config.schedule(steps), **config.optimizer.params))
+        model.compile(
+            optimizer=optimizer,
+            loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=[tf.keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        )
+        optimizer.build(model.trainable_variables)
     return _Built(data, model, optimizer, steps, config.total_steps(steps))
 
 
@@ -204,16 +214,16 @@ def fit(config: RunConfig, built: _Built, world: World, callbacks: _Callbacks, v
     history = list(callbacks.previous_history)
     if start_step >= built.total_steps or _target_met(settings.stop_at, history):
         return history
-    train_data = make_input_pipeline(
+    train_data = world.training_input(make_input_pipeline(
         data.x_train, data.y_train, per_worker_batch=world.process_batch(settings.update_batch), rank=shard,
         world_size=shards, seed=settings.seed, training=True, initial_epoch=callbacks.initial_epoch,
-    )
+    ), settings.update_batch)
     validation_data = None
     if len(data.x_validation):
-        validation_data = make_input_pipeline(
+        validation_data = world.evaluation_input(make_input_pipeline(
             data.x_validation, data.y_validation, per_worker_batch=settings.eval_batch, rank=shard, world_size=shards,
             seed=0, training=False,
-        )
+        ))
     keras_history = built.model.fit(
         train_data, epochs=config.epochs_to_run(built.steps_per_epoch), initial_epoch=callbacks.initial_epoch,
         steps_per_epoch=built.steps_per_epoch, validation_data=validation_data, callbacks=callbacks.all,
