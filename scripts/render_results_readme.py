@@ -285,6 +285,61 @@ def section_adam_scaling() -> list[str]:
                                     "cost of the rule"], table), "", tuned, "", f"{evidence[0].upper()}{evidence[1:]}: **{verdict}**.", ""]
 
 
+STALENESS_DAMPINGS = ("none", "sqrt", "linear")
+
+
+def staleness_cells() -> tuple[list[int], dict[tuple[int, str], list[float]], dict[tuple[int, str], int]]:
+    """The staleness study's taus, and per (tau, damping) the ok seeds' test accuracies and the
+    number of runs (labels ``tau0`` and ``tau<t> <damping>``)."""
+    accuracies: dict[tuple[int, str], list[float]] = {}
+    runs: dict[tuple[int, str], int] = {}
+    for row in _runs("staleness"):
+        tau_text, _, damping = row["label"].partition(" ")
+        key = (int(tau_text[3:]), damping or "none")
+        runs[key] = runs.get(key, 0) + 1
+        if row["status"] == "ok" and row["test_accuracy"] is not None:
+            accuracies.setdefault(key, []).append(float(row["test_accuracy"]))
+    return sorted({tau for tau, _ in runs}), accuracies, runs
+
+
+def section_staleness() -> list[str]:
+    lines, report = _opening("staleness", "asynchronous SGD simulated exactly: accuracy against the staleness", "report.json",
+                             "lbtrain run experiments/staleness.yaml")
+    if report is None:
+        return lines
+    taus, accuracies, runs = staleness_cells()
+    synchronous = accuracies.get((0, "none"), [])
+
+    def cell(tau: int, damping: str) -> str:
+        key = (tau, damping)
+        if key not in runs:
+            return ""
+        if key not in accuracies:
+            return f"no ok seed (of {runs[key]})"
+        return f"{bootstrap_mean(accuracies[key]).describe()}; {_points(bootstrap_difference(accuracies[key], synchronous))}"
+
+    table = [[tau, *[cell(tau, damping) for damping in STALENESS_DAMPINGS]] for tau in taus]
+    return lines + ["One worker of batch 32 whose gradients are applied tau updates late (tau + 1 asynchronous workers taking "
+                    "turns, experiments/staleness.yaml); the LR undamped, divided by sqrt(tau + 1) or by tau + 1. Test accuracy "
+                    "[95% interval] (n); then minus the synchronous run (tau 0), in points. [report](staleness/report.md)", "",
+                    markdown_table(["tau", *[f"LR {damping}" if damping != "none" else "LR undamped" for damping in STALENESS_DAMPINGS]],
+                                   table), ""]
+
+
+def anchor_staleness() -> tuple[str, str]:
+    if _json("staleness", "report.json") is None:
+        return "not measured yet", "staleness is not committed"
+    taus, accuracies, _ = staleness_cells()
+    largest, synchronous = max(taus), accuracies.get((0, "none"), [])
+    undamped = bootstrap_difference(accuracies.get((largest, "none"), []), synchronous)
+    best = max(STALENESS_DAMPINGS, key=lambda damping: bootstrap_mean(accuracies.get((largest, damping), [])).mean or -1.0)
+    damped = bootstrap_difference(accuracies.get((largest, best), []), synchronous)
+    degrades = undamped.high is not None and undamped.high < -MATCH_POINTS
+    verdict = "reproduced" if degrades else "not reproduced" if undamped.mean is not None else "not measurable (no ok seeds)"
+    return verdict, (f"at staleness {largest}, undamped LR: {_points(undamped)} points against synchronous SGD; the best damping "
+                     f"there ({best}): {_points(damped)} points")
+
+
 # First edition -----------------------------------------------------------------------------
 
 
@@ -561,6 +616,7 @@ ANCHORS = [
     ("You et al. 2017", "LARS with warmup holds at large batches", anchor_lars),
     ("Nado et al. 2021", "tuned momentum matches LARS and LAMB at large batches", anchor_nado),
     ("Malladi et al. 2022", "Adam's LR should grow as the square root of the batch", anchor_malladi),
+    ("Lian et al. 2015; Dutta et al. 2018", "asynchronous SGD degrades as the staleness grows", anchor_staleness),
 ]
 
 
@@ -582,6 +638,7 @@ SECTIONS: list[Callable[[], list[str]]] = [
     section_keskar_v2,
     section_adam_scaling,
     section_steps_to_target,
+    section_staleness,
     lambda: section_accuracy_study("goyal_scaling", "LR rules x world sizes (mlp 512-512, no batch norm)",
                                    "Fashion-MNIST mlp, momentum SGD, fixed base LR, decay clocked after warmup (first edition)."),
     lambda: section_accuracy_study("goyal_scaling_cnn", "the same on a conv net",

@@ -126,3 +126,25 @@ def test_keskar_v2_calls_a_gap_that_equal_steps_closes_under_training(script, tm
     assert "**under-training**" in text and "| LB equal epochs | 256 | 1500 | 0.300 |" in text
     verdict, evidence = script.anchor_hoffer()
     assert verdict == "reproduced" and "equal epochs -5.0 [" in evidence
+
+
+def test_the_staleness_table_sets_each_damping_against_synchronous_sgd(script, tmp_path, monkeypatch):
+    cells = {"tau0": [0.98, 0.98, 0.98], "tau15 none": [0.90, 0.91, 0.92], "tau15 sqrt": [0.96, 0.96, 0.96],
+             "tau15 linear": [0.95, 0.95, 0.95]}
+    folder = tmp_path / "staleness"
+    folder.mkdir()
+    (folder / "report.json").write_text("{}")
+    with open(folder / "summary.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, ["run_id", "label", "status", "world_size", "global_batch", "seed", "test_accuracy"])
+        writer.writeheader()
+        for label, values in cells.items():
+            for seed, value in enumerate(values):
+                writer.writerow({"run_id": f"{label}-{seed}", "label": label, "status": "ok", "world_size": 1, "global_batch": 32,
+                                 "seed": seed, "test_accuracy": value})
+        writer.writerow({"run_id": "x", "label": "tau15 none", "status": "diverged", "world_size": 1, "global_batch": 32, "seed": 3,
+                         "test_accuracy": 0.1})
+    monkeypatch.setattr(script, "RESULTS", tmp_path)
+    text = "\n".join(script.section_staleness())
+    assert "| 15 | 0.910 [0.900, 0.920] (n=3); -7.0 [-8.0, -6.0] (n=3) | 0.960 (n=3)" in text.replace("[0.960, 0.960] ", "")
+    verdict, evidence = script.anchor_staleness()
+    assert verdict == "reproduced" and "the best damping there (sqrt): -2.0" in evidence
