@@ -145,6 +145,8 @@ def test_the_staleness_table_sets_each_damping_against_synchronous_sgd(script, t
                          "test_accuracy": 0.1})
     monkeypatch.setattr(script, "RESULTS", tmp_path)
     text = "\n".join(script.section_staleness())
-    assert "| 15 | 0.910 [0.900, 0.920] (n=3); -7.0 [-8.0, -6.0] (n=3) | 0.960 (n=3)" in text.replace("[0.960, 0.960] ", "")
+    assert "| 15 | 0.910 [0.900, 0.920] (n=3); -7.0 [-8.0, -6.0] (n=3); 1 diverged | 0.960 [0.960, 0.960] (n=3); -2.0" in text
     verdict, evidence = script.anchor_staleness()
-    assert verdict == "reproduced" and "the best damping there (sqrt): -2.0" in evidence
+    assert verdict == "reproduced" and "staleness 15: -7.0 [-8.0, -6.0] (n=3) points (1 diverged)" in evidence
+    verdict, evidence = script.anchor_staleness_damping()
+    assert verdict == "reproduced" and "LR / (tau + 1) -3.0 [-3.0, -3.0] (n=3) points; undamped -7.0 [" in evidence
