@@ -38,6 +38,7 @@ _LOCATIONS = {
     **dict.fromkeys(("DECAYS", "Constant", "ConstantLearningRate", "ScheduleError", "Warmup", "build_decay",
                      "build_schedule", "epochs_to_steps", "schedule_values", "warmup_lr"), "lbtrain.schedules"),
     **dict.fromkeys(("GradientStepModel", "NoiseScaleSettings", "StaleGradients"), "lbtrain.train_step"),
+    **dict.fromkeys(("ParameterServerWorld", "UpdateClock", "launch_parameter_server"), "lbtrain.parameter_server"),
     **dict.fromkeys(("MirroredWorld", "MultiWorkerWorld", "launch_multiworker"), "lbtrain.tf_distribute"),
     "train": "lbtrain.trainer",
     **dict.fromkeys(("Verdict", "judge"), "lbtrain.verdict"),

@@ -84,6 +84,12 @@ def _train_command(args: argparse.Namespace) -> int:
         from lbtrain.tf_distribute import world_before_tensorflow
 
         world = world_before_tensorflow(data, args.mode)
+    if args.mode == "parameter_server":
+        from lbtrain.parameter_server import world_before_tensorflow as parameter_server_world
+
+        world = parameter_server_world(data)
+        if world is None:  # a worker or parameter server whose server stopped
+            return 1
     config = run_config_from_dict(data)
     if world is None:
         world = current_world(config.training.world_size, config.training.micro_batches, args.mode)
@@ -292,9 +298,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--run-dir", help="where rank 0 writes checkpoints, config.yaml, history.csv, metrics.json")
     train.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --run-dir")
     train.add_argument("--threads", type=_positive_int, help="TensorFlow intra- and inter-op threads per process")
-    train.add_argument("--mode", choices=("simulated", "horovod", "mirrored", "multiworker"),
+    train.add_argument("--mode", choices=("simulated", "horovod", "mirrored", "multiworker", "parameter_server"),
                        help="the world: mirrored (tf.distribute.MirroredStrategy over W devices of this process), "
-                            "multiworker (one worker of a MultiWorkerMirroredStrategy job described by $TF_CONFIG); "
+                            "multiworker (one worker of a MultiWorkerMirroredStrategy job described by $TF_CONFIG), "
+                            "parameter_server (the chief, a worker or a parameter server of an asynchronous "
+                            "ParameterServerStrategy job described by $TF_CONFIG); "
                             "default: horovod under horovodrun/mpirun, else simulated")
     train.set_defaults(handler=_train_command)
     return parser

@@ -575,6 +575,18 @@ class MultiWorkerLaunchConfig(_Strict):
     base_port: int | None = Field(default=None, ge=1024, le=65535)
 
 
+class ParameterServerLaunchConfig(_Strict):
+    """How ``mode: parameter_server`` starts each run: one job on this machine of a chief (the
+    coordinator, which writes the run), W workers and ``ps_tasks`` parameter servers, every task
+    ``lbtrain train --mode parameter_server`` with its ``TF_CONFIG``
+    (``lbtrain.parameter_server.launch_parameter_server``). ``base_port``: the tasks listen on
+    ``base_port .. base_port + W + ps_tasks`` (chief, workers, parameter servers; refused before
+    anything trains if one is in use); null (default): free ports chosen per run."""
+
+    ps_tasks: int = Field(default=1, ge=1)
+    base_port: int | None = Field(default=None, ge=1024, le=65535)
+
+
 class SearchParam(_Strict):
     """One dimension of an Optuna search space: ``float``/``int`` between ``low`` and ``high``
     (``log`` scale, ``step``), or ``categorical`` over ``choices``."""
@@ -681,9 +693,11 @@ class ExperimentConfig(_Strict):
     """One study: a base run, a grid of changes to it, where results go and how runs start.
 
     ``mode``: ``simulated`` (W workers in one process), ``horovod`` (``horovodrun -np W``),
-    ``mirrored`` (``tf.distribute.MirroredStrategy`` over W devices of a fresh process) or
-    ``multiworker`` (``tf.distribute.MultiWorkerMirroredStrategy``, W local processes); the
-    ``horovod`` and ``multiworker`` sections say how those start.
+    ``mirrored`` (``tf.distribute.MirroredStrategy`` over W devices of a fresh process),
+    ``multiworker`` (``tf.distribute.MultiWorkerMirroredStrategy``, W local processes) or
+    ``parameter_server`` (asynchronous ``tf.distribute.ParameterServerStrategy``: a chief, W
+    workers and parameter servers as local processes); the ``horovod``, ``multiworker`` and
+    ``parameter_server`` sections say how those start.
 
     ``grid`` maps field paths (``lr.rule``, ``optimizer.name``, ``training.per_worker_batch``,
     any ``section.field``) or the shorthands ``world_sizes`` / ``seeds`` to lists of values,
@@ -693,10 +707,11 @@ class ExperimentConfig(_Strict):
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str = ""
-    mode: Literal["simulated", "horovod", "mirrored", "multiworker"] = "simulated"
+    mode: Literal["simulated", "horovod", "mirrored", "multiworker", "parameter_server"] = "simulated"
     output_dir: str = "results"
     horovod: HorovodLaunchConfig = Field(default_factory=HorovodLaunchConfig)
     multiworker: MultiWorkerLaunchConfig = Field(default_factory=MultiWorkerLaunchConfig)
+    parameter_server: ParameterServerLaunchConfig = Field(default_factory=ParameterServerLaunchConfig)
     data: dict[str, Any] = Field(default_factory=dict)
     model: dict[str, Any] = Field(default_factory=dict)
     optimizer: dict[str, Any] = Field(default_factory=dict)
@@ -804,7 +819,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         if not separator or not path:
             raise ConfigError(f"--set {override!r}: expected PATH=VALUE, e.g. lr.base_lr=0.2")
         if not known_field_path(path):
-            raise ConfigError(f"--set {path}: no such field (sections: name, mode, output_dir, horovod, multiworker, grid, {', '.join(RUN_SECTIONS)})")
+            raise ConfigError(f"--set {path}: no such field (sections: name, mode, output_dir, horovod, multiworker, parameter_server, grid, {', '.join(RUN_SECTIONS)})")
         try:
             value = parse_yaml(raw)
         except yaml.YAMLError:

@@ -75,6 +75,9 @@ class World(abc.ABC):
     # Whether saving a checkpoint is a collective (tf.distribute's multi-worker variables): then
     # every process saves, the root into the run folder and the others into a scratch folder.
     collective_checkpoints: bool = False
+    # Optimizer updates per step of the global batch: W in a parameter-server world, where each
+    # worker's batch is an update of its own; steps, budgets and the LR clock count updates.
+    updates_per_step: int = 1
 
     @property
     def is_root(self) -> bool:
@@ -137,6 +140,18 @@ class World(abc.ABC):
     def share_replica_statistics(self, model: tf.keras.Model) -> None:
         """Before evaluating: give every replica of this world the same batch-norm moving
         statistics (where replicas keep their own)."""
+
+    def fit(self, model: tf.keras.Model, train_data: Any, *, total_steps: int, **fit_arguments: Any) -> tf.keras.callbacks.History:
+        """Trains ``model`` as Keras's ``fit(train_data, **fit_arguments)`` does (its callbacks
+        stop it at ``total_steps`` updates); a world that trains otherwise (a parameter-server
+        coordinator) drives the same callbacks itself."""
+        return model.fit(train_data, **fit_arguments)
+
+    def evaluate(self, model: tf.keras.Model, dataset: tf.data.Dataset) -> tuple[float, float]:
+        """Mean loss and accuracy of ``model`` over this process's ``dataset`` (Keras's ``evaluate``
+        of ``evaluation_input``)."""
+        loss, accuracy = model.evaluate(self.evaluation_input(dataset), verbose=0)
+        return loss, accuracy
 
 
 class SimulatedWorld(World):
@@ -309,13 +324,14 @@ def launched_by_horovod() -> bool:
     return any(name in os.environ for name in LAUNCHER_VARIABLES)
 
 
-WORLD_MODES = ("simulated", "horovod", "mirrored", "multiworker")
+WORLD_MODES = ("simulated", "horovod", "mirrored", "multiworker", "parameter_server")
 
 
 def current_world(world_size: int, micro_batches: int = 1, mode: str | None = None) -> World:
     """The world of ``mode`` (one of ``WORLD_MODES``); without one, Horovod's world when launched
     by horovodrun/mpirun, else a simulated one of ``world_size``. ``mirrored`` and
-    ``multiworker`` are ``lbtrain.tf_distribute``'s worlds: build them before TensorFlow runs an op.
+    ``multiworker`` are ``lbtrain.tf_distribute``'s worlds, ``parameter_server`` the chief of
+    ``lbtrain.parameter_server``'s: build them before TensorFlow runs an op.
 
     Under Horovod and multiworker the number of processes must equal ``world_size``."""
     if mode is None:
@@ -328,6 +344,12 @@ def current_world(world_size: int, micro_batches: int = 1, mode: str | None = No
         if micro_batches > 1:
             raise ConfigError(f"training.micro_batches ({micro_batches}) is simulated only, not in mode: {mode}")
         return MirroredWorld(world_size) if mode == "mirrored" else MultiWorkerWorld(world_size)
+    if mode == "parameter_server":
+        from lbtrain.parameter_server import ParameterServerWorld
+
+        if micro_batches > 1:
+            raise ConfigError(f"training.micro_batches ({micro_batches}) is simulated only, not in mode: {mode}")
+        return ParameterServerWorld(world_size)
     if mode == "simulated":
         return SimulatedWorld(world_size, micro_batches)
     world = HorovodWorld()

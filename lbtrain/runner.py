@@ -6,9 +6,10 @@ resolved run config, after a readable prefix). ``run_experiment`` trains the run
 continues from its last epoch checkpoint), in a child process for ``mode: simulated``
 (``lbtrain.isolation``: a run that crashes the process is recorded, not fatal), under
 ``horovodrun -np W`` for ``mode: horovod``, in a fresh ``lbtrain train --mode mirrored`` process
-for ``mode: mirrored`` and as W ``lbtrain train --mode multiworker`` processes for ``mode:
-multiworker`` (``lbtrain.tf_distribute``), records diverged and failed runs and goes on, then
-writes ``summary.csv``.
+for ``mode: mirrored``, as W ``lbtrain train --mode multiworker`` processes for ``mode:
+multiworker`` (``lbtrain.tf_distribute``) and as a chief, W workers and parameter servers for
+``mode: parameter_server`` (``lbtrain.parameter_server``), records diverged and failed runs and
+goes on, then writes ``summary.csv``.
 """
 
 from __future__ import annotations
@@ -201,6 +202,25 @@ def check_tf_distribute(experiment: ExperimentConfig, planned: list[PlannedRun])
             raise ConfigError(f"multiworker.base_port: port {taken[0]} is in use (the grid needs ports {ports[0]}-{ports[-1]})")
 
 
+def check_parameter_server(experiment: ExperimentConfig, planned: list[PlannedRun]) -> None:
+    """``mode: parameter_server`` against this stack and every run, before anything trains: the
+    stack runs it, no run uses a setting the mode lacks (``parameter_server.unsupported_setting``), and a
+    fixed ``parameter_server.base_port`` leaves the largest job its ports. A problem is a
+    one-line ``ConfigError``."""
+    from lbtrain.parameter_server import job_ports, stack_problem, unsupported_setting
+
+    problem = stack_problem()
+    if problem is not None:
+        raise ConfigError(problem)
+    for run in planned:
+        problem = unsupported_setting(run.config)
+        if problem is not None:
+            raise ConfigError(f"{problem} (run {run.label}, world size {run.config.training.world_size})")
+    settings = experiment.parameter_server
+    if settings.base_port is not None and planned:
+        job_ports(max(run.config.training.world_size for run in planned), settings.ps_tasks, settings.base_port)
+
+
 def summary_row(planned: PlannedRun, result: RunResult) -> dict[str, Any]:
     """One line of ``summary.csv``."""
     config, metrics = planned.config, result.metrics
@@ -344,7 +364,24 @@ def _train_multiworker(planned: PlannedRun, run_dir: Path, experiment: Experimen
     except ConfigError as error:
         return _launched_result(planned, run_dir, 1, str(error))
     return _launched_result(planned, run_dir, job.returncode,
-                            f"worker {job.worker} exited with {job.returncode}: {_error_line(job.output)}")
+                            f"{job.task} exited with {job.returncode}: {_error_line(job.output)}")
+
+
+def _train_parameter_server(planned: PlannedRun, run_dir: Path, experiment: ExperimentConfig) -> RunResult:
+    """Runs the chief, workers and parameter servers of ``lbtrain train --mode parameter_server``
+    (``launch_parameter_server``); the chief writes the run, and a task that dies ends the job and
+    names the failure."""
+    from lbtrain.parameter_server import launch_parameter_server
+
+    settings = experiment.parameter_server
+    program = [*_train_command(planned, run_dir), "--mode", "parameter_server"]
+    try:
+        job = launch_parameter_server(planned.config.training.world_size, settings.ps_tasks, program,
+                                      base_port=settings.base_port)
+    except ConfigError as error:
+        return _launched_result(planned, run_dir, 1, str(error))
+    return _launched_result(planned, run_dir, job.returncode,
+                            f"{job.task} exited with {job.returncode}: {_error_line(job.output)}")
 
 
 def launch_horovod(experiment: ExperimentConfig, world_size: int, program: list[str], run_dir: Path) -> subprocess.CompletedProcess:
@@ -417,6 +454,8 @@ def run_planned(
                               "real Horovod workers are synchronous (use mode: simulated)")
     if experiment.mode in ("mirrored", "multiworker"):
         check_tf_distribute(experiment, planned)
+    if experiment.mode == "parameter_server":
+        check_parameter_server(experiment, planned)
     check_runs(planned)
     folder = experiment.results_dir
     claim_folder(folder, experiment.name, config_file, experiment.model_dump(mode="json"))
@@ -463,6 +502,8 @@ def _train_all(experiment: ExperimentConfig, planned: list[PlannedRun], runs_dir
                 result = _train_mirrored(run, run_dir)
             elif experiment.mode == "multiworker":
                 result = _train_multiworker(run, run_dir, experiment)
+            elif experiment.mode == "parameter_server":
+                result = _train_parameter_server(run, run_dir, experiment)
             else:
                 result = simulated.train(run.config, run_dir)
             seconds = time.perf_counter() - run_started

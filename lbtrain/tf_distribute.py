@@ -67,12 +67,11 @@ def stack_problem(mode: str) -> str | None:
     return MULTIWORKER_KERAS_3 if mode == "multiworker" and KERAS_3 else None
 
 
-def unsupported_setting(config: RunConfig, mode: str) -> str | None:
-    """The first field of ``config`` that ``mode`` (``mirrored`` or ``multiworker``) cannot train,
-    as a one-line message, or None. Keras's ``fit`` runs the strategy's plain synchronous step,
-    so lbtrain's own train steps (micro-batches, accumulation, staleness, the in-step noise scale)
-    are not available; neither are precise batch-norm statistics and the flatness measurements,
-    which probe, perturb and read the model outside the strategy."""
+def settings_outside_keras_step(config: RunConfig) -> list[tuple[str, Any]]:
+    """The ``(field, value)`` pairs of ``config`` that need more than Keras's plain train step
+    and a model evaluated where it trains: lbtrain's own train steps (micro-batches,
+    accumulation, staleness, the in-step noise scale), precise batch-norm statistics and the
+    flatness measurements, which probe, perturb and read the model outside a strategy."""
     training, analysis = config.training, config.analysis
     fields = {
         "training.micro_batches": (training.micro_batches, training.micro_batches > 1),
@@ -84,10 +83,16 @@ def unsupported_setting(config: RunConfig, mode: str) -> str | None:
         "analysis.hessian": (analysis.hessian, analysis.hessian),
         "analysis.pac_bayes": (analysis.pac_bayes, analysis.pac_bayes),
     }
-    for field, (value, used) in fields.items():
-        if used:
-            return (f"{field} is {value!r}, which mode: {mode} does not support (tf.distribute trains Keras's plain "
-                    f"synchronous step): use mode: simulated{' or horovod' if field != 'training.staleness' else ''}")
+    return [(field, value) for field, (value, used) in fields.items() if used]
+
+
+def unsupported_setting(config: RunConfig, mode: str) -> str | None:
+    """The first field of ``config`` that ``mode`` (``mirrored`` or ``multiworker``) cannot train,
+    as a one-line message, or None (``settings_outside_keras_step``: Keras's ``fit`` runs the
+    strategy's plain synchronous step)."""
+    for field, value in settings_outside_keras_step(config):
+        return (f"{field} is {value!r}, which mode: {mode} does not support (tf.distribute trains Keras's plain "
+                f"synchronous step): use mode: simulated{' or horovod' if field != 'training.staleness' else ''}")
     return None
 
 
@@ -147,8 +152,9 @@ class _SharedStatistics(tf.keras.callbacks.Callback):
         self.world.share_replica_statistics(self.model)
 
 
-class StrategyWorld(World):
-    """A world that trains under a synchronous ``tf.distribute`` strategy (see the module doc)."""
+class FullBatchStrategyWorld(World):
+    """A world whose process feeds the whole global batch to a ``tf.distribute`` strategy, which
+    hands each worker its share; lbtrain's own train steps are not available in it."""
 
     strategy: tf.distribute.Strategy
     mode: str
@@ -164,13 +170,18 @@ class StrategyWorld(World):
 
     def prepare_model(self, model: tf.keras.Model, per_worker_batch: int, noise_scale: NoiseScaleSettings | None = None,
                       accumulation_steps: int = 1, staleness: int = 0) -> tf.keras.Model:
-        """The model as it is: each replica's batch norm already normalizes its worker's b samples."""
+        """The model as it is (each worker's step is the strategy's plain step on its b samples);
+        lbtrain's own steps are refused by name."""
         for field, value, used in (("analysis.noise_scale", True, noise_scale is not None),
                                    ("training.accumulation_steps", accumulation_steps, accumulation_steps > 1),
                                    ("training.staleness", staleness, staleness > 0)):
             if used:
                 raise ConfigError(f"{field} is {value!r}, which mode: {self.mode} does not support: use mode: simulated")
         return model
+
+
+class StrategyWorld(FullBatchStrategyWorld):
+    """A world that trains under a synchronous ``tf.distribute`` strategy (see the module doc)."""
 
     def callbacks(self) -> list[tf.keras.callbacks.Callback]:
         return [_SharedStatistics(self)]
@@ -325,11 +336,13 @@ def tf_config(ports: Sequence[int], index: int) -> str:
 @dataclasses.dataclass(frozen=True)
 class JobExit:
     """How a launched job ended: ``returncode`` 0 when every worker exited 0; else the first
-    worker that failed (``worker``, its exit code and its output; the others were ended)."""
+    task that failed (``worker``, its index among the tasks launched, ``task``, its name such as
+    ``worker 1`` or ``ps 0``, its exit code and its output; the others were ended)."""
 
     returncode: int
     worker: int | None = None
     output: str = ""
+    task: str = ""
 
 
 def launch_multiworker(world_size: int, program: Sequence[str], *, base_port: int | None = None,
@@ -346,22 +359,35 @@ def launch_multiworker(world_size: int, program: Sequence[str], *, base_port: in
             raise ConfigError(f"multiworker.base_port: port {taken[0]} is in use (the job needs ports {ports[0]}-{ports[-1]})")
     else:
         ports = free_ports(world_size)
-    with tempfile.TemporaryDirectory(prefix="lbtrain-multiworker-") as logs:
-        paths = [os.path.join(logs, f"worker-{index}.log") for index in range(world_size)]
+    tasks = [(f"worker {index}", tf_config(ports, index)) for index in range(world_size)]
+    return supervise(tasks, program, finishing=world_size, env=env, poll_seconds=poll_seconds)
+
+
+def supervise(tasks: Sequence[tuple[str, str]], program: Sequence[str], *, finishing: int,
+              env: dict[str, str] | None = None, poll_seconds: float = 0.2) -> JobExit:
+    """Runs ``program`` once per task ``(name, TF_CONFIG)`` on this machine and waits for the
+    job: the first ``finishing`` tasks must exit 0, and the job is done when they have; the
+    tasks after them are servers that never exit on their own (a parameter-server job's workers
+    and parameter servers), ended once the job is done. A finishing task that exits non-zero,
+    or a server that exits at all, fails the job: every other task gets SIGTERM (SIGKILL after
+    ``TERMINATE_GRACE_SECONDS``), so nothing waits for it. Output goes to temporary files."""
+    with tempfile.TemporaryDirectory(prefix="lbtrain-job-") as logs:
+        paths = [os.path.join(logs, f"task-{index}.log") for index in range(len(tasks))]
         processes = []
-        for index, path in enumerate(paths):
+        for path, (_, config) in zip(paths, tasks):
             with open(path, "w") as log:
                 processes.append(subprocess.Popen(list(program), stdout=log, stderr=subprocess.STDOUT,
-                                                  env={**os.environ, **(env or {}), "TF_CONFIG": tf_config(ports, index)}))
+                                                  env={**os.environ, **(env or {}), "TF_CONFIG": config}))
         try:
             while True:
                 codes = [process.poll() for process in processes]
-                failed = next((index for index, code in enumerate(codes) if code not in (None, 0)), None)
+                failed = next((index for index, code in enumerate(codes)
+                               if code is not None and (code != 0 or index >= finishing)), None)
                 if failed is not None:
                     _end(processes)
                     with open(paths[failed]) as log:
-                        return JobExit(codes[failed], failed, log.read())
-                if all(code == 0 for code in codes):
+                        return JobExit(codes[failed] or 1, failed, log.read(), tasks[failed][0])
+                if all(code == 0 for code in codes[:finishing]):
                     return JobExit(0)
                 time.sleep(poll_seconds)
         finally:

@@ -1,7 +1,9 @@
 """One training run: ``train(config, world) -> RunResult``.
 
 The same function runs under ``horovodrun -np W`` (``HorovodWorld``), in one process
-(``SimulatedWorld(W)``) and under a tf.distribute strategy (``lbtrain.tf_distribute``), in four phases: ``build`` (data sharded by rank, the model, the
+(``SimulatedWorld(W)``), under a synchronous tf.distribute strategy (``lbtrain.tf_distribute``) and
+on the chief of an asynchronous parameter-server job (``lbtrain.parameter_server``, whose
+``World.fit`` drives the same callbacks), in four phases: ``build`` (data sharded by rank, the model, the
 optimizer wrapped by the world, the learning rate scaled for the *global* batch and decaying
 over the budget), ``make_callbacks`` (lbtrain's callbacks, a restored checkpoint), ``fit``
 (until the budget of epochs, steps or samples, or a training target) and ``measure`` (final
@@ -103,7 +105,7 @@ def evaluate(model: tf.keras.Model, x: np.ndarray, y: np.ndarray, world: World, 
     if count:
         data = make_input_pipeline(x, y, per_worker_batch=batch, rank=shard, world_size=shards, seed=0, training=False)
         world.share_replica_statistics(model)
-        loss, accuracy = model.evaluate(world.evaluation_input(data), verbose=0)
+        loss, accuracy = world.evaluate(model, data)
     totals = world.allreduce_mean([loss * count, accuracy * count, count])
     return {"loss": float(totals[0] / totals[2]), "accuracy": float(totals[1] / totals[2])}
 
@@ -142,8 +144,9 @@ def build(config: RunConfig, world: World) -> _Built:
         config.data.dataset, train_subset=config.data.train_subset, validation_split=config.data.validation_split,
         seed=settings.seed, **config.data.options,
     )
-    # An update takes ``accumulation_steps`` batches of every worker: epochs count updates.
-    steps = steps_per_epoch(len(data.x_train), settings.update_batch, settings.world_size)
+    # An update takes ``accumulation_steps`` batches of every worker, or one worker's batch where
+    # the workers update one by one (``World.updates_per_step``): epochs count updates.
+    steps = steps_per_epoch(len(data.x_train), settings.update_batch, settings.world_size) * world.updates_per_step
     analysis = config.analysis
     noise_scale = NoiseScaleSettings(analysis.noise_scale_decay, analysis.noise_scale_pieces) if analysis.noise_scale else None
     with world.scope():
@@ -224,8 +227,9 @@ def fit(config: RunConfig, built: _Built, world: World, callbacks: _Callbacks, v
             data.x_validation, data.y_validation, per_worker_batch=settings.eval_batch, rank=shard, world_size=shards,
             seed=0, training=False,
         ))
-    keras_history = built.model.fit(
-        train_data, epochs=config.epochs_to_run(built.steps_per_epoch), initial_epoch=callbacks.initial_epoch,
+    keras_history = world.fit(
+        built.model, train_data, total_steps=built.total_steps,
+        epochs=config.epochs_to_run(built.steps_per_epoch), initial_epoch=callbacks.initial_epoch,
         steps_per_epoch=built.steps_per_epoch, validation_data=validation_data, callbacks=callbacks.all,
         verbose=verbose if world.is_root else 0, shuffle=False,  # the input pipeline shuffles (Keras 3 warns otherwise)
     )

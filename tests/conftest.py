@@ -3,6 +3,7 @@
 import math
 import os
 import re
+import socket
 import subprocess
 import sys
 
@@ -206,3 +207,12 @@ def constant_output_problem(dimension=128, samples=20000, distance_sq=4.0, seed=
     model.compile(optimizer=tf.keras.optimizers.SGD(0.0), loss=tf.keras.losses.MeanSquaredError())
     true_scale = targets.astype(np.float64).var(axis=0).sum() / distance_sq if distance_sq else math.inf
     return model, np.zeros((samples, 1), np.float32), targets, true_scale
+
+
+@pytest.fixture
+def busy_port():
+    """A localhost port held open (bound and listening) while the test runs."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("localhost", 0))
+        busy.listen()
+        yield busy.getsockname()[1]

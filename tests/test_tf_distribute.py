@@ -184,19 +184,17 @@ def test_multiworker_on_keras_3_is_one_line_exit_2(tmp_path):
 
 
 @needs_keras_2
-def test_multiworker_ports_in_use_are_one_line_exit_2(tmp_path):
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
-        busy.bind(("localhost", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
-        completed = run_cli("run", tiny_experiment(tmp_path, "multiworker", multiworker={"base_port": port}))
+def test_multiworker_ports_in_use_are_one_line_exit_2(tmp_path, busy_port):
+    port = busy_port
+    completed = run_cli("run", tiny_experiment(tmp_path, "multiworker", multiworker={"base_port": port}))
     assert completed.returncode == 2
     assert stderr_lines(completed.stderr) == [
         f"lbtrain: error: multiworker.base_port: port {port} is in use (the grid needs ports {port}-{port + 1})"]
-    with pytest.raises(ConfigError, match=f"port {port + 1} is in use"):
+    # The launcher checks every port of the job, not only the first.
+    with pytest.raises(ConfigError, match=f"port {port + 2} is in use"):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as other:
-            other.bind(("localhost", port + 1))
-            launch_multiworker(2, [sys.executable, "-c", "pass"], base_port=port)
+            other.bind(("localhost", port + 2))
+            launch_multiworker(2, [sys.executable, "-c", "pass"], base_port=port + 1)
 
 
 @needs_keras_2
