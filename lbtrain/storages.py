@@ -275,25 +275,39 @@ def heartbeat(study: optuna.Study, trial: optuna.Trial) -> Iterator[None]:
         thread.join()
 
 
+def _stored(study: optuna.Study, trial: optuna.Trial) -> FrozenTrial:
+    """The trial as the storage holds it now (another process may have finished it)."""
+    return _storage_of(study).get_trial(trial._trial_id)
+
+
 def run_claimed(study: optuna.Study, trial: optuna.Trial, objective: Callable[[optuna.Trial], float]) -> FrozenTrial:
     """Runs ``objective`` on a claimed trial with its heartbeat and tells the study the outcome:
     its value, PRUNED on ``optuna.TrialPruned``, FAIL on any other exception (re-raised). A trial
-    another process failed meanwhile (its heartbeats stopped for longer than the grace period)
-    keeps that state; its retry runs it again."""
+    another process finished meanwhile (failed it when its heartbeats stopped for longer than the
+    grace period, as on a machine too loaded to run the heartbeat thread) keeps that state: the
+    objective's own writes to it then fail, which is no error of this process, and its retry
+    runs it again."""
     state, value = TrialState.COMPLETE, None
+    # Telling a trial another process finished raises one of these (Optuna's tell: ValueError).
+    finished_elsewhere = (optuna.exceptions.UpdateFinishedTrialError, ValueError)
     with heartbeat(study, trial):
         try:
             value = objective(trial)
         except optuna.TrialPruned:
             state = TrialState.PRUNED
+        except optuna.exceptions.UpdateFinishedTrialError:
+            return _stored(study, trial)
         except BaseException:
-            with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
-                study.tell(trial, state=TrialState.FAIL)
+            if not _stored(study, trial).state.is_finished():
+                with contextlib.suppress(*finished_elsewhere):
+                    study.tell(trial, state=TrialState.FAIL)
             raise
+    if _stored(study, trial).state.is_finished():
+        return _stored(study, trial)
     try:
         return study.tell(trial, value) if state == TrialState.COMPLETE else study.tell(trial, state=state)
-    except optuna.exceptions.UpdateFinishedTrialError:
-        return study.get_trials(deepcopy=False)[trial.number]
+    except finished_elsewhere:
+        return _stored(study, trial)
 
 
 __all__ = ["HeartbeatJournalStorage", "claim_trial", "describe", "heartbeat", "local_path", "open_storage", "run_claimed"]

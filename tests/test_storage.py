@@ -350,3 +350,32 @@ def test_a_postgres_worker_killed_mid_trial_leaves_a_trial_its_heartbeat_fails_a
     (retry,) = [trial for trial in finished if trial.system_attrs.get("failed_trial") == failed.number]
     assert retry.state == COMPLETE and retry.params == failed.params
     assert (tmp_path / "results" / "tiny" / "sweep_summary.csv").exists()
+
+
+@pytest.mark.parametrize("objective_end", ["writes to the trial", "returns", "raises"])
+def test_a_trial_another_process_finished_meanwhile_keeps_its_state(tmp_path, objective_end):
+    """Another process fails a running trial (its heartbeats lapsed, as on a machine too loaded
+    to run the heartbeat thread): this process's objective then ends however it ends, and the
+    trial stays FAIL with no error of Optuna's reaching the sweep; a real error still does."""
+    from lbtrain.storages import run_claimed
+
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    storage = optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=120)
+    study = optuna.create_study(study_name="race", storage=storage)
+    trial = claim_trial(study, 4)
+    other = optuna.load_study(study_name="race", storage=optuna.storages.RDBStorage(url))
+
+    def objective(running):
+        other.tell(running.number, state=optuna.trial.TrialState.FAIL)
+        if objective_end == "writes to the trial":
+            running.set_user_attr("epochs_run", 3)
+        if objective_end == "raises":
+            raise RuntimeError("the run crashed")
+        return 0.5
+
+    if objective_end == "raises":
+        with pytest.raises(RuntimeError, match="the run crashed"):
+            run_claimed(study, trial, objective)
+    else:
+        assert run_claimed(study, trial, objective).state == optuna.trial.TrialState.FAIL
+    assert other.get_trials()[trial.number].state == optuna.trial.TrialState.FAIL
