@@ -47,6 +47,11 @@ def _opening(study: str, title: str, file: str, command: str) -> tuple[list[str]
     return lines, data
 
 
+def _figure(study: str, name: str, caption: str) -> list[str]:
+    """The study's figure ``figures/<name>`` embedded, when the study committed it."""
+    return [f"![{caption}]({study}/figures/{name})", ""] if (RESULTS / study / "figures" / name).is_file() else []
+
+
 def _estimate(record: dict[str, Any] | None) -> Estimate | None:
     return None if record is None else Estimate(**record)
 
@@ -156,6 +161,7 @@ def section_goyal_bn() -> list[str]:
                                   for size in sorted({a['world_size'] for a in arms})]]
                         for label in dict.fromkeys(a["label"] for a in arms)]),
         "",
+        *_figure("goyal_bn", "accuracy_vs_batch.png", "test accuracy against the global batch, every arm"),
     ]
     return lines
 
@@ -205,7 +211,8 @@ def section_keskar_v2() -> list[str]:
     return lines + [f"Small batch 32 against large batch 256 (experiments/keskar_v2.yaml). Final train loss and steps are "
                     "means over ok seeds; *− SB*: test accuracy minus the small batch's, in points. [report](keskar_v2/report.md)", "",
                     markdown_table(["arm", "global batch", "steps", "train loss", "train acc", "test acc", "− SB (points)",
-                                    "train − test", "sharpness", "top Hessian eigenvalue"], table), "", verdict, ""]
+                                    "train − test", "sharpness", "top Hessian eigenvalue"], table), "", verdict, "",
+                    *_figure("keskar_v2", "sharpness_vs_batch.png", "flatness against the global batch")]
 
 
 def section_warmup_ablation() -> list[str]:
@@ -220,7 +227,8 @@ def section_warmup_ablation() -> list[str]:
     return lines + [f"Linear scaling at goyal_bn's tuned base LR; test accuracy [95% interval] (n) per arm and batch, then each "
                     f"minus goyal_bn's momentum recipe tuned at world size 1 ({Estimate(*_mean_estimate(reference)).describe()}), "
                     "in points. [report](warmup_ablation/report.md)", "", accuracy_table(report), "",
-                    markdown_table(["warmup", *[f"world {size} − reference" for size in sizes]], table), ""]
+                    markdown_table(["warmup", *[f"world {size} − reference" for size in sizes]], table), "",
+                    *_figure("warmup_ablation", "accuracy_vs_batch.png", "test accuracy against the global batch")]
 
 
 def _mean_estimate(values: list[float]) -> tuple:
@@ -264,7 +272,7 @@ def section_steps_to_target() -> list[str]:
                     "with the fewest mean steps (selected on validation), with its interval over the seeds that reached the "
                     "target. [report](steps_to_target/report.md)", "",
                     markdown_table(["global batch", "best recipe", "steps [95% CI] (n)", "seeds reaching", "fit", "region"], table),
-                    "", text, ""]
+                    "", text, "", *_figure("steps_to_target", "steps_to_target.png", "steps to the target against the global batch")]
 
 
 def section_adam_scaling() -> list[str]:
@@ -282,10 +290,12 @@ def section_adam_scaling() -> list[str]:
     return lines + ["The MNIST-1D cnn with Adam (experiments/adam_scaling.yaml): each rule carries the LR tuned at batch 32; "
                     "*cost of the rule* = tuned − rule, in points. [protocol](adam_scaling/protocol.md)", "",
                     markdown_table(["world", "global batch", "rule", "rule: test acc", "rule − reference", "tuned: test acc",
-                                    "cost of the rule"], table), "", tuned, "", f"{evidence[0].upper()}{evidence[1:]}: **{verdict}**.", ""]
+                                    "cost of the rule"], table), "", tuned, "", f"{evidence[0].upper()}{evidence[1:]}: **{verdict}**.", "",
+                    *_figure("adam_scaling", "accuracy_vs_batch.png", "test accuracy against the global batch")]
 
 
 STALENESS_DAMPINGS = ("none", "sqrt", "linear")
+STALENESS_LABELS = {"none": "LR undamped", "sqrt": "LR / sqrt(tau + 1)", "linear": "LR / (tau + 1)"}
 
 
 def staleness_cells() -> tuple[list[int], dict[tuple[int, str], list[float]], dict[tuple[int, str], dict[str, int]]]:
@@ -330,8 +340,32 @@ def section_staleness() -> list[str]:
                     "turns, experiments/staleness.yaml); the LR undamped, divided by sqrt(tau + 1) or by tau + 1. Test accuracy "
                     "[95% interval] (n); then minus the synchronous run (tau 0), in points; runs that were not ok named. "
                     "[report](staleness/report.md)", "",
-                    markdown_table(["tau", *[f"LR {damping}" if damping != "none" else "LR undamped" for damping in STALENESS_DAMPINGS]],
-                                   table), ""]
+                    markdown_table(["tau", *[STALENESS_LABELS[damping] for damping in STALENESS_DAMPINGS]],
+                                   table), "", *_figure("staleness", STALENESS_FIGURE, "test accuracy against the staleness")]
+
+
+STALENESS_FIGURE = "accuracy_vs_staleness.png"
+
+
+def staleness_figure() -> Path | None:
+    """``staleness/figures/accuracy_vs_staleness.png``: test accuracy against the number of
+    asynchronous workers tau + 1 (log2 axis), one line per LR damping with its 95% band, runs that
+    were not ok marked at their staleness; None when the study is not committed."""
+    from lbtrain.analysis.plots import Line, Mark, plot_panels
+
+    if _json("staleness", "report.json") is None:
+        return None
+    taus, accuracies, statuses = staleness_cells()
+    items: list[Line | Mark] = []
+    for damping in STALENESS_DAMPINGS:
+        points = [(tau, bootstrap_mean(accuracies[(tau, damping if tau else "none")]))
+                  for tau in taus if (tau, damping if tau else "none") in accuracies]
+        items.append(Line(STALENESS_LABELS[damping], [tau + 1 for tau, _ in points], [e.mean for _, e in points],
+                          [e.low for _, e in points], [e.high for _, e in points]))
+        items += [Mark(status, STALENESS_LABELS[damping], tau + 1, count=count) for tau in taus if tau
+                  for status, count in statuses.get((tau, damping), {}).items() if status in ("diverged", "collapsed", "failed")]
+    return plot_panels({"test accuracy against the staleness": items}, RESULTS / "staleness" / "figures" / STALENESS_FIGURE,
+                       xlabel="asynchronous workers (staleness + 1)", ylabel="test accuracy", log2_x=True)
 
 
 def _staleness_effect(tau: int, damping: str) -> str:
@@ -416,7 +450,8 @@ def section_accuracy_study(study: str, title: str, note: str) -> list[str]:
         return lines
     return lines + [f"{note} Budget: {report['budget']}. Test accuracy, mean over ok seeds [95% interval] (n); runs that "
                     f"were not ok named. [report]({study}/report.md)", "", accuracy_table(report), "",
-                    best_per_batch_sentences(study, report), ""]
+                    best_per_batch_sentences(study, report), "",
+                    *_figure(study, "accuracy_vs_batch.png", "test accuracy against the global batch")]
 
 
 def section_keskar_gap() -> list[str]:
@@ -439,7 +474,8 @@ def section_keskar_gap() -> list[str]:
                     markdown_table(["", "train acc", "test acc", "train − test", "sharpness (ε = 1e-3)"], table), "",
                     f"The large batch ({large['recipe']}) tests {_points(difference)} points against the small batch "
                     f"({small['recipe']})" + ("" if ratio is None else f" and sits in a minimum {ratio:.1f}x as sharp (means)")
-                    + f"; its train − test gap is {large['gap_accuracy']['mean']:.3f} against {small['gap_accuracy']['mean']:.3f}.", ""]
+                    + f"; its train − test gap is {large['gap_accuracy']['mean']:.3f} against {small['gap_accuracy']['mean']:.3f}.", "",
+                    *_figure("keskar_gap", "sharpness_vs_batch.png", "sharpness against the global batch")]
 
 
 def section_goyal_sweep() -> list[str]:
@@ -458,7 +494,8 @@ def section_goyal_sweep() -> list[str]:
             "One seed per trial: the protocol mode (goyal_bn) re-runs each arm's best with 3 seeds.")
     return lines + ["[report](goyal_sweep/report.md)", "",
                     markdown_table(["world", "global batch", "trials", "diverged or collapsed", "best LR", "best validation",
-                                    "its test accuracy (one seed)"], table), "", text, ""]
+                                    "its test accuracy (one seed)"], table), "", text, "",
+                    *_figure("goyal_sweep", "sweep_lr_vs_batch.png", "tuned LR against the global batch")]
 
 
 def section_critical_batch() -> list[str]:
@@ -476,7 +513,8 @@ def section_critical_batch() -> list[str]:
              f"{fit['noise_scale_ratio']:.2f}x the measured B_crit (results/advisor_validation for why it runs low).")
     return lines + [f"Steps to {report['metric']} {report['target']}. [report](critical_batch/report.md)", "", table, "",
                     f"Measured critical batch B_crit = {fit['b_crit']:.0f}, S_min = {fit['s_min']:.1f} steps, fitted on "
-                    f"{fit['batches']} batch sizes (relative rms error {100 * fit['relative_rms']:.1f}%)." + noise, ""]
+                    f"{fit['batches']} batch sizes (relative rms error {100 * fit['relative_rms']:.1f}%)." + noise, "",
+                    *_figure("critical_batch", "steps_to_target.png", "steps to the target against the global batch")]
 
 
 # Published anchors ------------------------------------------------------------------------
@@ -712,7 +750,8 @@ def main() -> None:
     if args.write:
         from lbtrain.files import write_atomic
 
-        write_atomic(RESULTS / "README.md", text.encode())
+        staleness_figure()
+        write_atomic(RESULTS / "README.md", render().encode())
         print(f"wrote {RESULTS / 'README.md'}")
     else:
         print(text, end="")

@@ -150,3 +150,14 @@ def test_the_staleness_table_sets_each_damping_against_synchronous_sgd(script, t
     assert verdict == "reproduced" and "staleness 15: -7.0 [-8.0, -6.0] (n=3) points (1 diverged)" in evidence
     verdict, evidence = script.anchor_staleness_damping()
     assert verdict == "reproduced" and "LR / (tau + 1) -3.0 [-3.0, -3.0] (n=3) points; undamped -7.0 [" in evidence
+
+
+def test_every_committed_study_shows_a_figure_that_exists(script):
+    import re
+
+    page = (script.RESULTS / "README.md").read_text()
+    shown = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", page)
+    assert shown and all((script.RESULTS / path).is_file() for path in shown)
+    committed = [path.parent.name for path in script.RESULTS.glob("*/report.json")
+                 if f"## {path.parent.name}:" in page]
+    assert committed and all(any(path.startswith(f"{study}/") for path in shown) for study in committed)
