@@ -86,7 +86,7 @@ def _cell(row: dict[str, Any] | None) -> str:
 def _seed_accuracies(study: str) -> dict[tuple[str, int], list[float]]:
     """Per (label, global batch): the test accuracies of the ok runs of ``summary.csv``."""
     groups: dict[tuple[str, int], list[float]] = {}
-    for row in read_summary(RESULTS / study / "summary.csv"):
+    for row in _runs(study):
         if row["status"] == "ok" and row["test_accuracy"] is not None:
             groups.setdefault((row["label"], int(row["global_batch"])), []).append(float(row["test_accuracy"]))
     return groups
@@ -225,15 +225,10 @@ def section_warmup_ablation() -> list[str]:
     sizes = sorted({int(r["world_size"]) for r in runs})
     table = [[label, *[_points(bootstrap_difference(_ok_accuracies(runs, label, size), reference)) for size in sizes]] for label in labels]
     return lines + [f"Linear scaling at goyal_bn's tuned base LR; test accuracy [95% interval] (n) per arm and batch, then each "
-                    f"minus goyal_bn's momentum recipe tuned at world size 1 ({Estimate(*_mean_estimate(reference)).describe()}), "
+                    f"minus goyal_bn's momentum recipe tuned at world size 1 ({bootstrap_mean(reference).describe()}), "
                     "in points. [report](warmup_ablation/report.md)", "", accuracy_table(report), "",
                     markdown_table(["warmup", *[f"world {size} − reference" for size in sizes]], table), "",
                     *_figure("warmup_ablation", "accuracy_vs_batch.png", "test accuracy against the global batch")]
-
-
-def _mean_estimate(values: list[float]) -> tuple:
-    estimate = bootstrap_mean(values)
-    return estimate.mean, estimate.low, estimate.high, estimate.n
 
 
 def _region(batch: int, b_crit: float) -> str:
@@ -368,9 +363,10 @@ def staleness_figure() -> Path | None:
                        xlabel="asynchronous workers (staleness + 1)", ylabel="test accuracy", log2_x=True)
 
 
-def _staleness_effect(tau: int, damping: str) -> str:
-    """One cell of the staleness study as evidence: its difference from synchronous SGD, or its failures."""
-    _, accuracies, statuses = staleness_cells()
+def _staleness_effect(accuracies: dict[tuple[int, str], list[float]], statuses: dict[tuple[int, str], dict[str, int]],
+                      tau: int, damping: str) -> str:
+    """One cell of the staleness study (``staleness_cells``) as evidence: its difference from
+    synchronous SGD, or its failures."""
     if (tau, damping) in accuracies:
         failed = _failed(statuses[(tau, damping)])
         difference = _points(bootstrap_difference(accuracies[(tau, damping)], accuracies.get((0, "none"), [])))
@@ -392,8 +388,8 @@ def anchor_staleness() -> tuple[str, str]:
         return difference.high is not None and difference.high < -MATCH_POINTS
 
     verdict = "reproduced" if stale and worse(max(stale)) else "not reproduced"
-    return verdict, "undamped LR against synchronous SGD: " + "; ".join(f"staleness {tau}: {_staleness_effect(tau, 'none')}"
-                                                                        for tau in stale)
+    effects = [f"staleness {tau}: {_staleness_effect(accuracies, statuses, tau, 'none')}" for tau in stale]
+    return verdict, "undamped LR against synchronous SGD: " + "; ".join(effects)
 
 
 def anchor_staleness_damping() -> tuple[str, str]:
@@ -403,11 +399,12 @@ def anchor_staleness_damping() -> tuple[str, str]:
     largest = max(tau for tau in taus if tau > 0)
     undamped, linear = accuracies.get((largest, "none"), []), accuracies.get((largest, "linear"), [])
     if not linear:
-        return "not reproduced", f"at staleness {largest} the LR divided by tau + 1: {_staleness_effect(largest, 'linear')}"
+        return ("not reproduced",
+                f"at staleness {largest} the LR divided by tau + 1: {_staleness_effect(accuracies, statuses, largest, 'linear')}")
     difference = bootstrap_difference(linear, undamped) if undamped else None
     helps = not undamped or (difference.low is not None and difference.low > 0)
-    evidence = (f"at staleness {largest}, against synchronous SGD: LR / (tau + 1) {_staleness_effect(largest, 'linear')}; "
-                f"undamped {_staleness_effect(largest, 'none')}")
+    evidence = (f"at staleness {largest}, against synchronous SGD: LR / (tau + 1) {_staleness_effect(accuracies, statuses, largest, 'linear')}; "
+                f"undamped {_staleness_effect(accuracies, statuses, largest, 'none')}")
     return ("reproduced" if helps else "not reproduced"), evidence
 
 
