@@ -276,7 +276,8 @@ def optimize_distributed(experiment: ExperimentConfig, world: World, trials: int
 def _spawn_workers(experiment: ExperimentConfig, experiment_path: str, overrides: list[str], trials: int, storage: str,
                    workers: int) -> None:
     """``workers`` processes of ``lbtrain sweep --worker INDEX`` sharing the storage; the
-    studies are created first so the workers do not race to create them (or Optuna's tables)."""
+    studies are created first so the workers do not race to create them (or Optuna's tables).
+    Returns once every worker has ended; raises when any failed."""
     import subprocess
     import sys
 
@@ -285,8 +286,11 @@ def _spawn_workers(experiment: ExperimentConfig, experiment_path: str, overrides
     command = [sys.executable, "-m", "lbtrain.cli", "sweep", experiment_path, "--trials", str(trials), "--storage", storage,
                *(item for value in overrides for item in ("--set", value))]
     processes = [subprocess.Popen([*command, "--worker", str(index)]) for index in range(workers)]
-    if any(process.wait() for process in processes):
-        raise RuntimeError("a sweep worker failed (see its output above)")
+    # Every worker is waited for (a short-circuit would leave the others running after this
+    # process exits): the survivors finish the studies, retrying a dead worker's stale trial.
+    failed = [index for index, code in enumerate([process.wait() for process in processes]) if code]
+    if failed:
+        raise RuntimeError(f"sweep worker(s) {', '.join(map(str, failed))} failed (see the output above)")
 
 
 def _check_storage(experiment: ExperimentConfig, storage: str) -> None:
