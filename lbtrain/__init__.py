@@ -19,7 +19,7 @@ from lbtrain._registration import register_when_tensorflow_loads  # noqa: E402
 _LOCATIONS = {
     **dict.fromkeys(("Advice", "advise"), "lbtrain.advisor"),
     **dict.fromkeys(("critical_batch", "hessian_top_eigenvalue", "pac_bayes_flatness", "sharpness", "steps_to_target",
-                     "write_report"), "lbtrain.analysis"),
+                     "write_comparison", "write_report"), "lbtrain.analysis"),
     **dict.fromkeys(("matmul_peak_flops", "run_benchmark", "training_flops_per_sample"), "lbtrain.bench"),
     **dict.fromkeys(("BudgetStop", "DivergenceGuard", "GeneralizationGap", "GradientNoiseScale", "LearningRateLogger",
                      "LearningRateWarmup", "Throughput"), "lbtrain.callbacks"),

@@ -232,6 +232,14 @@ def _report_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compare_command(args: argparse.Namespace) -> int:
+    from lbtrain.analysis.mode_comparison import write_comparison
+
+    path = write_comparison(args.first, args.second, args.output, target=args.target)
+    print(f"wrote {path} and its figures in {path.parent / 'figures'}")
+    return 0
+
+
 class _OneLineErrors(argparse.ArgumentParser):
     """Usage errors as one line, ``lbtrain: error: ...``, exit code 2 (argparse prints the usage too)."""
 
@@ -263,6 +271,13 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--target", type=float, help="validation accuracy counted to in steps-to-target (default: the highest every batch reaches)")
     report.add_argument("--metric", help="per-epoch metric of curves and steps to target (default val_accuracy, else accuracy)")
     report.set_defaults(handler=_report_command)
+
+    compare = commands.add_parser("compare", help="compare two results folders of one grid run in two modes (e.g. sync vs async)")
+    compare.add_argument("first", help="a results folder, e.g. results/sync_vs_async_sync")
+    compare.add_argument("second", help="the same grid in another mode, e.g. results/sync_vs_async_async")
+    compare.add_argument("--output", required=True, help="folder of compare.md, compare.json and figures/")
+    compare.add_argument("--target", type=float, help="validation accuracy counted to (default: the highest every world reaches in both)")
+    compare.set_defaults(handler=_compare_command)
     advise = commands.add_parser(
         "advise", help="probe the gradient noise scale and advise the world size and LR recipe worth paying for")
     advise.add_argument("experiment", help="an experiment YAML; the probe trains its base run at lr.base_batch")

@@ -24,6 +24,7 @@ RESULTS = REPO_ROOT / "results"
 sys.path.insert(0, str(REPO_ROOT))
 
 from lbtrain.analysis.statistics import Estimate, bootstrap_difference, bootstrap_mean  # noqa: E402
+from lbtrain.analysis.mode_comparison import works_sentence  # noqa: E402
 from lbtrain.analysis.tables import markdown_table, read_summary  # noqa: E402
 
 # A difference whose interval lies within this many points of 0 counts as "matches".
@@ -337,6 +338,53 @@ def section_staleness() -> list[str]:
                     "[report](staleness/report.md)", "",
                     markdown_table(["tau", *[STALENESS_LABELS[damping] for damping in STALENESS_DAMPINGS]],
                                    table), "", *_figure("staleness", STALENESS_FIGURE, "test accuracy against the staleness")]
+
+
+def section_sync_vs_async() -> list[str]:
+    lines, record = _opening("sync_vs_async", "synchronous against asynchronous SGD at the same world size", "compare.json",
+                             "lbtrain run experiments/sync_vs_async_sync.yaml; lbtrain run experiments/sync_vs_async_async.yaml; "
+                             "lbtrain compare results/sync_vs_async_sync results/sync_vs_async_async --output results/sync_vs_async")
+    if record is None:
+        return lines
+    first, second = record["first"]["label"], record["second"]["label"]
+
+    def accuracy(cell: dict[str, Any]) -> str:
+        failed = ", ".join(f"{count} {status}" for status, count in cell["not_ok"].items())
+        text = _estimate(cell["test_accuracy"]).describe() if cell["ok_runs"] else f"no ok run (of {cell['runs']})"
+        return text + (f"; {failed}" if failed and cell["ok_runs"] else "")
+
+    def updates(cell: dict[str, Any]) -> str:
+        return "-" if cell["updates_to_target"]["mean"] is None else f"{cell['updates_to_target']['mean']:.0f} ({cell['reached']}/{cell['ok_runs']})"
+
+    table = [[row["world_size"], f"{row[first]['learning_rate']:.4g}", accuracy(row[first]), accuracy(row[second]),
+              _points(row["test_difference"]), updates(row[first]), updates(row[second]),
+              "-" if row[second]["staleness"] is None else f"{row[second]['staleness']:.2f}"] for row in record["rows"]]
+    works = [f"- {works_sentence(world, label, by_side[label])}" for world, by_side in record["lr_that_works"].items()
+             for label in (first, second)]
+    return lines + [f"The same grid run twice (experiments/sync_vs_async_sync.yaml and its _async twin): {first} and {second} "
+                    f"(a chief, W workers and a parameter server on this machine, each worker applying its own batch of 32). "
+                    f"Budget: {record['first']['budget']} in both (equal samples). Test accuracy [95% interval] (n); "
+                    f"*{second} − {first}* in points; updates until `{record['metric']}` reaches {record['target']:.3f} "
+                    f"(reached/ok seeds); the staleness measured on the parameter server. "
+                    "[comparison](sync_vs_async/compare.md)", "",
+                    markdown_table(["world", "lr", f"{first}: test acc", f"{second}: test acc", f"{second} − {first}",
+                                    f"{first}: updates to target", f"{second}: updates to target", "staleness"], table), "",
+                    "The learning rate that works (the best mean validation accuracy among LRs whose every seed was ok):", "",
+                    *works, "", *_figure("sync_vs_async", "accuracy_vs_lr.png", "test accuracy against the learning rate, both modes")]
+
+
+def anchor_async_lr() -> tuple[str, str]:
+    record = _json("sync_vs_async", "compare.json")
+    if record is None:
+        return "not measured yet", "sync_vs_async is not committed"
+    first, second = record["first"]["label"], record["second"]["label"]
+    pairs = [(world, by_side[first]["best"], by_side[second]["best"]) for world, by_side in record["lr_that_works"].items()]
+    if any(a is None or b is None for _, a, b in pairs):
+        return "not measured", "a mode had no LR with every seed ok at " + ", ".join(f"W={w}" for w, a, b in pairs if a is None or b is None)
+    smaller = [b["learning_rate"] < a["learning_rate"] for _, a, b in pairs]
+    verdict = "reproduced" if all(smaller) else "not reproduced" if not any(smaller) else "mixed"
+    return verdict, "; ".join(f"W={world}: best LR {first} {a['learning_rate']:.4g}, {second} {b['learning_rate']:.4g}"
+                              for world, a, b in pairs)
 
 
 STALENESS_FIGURE = "accuracy_vs_staleness.png"
@@ -691,6 +739,7 @@ ANCHORS = [
     ("Malladi et al. 2022", "Adam's LR should grow as the square root of the batch", anchor_malladi),
     ("Lian et al. 2015; Dutta et al. 2018", "asynchronous SGD degrades as the staleness grows", anchor_staleness),
     ("Zhang et al. 2016", "dividing the LR by the staleness keeps asynchronous SGD training", anchor_staleness_damping),
+    ("Mitliagkas et al. 2016", "asynchrony acts as extra momentum: the best LR is smaller than synchronous SGD's", anchor_async_lr),
 ]
 
 
@@ -713,6 +762,7 @@ SECTIONS: list[Callable[[], list[str]]] = [
     section_adam_scaling,
     section_steps_to_target,
     section_staleness,
+    section_sync_vs_async,
     lambda: section_accuracy_study("goyal_scaling", "LR rules x world sizes (mlp 512-512, no batch norm)",
                                    "Fashion-MNIST mlp, momentum SGD, fixed base LR, decay clocked after warmup (first edition)."),
     lambda: section_accuracy_study("goyal_scaling_cnn", "the same on a conv net",

@@ -1,5 +1,6 @@
 """The committed experiments: each loads, expands (or, with a protocol, lays out its arms), and
-the studies built on goyal_bn's tuning use the base LR goyal_bn tuned."""
+the studies built on goyal_bn's tuning use the base LR goyal_bn tuned, and the sync_vs_async pair
+differs only in its mode."""
 
 from pathlib import Path
 
@@ -32,3 +33,11 @@ def test_studies_built_on_goyal_bn_use_its_tuned_momentum_base_lr(name):
     tuned = {yaml.safe_load((results / "runs" / row["run_id"] / "config.yaml").read_text())["lr"]["base_lr"] for row in reference}
     assert len(tuned) == 1
     assert load_experiment(Path(REPO_ROOT) / "experiments" / f"{name}.yaml").base_run()["lr"]["base_lr"] == tuned.pop()
+
+
+def test_the_async_twin_is_the_sync_grid_in_another_mode():
+    """lbtrain compare pairs the two by cell: everything but name, description and mode is equal."""
+    sync, twin = (load_experiment(Path(REPO_ROOT) / "experiments" / f"sync_vs_async_{side}.yaml").model_dump()
+                  for side in ("sync", "async"))
+    assert {key for key in sync if sync[key] != twin[key]} == {"name", "description", "mode"}
+    assert (sync["mode"], twin["mode"]) == ("simulated", "parameter_server")

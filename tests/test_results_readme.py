@@ -152,6 +152,28 @@ def test_the_staleness_table_sets_each_damping_against_synchronous_sgd(script, t
     assert verdict == "reproduced" and "LR / (tau + 1) -3.0 [-3.0, -3.0] (n=3) points; undamped -7.0 [" in evidence
 
 
+@pytest.mark.parametrize("sync_lrs, async_lrs, verdict", [
+    ((0.1, 0.2), (0.025, 0.05), "reproduced"), ((0.1, 0.2), (0.1, 0.05), "mixed"), ((0.05, 0.05), (0.1, 0.05), "not reproduced"),
+    ((0.05, None), (0.025, 0.025), "not measured"),
+])
+def test_the_async_lr_anchor_compares_the_best_lr_of_each_mode(script, tmp_path, monkeypatch, sync_lrs, async_lrs, verdict):
+    def works(lr):
+        return {"best": None if lr is None else {"learning_rate": lr}, "largest_ok_lr": lr}
+
+    record = {"first": {"label": "simulated"}, "second": {"label": "parameter_server"},
+              "lr_that_works": {str(world): {"simulated": works(a), "parameter_server": works(b)}
+                                for world, a, b in zip((2, 4), sync_lrs, async_lrs)}}
+    (tmp_path / "sync_vs_async").mkdir()
+    (tmp_path / "sync_vs_async" / "compare.json").write_text(json.dumps(record))
+    monkeypatch.setattr(script, "RESULTS", tmp_path)
+    found, evidence = script.anchor_async_lr()
+    assert found == verdict
+    if verdict == "not measured":
+        assert evidence == "a mode had no LR with every seed ok at W=4"
+    else:
+        assert evidence.startswith(f"W=2: best LR simulated {sync_lrs[0]:.4g}, parameter_server {async_lrs[0]:.4g}; W=4")
+
+
 def test_every_committed_study_shows_a_figure_that_exists(script):
     import re
 

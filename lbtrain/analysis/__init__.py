@@ -12,6 +12,7 @@ from lbtrain._lazy import lazy_exports
 _LOCATIONS = {
     **dict.fromkeys(("Line", "Mark", "draw_panels", "plot_panels", "plot_schedules", "recipe_colors"), ".plots"),
     **dict.fromkeys(("unsupported_numbers",), ".prose"),
+    **dict.fromkeys(("write_comparison",), ".mode_comparison"),
     **dict.fromkeys(("ReportError", "write_report"), ".report"),
     **dict.fromkeys(("CriticalBatchFit", "LrExponentFit", "critical_batch", "lr_exponent", "reachable_target", "simple_noise_scale",
                      "steps_to_target"), ".scaling_laws"),
