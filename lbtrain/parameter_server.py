@@ -73,6 +73,8 @@ PARAMETER_SERVER_KERAS_3 = (f"mode: parameter_server needs tf.keras 2 (TensorFlo
 def stack_problem() -> str | None:
     """Why this TensorFlow/Keras cannot run ``mode: parameter_server``, or None."""
     return PARAMETER_SERVER_KERAS_3 if KERAS_3 else None
+
+
 def unsupported_setting(config: RunConfig) -> str | None:
     """The first field of ``config`` that ``mode: parameter_server`` cannot train, as a one-line
     message, or None: the settings that need lbtrain's own synchronous train steps or a model

@@ -193,6 +193,9 @@ def check_sweepable(experiment: ExperimentConfig, studies: list[StudySpec] | Non
     ``studies``: default the plain sweep's, one per world size."""
     if not experiment.search:
         raise ConfigError("search: name at least one field to tune, e.g. lr.base_lr: {type: float, low: 0.01, high: 1, log: true}")
+    if experiment.mode == "parameter_server":
+        raise ConfigError("mode: parameter_server cannot be swept: trials train simulated worlds (synchronous, exact for the "
+                          "other modes), which asynchronous training is not; tune a grid of LRs with lbtrain run instead")
     if not experiment.data.get("validation_split"):
         raise ConfigError("data.validation_split must be > 0 for a sweep: trials are scored on validation, never on test")
     for spec in studies if studies is not None else [world_study(experiment, w) for w in world_sizes(experiment)]:

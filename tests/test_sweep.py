@@ -166,6 +166,13 @@ def test_a_sweep_needs_a_validation_split_and_a_search(tmp_path, capsys):
     assert not (tmp_path / "results").exists()
 
 
+def test_an_asynchronous_experiment_is_refused_by_sweep_before_anything_is_written(tmp_path, capsys):
+    spec = {**sweep_spec(tmp_path), "mode": "parameter_server"}
+    assert main(["sweep", str(write_spec(tmp_path, spec))]) == 2
+    assert capsys.readouterr().err.startswith("lbtrain: error: mode: parameter_server cannot be swept: trials train simulated worlds")
+    assert not (tmp_path / "results").exists()
+
+
 def test_a_search_corner_that_is_no_valid_run_is_an_error_before_any_trial(tmp_path, capsys):
     spec = sweep_spec(tmp_path, lr={"base_batch": 16, "rule": "none", "warmup_start": 0.05},
                       search={"lr.base_lr": {"type": "float", "low": 0.01, "high": 1.0, "log": True},
