@@ -233,10 +233,11 @@ def _report_command(args: argparse.Namespace) -> int:
 
 
 def _compare_command(args: argparse.Namespace) -> int:
-    from lbtrain.analysis.mode_comparison import write_comparison
+    from lbtrain.analysis.mode_comparison import FIGURES_FOLDER, write_comparison
 
-    path = write_comparison(args.first, args.second, args.output, target=args.target)
-    print(f"wrote {path} and its figures in {path.parent / 'figures'}")
+    path = write_comparison(args.first, args.second, args.output, target=args.target,
+                            on_damaged=lambda problem: print(f"lbtrain: warning: {problem}", file=sys.stderr))
+    print(f"wrote {path} and its figures in {path.parent / FIGURES_FOLDER}")
     return 0
 
 

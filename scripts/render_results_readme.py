@@ -7,8 +7,11 @@ with the command that makes it. Headline numbers carry their 95% bootstrap inter
 (``lbtrain.analysis.statistics``); differences between recipes resample each recipe's seeds on
 their own. ``tests/test_results_readme.py`` checks that the committed page is what this renders.
 
+The README's quickstart table is rendered the same way, from ``make run``'s summary committed
+as ``results/quickstart_reference/summary.csv``.
+
     python scripts/render_results_readme.py            # print the page
-    python scripts/render_results_readme.py --write    # write results/README.md
+    python scripts/render_results_readme.py --write    # write results/README.md and the README's quickstart table
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ RESULTS = REPO_ROOT / "results"
 sys.path.insert(0, str(REPO_ROOT))
 
 from lbtrain.analysis.statistics import Estimate, bootstrap_difference, bootstrap_mean  # noqa: E402
-from lbtrain.analysis.mode_comparison import works_sentence  # noqa: E402
+from lbtrain.analysis.mode_comparison import count_text, works_sentence  # noqa: E402
 from lbtrain.analysis.tables import markdown_table, read_summary  # noqa: E402
 
 # A difference whose interval lies within this many points of 0 counts as "matches".
@@ -102,6 +105,27 @@ def _arm_label(row: dict[str, Any], kind: str) -> str:
     return f"{row['recipe']}, {row['rule_name']} rule"
 
 
+def _run_labels(row: dict[str, Any], kind: str) -> tuple[str, ...]:
+    """The summary labels an arm's runs may carry (``lbtrain.protocol.Arm.label``: the rule's
+    name is left out when ``protocol.rules`` names no rules for the recipe)."""
+    if kind == "tuned":
+        return (f"{row['recipe']} tuned",)
+    return (f"{row['recipe']} {row['rule_name']} rule", f"{row['recipe']} rule")
+
+
+def _no_ok_seed(arm: dict[str, Any] | None, runs: list[dict[str, Any]]) -> str:
+    """``no ok seed (3 collapsed)``: an arm none of whose seeds was ok, its ``runs`` (the
+    study's summary rows) by status; ``not run`` for an arm the study lacks."""
+    if arm is None:
+        return "not run"
+    statuses: dict[str, int] = {}
+    for row in runs:
+        if row["label"] in arm["run_labels"] and row["world_size"] == arm["world_size"]:
+            statuses[row["status"]] = statuses.get(row["status"], 0) + 1
+    failed = _failed(statuses)
+    return f"no ok seed ({failed})" if failed else "no test accuracy"
+
+
 def goyal_bn_arms(protocol: dict[str, Any]) -> list[dict[str, Any]]:
     """Every arm at every world size beyond the reference: recipe, kind, its test accuracy and
     its difference from the recipe's tuned reference (plain data from ``protocol.json``)."""
@@ -113,7 +137,8 @@ def goyal_bn_arms(protocol: dict[str, Any]) -> list[dict[str, Any]]:
             key = "tuned" if kind == "tuned" else "rule"
             if kind == "tuned" and any(a["label"] == _arm_label(row, "tuned") and a["world_size"] == row["world_size"] for a in arms):
                 continue  # one tuned arm per recipe, however many rules it is carried by
-            arms.append({"label": _arm_label(row, kind), "world_size": row["world_size"], "global_batch": row["global_batch"],
+            arms.append({"label": _arm_label(row, kind), "run_labels": _run_labels(row, kind),
+                         "world_size": row["world_size"], "global_batch": row["global_batch"],
                          "accuracy": row[key], "runs": row[f"{key}_runs"], "minus_reference": row[f"{key}_minus_reference"]})
     return arms
 
@@ -132,13 +157,20 @@ def best_arms(arms: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     return best
 
 
+def _arm_cell(arm: dict[str, Any] | None, runs: list[dict[str, Any]]) -> str:
+    """An arm's difference from its reference in points, or why it has none."""
+    if arm is None or arm["accuracy"]["mean"] is None:
+        return _no_ok_seed(arm, runs)
+    return _points(arm["minus_reference"])
+
+
 def section_goyal_bn() -> list[str]:
     lines, protocol = _opening("goyal_bn", "which recipe at which world size (batch norm, tuned, equal budgets)", "protocol.json", "lbtrain sweep experiments/goyal_bn.yaml")
     if protocol is None:
         return lines
     references = [row for row in protocol["rows"] if row["rule_name"] == "reference"]
     trials = sorted(set(protocol["trials"].values()))
-    arms = goyal_bn_arms(protocol)
+    arms, runs = goyal_bn_arms(protocol), _runs("goyal_bn")
     best = best_arms(arms)
     lines += [
         f"The resnet with batch norm on Fashion-MNIST (experiments/goyal_bn.yaml); every recipe tuned with "
@@ -156,9 +188,7 @@ def section_goyal_bn() -> list[str]:
         "",
         markdown_table(["arm", *[f"world {size} (batch {next(a['global_batch'] for a in arms if a['world_size'] == size)})"
                                  for size in sorted({a['world_size'] for a in arms})]],
-                       [[label, *[_points(next((a["minus_reference"] for a in arms if a["label"] == label and a["world_size"] == size), None))
-                                  if any(a["label"] == label and a["world_size"] == size and a["accuracy"]["mean"] is not None for a in arms)
-                                  else f"no ok seed (of {next((a['runs'] for a in arms if a['label'] == label and a['world_size'] == size), 0)})"
+                       [[label, *[_arm_cell(next((a for a in arms if a["label"] == label and a["world_size"] == size), None), runs)
                                   for size in sorted({a['world_size'] for a in arms})]]
                         for label in dict.fromkeys(a["label"] for a in arms)]),
         "",
@@ -349,23 +379,26 @@ def section_sync_vs_async() -> list[str]:
     first, second = record["first"]["label"], record["second"]["label"]
 
     def accuracy(cell: dict[str, Any]) -> str:
-        failed = ", ".join(f"{count} {status}" for status, count in cell["not_ok"].items())
-        text = _estimate(cell["test_accuracy"]).describe() if cell["ok_runs"] else f"no ok run (of {cell['runs']})"
-        return text + (f"; {failed}" if failed and cell["ok_runs"] else "")
+        if not cell["ok_runs"]:
+            return f"no ok run ({_failed(cell['not_ok'])})"
+        failed = _failed(cell["not_ok"])
+        return _estimate(cell["test_accuracy"]).describe() + (f"; {failed}" if failed else "")
 
-    def updates(cell: dict[str, Any]) -> str:
-        return "-" if cell["updates_to_target"]["mean"] is None else f"{cell['updates_to_target']['mean']:.0f} ({cell['reached']}/{cell['ok_runs']})"
-
-    table = [[row["world_size"], f"{row[first]['learning_rate']:.4g}", accuracy(row[first]), accuracy(row[second]),
-              _points(row["test_difference"]), updates(row[first]), updates(row[second]),
-              "-" if row[second]["staleness"] is None else f"{row[second]['staleness']:.2f}"] for row in record["rows"]]
-    works = [f"- {works_sentence(world, label, by_side[label])}" for world, by_side in record["lr_that_works"].items()
-             for label in (first, second)]
+    table = [[row["world_size"], f"{row['first']['learning_rate']:.4g}", accuracy(row["first"]), accuracy(row["second"]),
+              _points(row["test_difference"]), count_text(row["first"]), count_text(row["second"]),
+              "-" if row["second"]["staleness"] is None else f"{row['second']['staleness']:.2f}"] for row in record["rows"]]
+    works = [f"- {works_sentence(world, record[key]['label'], by_side[key])}" for world, by_side in record["lr_that_works"].items()
+             for key in ("first", "second")]
+    budget = (f"{record['first']['budget']} in both" if record["first"]["budget"] == record["second"]["budget"]
+              else f"{first} {record['first']['budget']}, {second} {record['second']['budget']}")
+    per_worker = record["rows"][0]["first"]["per_worker_batch"]
     return lines + [f"The same grid run twice (experiments/sync_vs_async_sync.yaml and its _async twin): {first} and {second} "
-                    f"(a chief, W workers and a parameter server on this machine, each worker applying its own batch of 32). "
-                    f"Budget: {record['first']['budget']} in both (equal samples). Test accuracy [95% interval] (n); "
-                    f"*{second} − {first}* in points; updates until `{record['metric']}` reaches {record['target']:.3f} "
-                    f"(reached/ok seeds); the staleness measured on the parameter server. "
+                    f"(a chief, W workers and a parameter server on this machine, each worker applying its own batch of "
+                    f"{per_worker}). Budget: {budget}. Test accuracy [95% interval] (n); *{second} − {first}* in points; "
+                    f"updates until `{record['metric']}` reaches {record['target']:.3f}, [interval] (n), then reached/ok seeds; "
+                    f"the {second} gradients' staleness measured on the parameter server (W workers share 2 cores here, so "
+                    "they overlap less than on W machines and the staleness stays below W − 1). At one nominal LR an "
+                    "asynchronous update applies one worker batch where a synchronous one averages W of them. "
                     "[comparison](sync_vs_async/compare.md)", "",
                     markdown_table(["world", "lr", f"{first}: test acc", f"{second}: test acc", f"{second} − {first}",
                                     f"{first}: updates to target", f"{second}: updates to target", "staleness"], table), "",
@@ -374,16 +407,29 @@ def section_sync_vs_async() -> list[str]:
 
 
 def anchor_async_lr() -> tuple[str, str]:
+    """Asynchrony as implicit momentum (Mitliagkas et al. 2016): the best asynchronous LR is
+    smaller than synchronous SGD's best at the same world size carried to one worker batch by
+    the linear rule (divided by W: a synchronous update averages W worker batches, an
+    asynchronous one applies each), so the comparison is per sample, not per nominal LR."""
     record = _json("sync_vs_async", "compare.json")
     if record is None:
         return "not measured yet", "sync_vs_async is not committed"
     first, second = record["first"]["label"], record["second"]["label"]
-    pairs = [(world, by_side[first]["best"], by_side[second]["best"]) for world, by_side in record["lr_that_works"].items()]
-    if any(a is None or b is None for _, a, b in pairs):
-        return "not measured", "a mode had no LR with every seed ok at " + ", ".join(f"W={w}" for w, a, b in pairs if a is None or b is None)
-    smaller = [b["learning_rate"] < a["learning_rate"] for _, a, b in pairs]
-    verdict = "reproduced" if all(smaller) else "not reproduced" if not any(smaller) else "mixed"
-    return verdict, "; ".join(f"W={world}: best LR {first} {a['learning_rate']:.4g}, {second} {b['learning_rate']:.4g}"
+    pairs = [(int(world), by_side["first"], by_side["second"]) for world, by_side in record["lr_that_works"].items()]
+    missing = [f"W={world}" for world, a, b in pairs if a["best"] is None or b["best"] is None]
+    if missing:
+        return "not measured", "a mode had no LR with every seed ok at " + ", ".join(missing)
+    smaller = [b["best"]["learning_rate"] < a["best"]["learning_rate"] / world for world, a, b in pairs]
+    # A best at the grid's edge is a bound: the asynchronous best may be smaller, the synchronous larger.
+    edges = [f"{label} best at the grid's {edge} LR at W={world}" for world, a, b in pairs
+             for label, cell, edge in ((second, b, "smallest"), (first, a, "largest")) if cell["edge"] == edge]
+    verdict = ("reproduced" if all(smaller) else "not reproduced" if not any(smaller) else "mixed") + \
+        (f" ({'; '.join(edges)})" if edges else "")
+    def staleness(cell: dict[str, Any]) -> str:
+        return "" if cell.get("staleness") is None else f" (measured staleness {cell['staleness']:.2f})"
+
+    return verdict, "; ".join(f"W={world}: best LR {second} {b['best']['learning_rate']:.4g}{staleness(b['best'])} against {first} "
+                              f"{a['best']['learning_rate']:.4g} / {world} = {a['best']['learning_rate'] / world:.4g}"
                               for world, a, b in pairs)
 
 
@@ -739,7 +785,8 @@ ANCHORS = [
     ("Malladi et al. 2022", "Adam's LR should grow as the square root of the batch", anchor_malladi),
     ("Lian et al. 2015; Dutta et al. 2018", "asynchronous SGD degrades as the staleness grows", anchor_staleness),
     ("Zhang et al. 2016", "dividing the LR by the staleness keeps asynchronous SGD training", anchor_staleness_damping),
-    ("Mitliagkas et al. 2016", "asynchrony acts as extra momentum: the best LR is smaller than synchronous SGD's", anchor_async_lr),
+    ("Mitliagkas et al. 2016", "asynchrony acts as implicit momentum: per sample, the best asynchronous LR is smaller than "
+     "synchronous SGD's", anchor_async_lr),
 ]
 
 
@@ -790,6 +837,44 @@ def render() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+QUICKSTART_SNAPSHOT = RESULTS / "quickstart_reference" / "summary.csv"
+QUICKSTART_BEGIN = "<!-- quickstart table: rendered by scripts/render_results_readme.py from results/quickstart_reference -->"
+QUICKSTART_END = "<!-- end of the quickstart table -->"
+
+
+def render_quickstart() -> str:
+    """The README's quickstart table and the runs that were not ok, from ``make run``'s summary
+    as committed in ``results/quickstart_reference`` (``results/quickstart`` itself is each
+    user's own run). No recipe is called best: one seed, and the quickstart has no validation
+    split to choose on."""
+    rows = read_summary(QUICKSTART_SNAPSHOT, required=("label", "status", "world_size", "global_batch", "test_accuracy"))
+    labels = list(dict.fromkeys(row["label"] for row in rows))
+    worlds = sorted({row["world_size"] for row in rows})
+    cell = {(row["label"], row["world_size"]): row for row in rows}
+    batch = {row["world_size"]: row["global_batch"] for row in rows}
+
+    def accuracy(row: dict[str, Any] | None) -> str:
+        if row is None:
+            return "-"
+        return f"{row['test_accuracy']:.3f}" if row["status"] == "ok" else str(row["status"])
+
+    table = markdown_table([f"world x {rows[0]['per_worker_batch']}", "global batch", *labels],
+                           [[world, batch[world], *[accuracy(cell.get((label, world))) for label in labels]] for world in worlds])
+    failed = [f"{row['label']} {row['status']} at {row['world_size']} workers (LR {row['learning_rate']:.4g}: {row['reason']})"
+              for row in rows if row["status"] != "ok"]
+    return "\n".join([
+        QUICKSTART_BEGIN, table, "",
+        f"(test accuracy after {rows[0]['budget']}, one seed: a first look, not a comparison; `lbtrain sweep` with a `protocol` "
+        "section makes the tuned, multi-seed one.) " + (f"Not ok: {'; '.join(failed)}." if failed else "Every run was ok."),
+        QUICKSTART_END])
+
+
+def readme_with_quickstart(readme: str) -> str:
+    """``readme`` with the text between the quickstart markers replaced by ``render_quickstart()``."""
+    start, end = readme.index(QUICKSTART_BEGIN), readme.index(QUICKSTART_END) + len(QUICKSTART_END)
+    return readme[:start] + render_quickstart() + readme[end:]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="write results/README.md")
@@ -800,7 +885,9 @@ def main() -> None:
 
         staleness_figure()
         write_atomic(RESULTS / "README.md", render().encode())
-        print(f"wrote {RESULTS / 'README.md'}")
+        readme = REPO_ROOT / "README.md"
+        write_atomic(readme, readme_with_quickstart(readme.read_text()).encode())
+        print(f"wrote {RESULTS / 'README.md'} and the quickstart table in {readme}")
     else:
         print(text, end="")
 

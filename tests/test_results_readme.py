@@ -153,16 +153,20 @@ def test_the_staleness_table_sets_each_damping_against_synchronous_sgd(script, t
 
 
 @pytest.mark.parametrize("sync_lrs, async_lrs, verdict", [
-    ((0.1, 0.2), (0.025, 0.05), "reproduced"), ((0.1, 0.2), (0.1, 0.05), "mixed"), ((0.05, 0.05), (0.1, 0.05), "not reproduced"),
+    # W = 2 and 4: the synchronous best divided by W against the asynchronous best (per sample).
+    ((0.1, 0.2), (0.025, 0.025), "reproduced"), ((0.1, 0.2), (0.025, 0.1), "mixed"),
+    ((0.1, 0.2), (0.05, 0.05), "not reproduced"),
+    ((0.1, 0.2), (0.0125, 0.025), "reproduced (parameter_server best at the grid's smallest LR at W=2)"),
+    ((0.1, 0.4), (0.05, 0.1), "not reproduced (simulated best at the grid's largest LR at W=4)"),
     ((0.05, None), (0.025, 0.025), "not measured"),
 ])
-def test_the_async_lr_anchor_compares_the_best_lr_of_each_mode(script, tmp_path, monkeypatch, sync_lrs, async_lrs, verdict):
+def test_the_async_lr_anchor_compares_the_best_lrs_per_sample(script, tmp_path, monkeypatch, sync_lrs, async_lrs, verdict):
     def works(lr):
-        return {"best": None if lr is None else {"learning_rate": lr}, "largest_ok_lr": lr}
+        return {"best": None if lr is None else {"learning_rate": lr},
+                "edge": "smallest" if lr == 0.0125 else "largest" if lr == 0.4 else None, "largest_ok_lr": lr}
 
     record = {"first": {"label": "simulated"}, "second": {"label": "parameter_server"},
-              "lr_that_works": {str(world): {"simulated": works(a), "parameter_server": works(b)}
-                                for world, a, b in zip((2, 4), sync_lrs, async_lrs)}}
+              "lr_that_works": {str(world): {"first": works(a), "second": works(b)} for world, a, b in zip((2, 4), sync_lrs, async_lrs)}}
     (tmp_path / "sync_vs_async").mkdir()
     (tmp_path / "sync_vs_async" / "compare.json").write_text(json.dumps(record))
     monkeypatch.setattr(script, "RESULTS", tmp_path)
@@ -171,7 +175,13 @@ def test_the_async_lr_anchor_compares_the_best_lr_of_each_mode(script, tmp_path,
     if verdict == "not measured":
         assert evidence == "a mode had no LR with every seed ok at W=4"
     else:
-        assert evidence.startswith(f"W=2: best LR simulated {sync_lrs[0]:.4g}, parameter_server {async_lrs[0]:.4g}; W=4")
+        assert evidence.startswith(f"W=2: best LR parameter_server {async_lrs[0]:.4g} against simulated 0.1 / 2 = 0.05; W=4")
+
+
+def test_the_readmes_quickstart_table_is_what_the_committed_run_renders(script):
+    readme = (script.REPO_ROOT / "README.md").read_text()
+    assert script.readme_with_quickstart(readme) == readme, "run python scripts/render_results_readme.py --write"
+    assert "| 32 | 4096 |" in readme.split(script.QUICKSTART_BEGIN)[1]
 
 
 def test_every_committed_study_shows_a_figure_that_exists(script):

@@ -1,23 +1,30 @@
 """``lbtrain compare FIRST SECOND``: two experiments that differ only in how their world runs
 (``mode``), compared cell by cell; issue 19's synchronous vs asynchronous report.
 
-A *cell* is a recipe (the grid label) at a world size; both folders must hold the same cells,
-as the same YAML run in two modes does (``experiments/sync_vs_async_sync.yaml`` and its
-``_async`` twin). Per cell and side:
+A *cell* is a recipe (the grid label) at a world size; both folders must hold the same cells at
+the same learning rate, per-worker batch and budget, as the same YAML run in two modes does
+(``experiments/sync_vs_async_sync.yaml`` and its ``_async`` twin). Per cell and side:
 
 - test accuracy over the seeds judged ok: mean, 95% bootstrap interval and n, with the runs
   that were not ok named; and the difference second - first with its interval (each side's
   seeds resampled on their own, ``bootstrap_difference``);
 - updates to a target validation accuracy (``steps_to_target`` on each run's history, in the
   updates its mode applies: one per global batch when synchronous, one per worker batch under
-  a parameter server, so W times as many an epoch) and epochs to it (the samples seen);
+  a parameter server, so W times as many an epoch) and epochs to it (the samples seen), each
+  with its interval over the ok seeds that reached it;
 - the gradient staleness the side records (history ``staleness``, the delay tau of Lian et al.
   2015: the mean over the run's epochs, averaged over its ok seeds), when it records one.
 
 Per world size and side, *the LR that works* (the question Dutta et al. 2018 and Zhang et al.
 2016 ask of asynchronous SGD): the learning rate of the recipe with the best mean validation
 accuracy among the recipes whose every seed was ok (chosen on validation, never on test; its
-test accuracy reported), and the largest learning rate at which every seed was ok.
+test accuracy reported), whether that is the grid's smallest or largest learning rate (the best
+may then lie beyond it), and the largest learning rate at which every seed was ok.
+
+The same learning rate is not the same step per sample in both modes: a synchronous update
+averages W worker batches, an asynchronous one applies each, so at one nominal LR the
+asynchronous side moves about W times as far an epoch (Goyal et al. 2017's linear rule read
+backwards). ``compare.json`` records W with every cell so a reader can set the two on one scale.
 
 Writes ``compare.md``, ``compare.json`` (every record the sentences are rendered from) and
 ``figures/accuracy_vs_lr.png`` and ``figures/updates_to_target_vs_lr.png``.
@@ -29,7 +36,7 @@ import dataclasses
 import math
 import statistics
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import yaml
 
@@ -45,6 +52,7 @@ COMPARE_FILE = "compare.md"
 COMPARE_JSON = "compare.json"
 FIGURES_FOLDER = "figures"
 METRIC = "val_accuracy"
+SIDES = ("first", "second")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,19 +68,23 @@ class Side:
         return [r for r in self.records if r.recipe == recipe and int(r.row["world_size"]) == world_size]
 
 
-def load_side(folder: str | Path) -> Side:
-    """The experiment in ``folder`` (its ``experiment.yaml`` and finished runs)."""
+def load_side(folder: str | Path, on_damaged: Callable[[str], None] | None = None) -> Side:
+    """The experiment in ``folder``: its ``experiment.yaml`` (name and mode) and finished runs;
+    damaged summary rows and run files are left out and told to ``on_damaged``."""
     folder = Path(folder)
     if not (folder / SUMMARY_FILE).is_file():
         raise ReportError(f"{folder} has no {SUMMARY_FILE}: run its experiment first (lbtrain run EXPERIMENT.yaml)")
-    experiment_file = folder / EXPERIMENT_FILE
-    experiment = yaml.safe_load(experiment_file.read_text()) if experiment_file.is_file() else {}
-    records = tuple(load_records(folder))
+    try:
+        experiment = yaml.safe_load((folder / EXPERIMENT_FILE).read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise ReportError(f"{folder / EXPERIMENT_FILE} cannot be read ({type(error).__name__}): a rerun of the experiment "
+                          "rewrites it") from None
+    if not isinstance(experiment, dict) or "mode" not in experiment or "name" not in experiment:
+        raise ReportError(f"{folder / EXPERIMENT_FILE} names no experiment and mode: a rerun of the experiment rewrites it")
+    records = tuple(load_records(folder, on_damaged=on_damaged))
     if not records:
         raise ReportError(f"{folder} has no finished runs yet")
-    name = str(experiment.get("name", folder.name))
-    mode = str(experiment.get("mode", "simulated"))
-    return Side(name, mode, mode, records)
+    return Side(str(experiment["name"]), str(experiment["mode"]), str(experiment["mode"]), records)
 
 
 def _cells(side: Side) -> list[tuple[str, int]]:
@@ -82,8 +94,17 @@ def _cells(side: Side) -> list[tuple[str, int]]:
     return sorted(cells, key=lambda cell: (order.index(cell[0]), cell[1]))
 
 
+def _setting(records: Sequence[RunRecord], key: str) -> Any:
+    """A setting every run of a cell shares: the learning rate a run applied (a run that failed
+    before training records 0, so the largest), or a summary column."""
+    if key == "learning_rate":
+        return max(float(r.row["learning_rate"] or 0.0) for r in records)
+    return records[0].row.get(key)
+
+
 def paired_cells(first: Side, second: Side) -> list[tuple[str, int]]:
-    """The cells both sides hold; a cell only one side has is a ``ReportError`` naming it (the
+    """The cells both sides hold. A cell only one side has, or one whose learning rate,
+    per-worker batch or budget differ between the sides, is a ``ReportError`` naming it (the
     comparison is of one grid run twice)."""
     cells, other = _cells(first), set(_cells(second))
     only = [f"{recipe!r} at W={world} (only in {side.name})" for side, missing in ((first, set(cells) - other),
@@ -91,10 +112,16 @@ def paired_cells(first: Side, second: Side) -> list[tuple[str, int]]:
             for recipe, world in sorted(missing)]
     if only:
         raise ReportError(f"{first.name} and {second.name} do not hold the same grid: " + "; ".join(only))
+    for recipe, world in cells:
+        for key in ("learning_rate", "per_worker_batch", "budget"):
+            a, b = _setting(first.cell(recipe, world), key), _setting(second.cell(recipe, world), key)
+            if a != b:
+                raise ReportError(f"{recipe!r} at W={world} differs in {key}: {a} in {first.name}, {b} in {second.name} "
+                                  "(compare one grid run in two modes)")
     return cells
 
 
-def _ok_values(records: Sequence[RunRecord], value_of) -> list[float]:
+def _ok_values(records: Sequence[RunRecord], value_of: Callable[[RunRecord], Any]) -> list[float]:
     values = [value_of(r) for r in records if r.ok]
     return [float(v) for v in values if v is not None and math.isfinite(float(v))]
 
@@ -124,175 +151,199 @@ def _updates_to_target(record: RunRecord, target: float) -> float | None:
 def side_cell(records: Sequence[RunRecord], target: float) -> dict[str, Any]:
     """One side of a cell: test and validation accuracy, updates and epochs to ``target``
     (over the ok seeds that reached it; ``reached`` counts them), mean staleness, the learning
-    rate, and the runs by status."""
+    rate, the updates an epoch, and the runs by status."""
     staleness = _ok_values(records, _mean_staleness)
     return {
-        "learning_rate": float(records[0].row["learning_rate"]),
+        "learning_rate": _setting(records, "learning_rate"),
         "global_batch": records[0].global_batch,
+        "per_worker_batch": _setting(records, "per_worker_batch"),
         "runs": len(records), "ok_runs": sum(r.ok for r in records), "not_ok": _not_ok(records),
         "test_accuracy": _estimate(bootstrap_mean(_ok_values(records, lambda r: r.row.get("test_accuracy")))),
         "validation_accuracy": _estimate(bootstrap_mean(_ok_values(records, lambda r: r.row.get("validation_accuracy")))),
         "updates_to_target": _estimate(bootstrap_mean(_ok_values(records, lambda r: _updates_to_target(r, target)))),
         "epochs_to_target": _estimate(bootstrap_mean(_ok_values(records, lambda r: _epochs_to_target(r, target)))),
         "reached": len(_ok_values(records, lambda r: _updates_to_target(r, target))),
-        "updates_per_epoch": records[0].result.steps_per_epoch,
+        "updates_per_epoch": max(r.result.steps_per_epoch for r in records),
         "staleness": statistics.fmean(staleness) if staleness else None,
     }
 
 
-def default_target(first: Side, second: Side) -> float:
-    """The highest validation accuracy (a multiple of 0.005) that every world size reaches on
-    both sides with its best ok run: so every row has a count to compare."""
-    peaks: dict[tuple[str, int], float] = {}
-    for side in (first, second):
+def default_target(sides: Sequence[Side]) -> float:
+    """The highest validation accuracy (a multiple of 0.005) that the best ok run of every world
+    size reaches on every side, so each world size has a count on both sides (not every LR
+    need reach it). A world size with no ok run on a side bounds nothing."""
+    peaks: dict[tuple[int, int], float] = {}
+    for index, side in enumerate(sides):
         for r in (r for r in side.records if r.ok):
             values = [row[METRIC] for row in r.result.history if row.get(METRIC) is not None]
             if values:
-                key = (side.name, int(r.row["world_size"]))
+                key = (index, int(r.row["world_size"]))
                 peaks[key] = max(peaks.get(key, -math.inf), max(values))
     if not peaks:
-        raise ReportError(f"no ok run of {first.name} or {second.name} records {METRIC}: nothing to count steps to")
+        raise ReportError(f"no ok run of {' or '.join(side.name for side in sides)} records {METRIC}: nothing to count updates to")
     return reachable_target(peaks.values())
 
 
 def lr_that_works(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Of one side's cells at one world size: ``best``, the cell with the highest mean
-    validation accuracy among those whose every seed was ok (None when none was), and
-    ``largest_ok_lr``, the largest learning rate at which every seed was ok."""
+    validation accuracy among those whose every seed was ok (None when none was); ``edge``,
+    ``"smallest"`` or ``"largest"`` when that is the grid's smallest or largest learning rate
+    (the best may lie beyond), else None; and ``largest_ok_lr``, the largest learning rate at
+    which every seed was ok."""
     stable = [cell for cell in cells if cell["ok_runs"] == cell["runs"] and cell["validation_accuracy"]["mean"] is not None]
     best = max(stable, key=lambda cell: cell["validation_accuracy"]["mean"]) if stable else None
-    return {"best": best, "largest_ok_lr": max((cell["learning_rate"] for cell in stable), default=None)}
+    rates = [cell["learning_rate"] for cell in cells]
+    edge = None
+    if best is not None and len(rates) > 1:
+        edge = "smallest" if best["learning_rate"] == min(rates) else "largest" if best["learning_rate"] == max(rates) else None
+    return {"best": best, "edge": edge, "largest_ok_lr": max((cell["learning_rate"] for cell in stable), default=None)}
 
 
 def compare(first: Side, second: Side, target: float | None = None) -> dict[str, Any]:
-    """The comparison's record (module doc): ``rows`` per cell, ``lr_that_works`` per world size
-    and side, the ``target`` and the budgets."""
+    """The comparison's record (module doc): ``first`` and ``second`` (name, mode, label,
+    budget), ``rows`` per cell (each side's ``side_cell`` under ``first``/``second``),
+    ``lr_that_works`` per world size and side, and the ``target``."""
     if target is not None and not 0 < target <= 1:
         raise ReportError(f"--target must be an accuracy in (0, 1], got {target!r}")
+    if first.label == second.label:
+        raise ReportError(f"both sides are labelled {first.label!r}: compare two experiments (or one grid in two modes)")
     cells = paired_cells(first, second)
-    target = default_target(first, second) if target is None else target
+    target = default_target((first, second)) if target is None else target
     rows = []
     for recipe, world in cells:
         a, b = first.cell(recipe, world), second.cell(recipe, world)
         difference = bootstrap_difference(_ok_values(b, lambda r: r.row.get("test_accuracy")),
                                           _ok_values(a, lambda r: r.row.get("test_accuracy")))
-        rows.append({"recipe": recipe, "world_size": world, first.label: side_cell(a, target),
-                     second.label: side_cell(b, target), "test_difference": _estimate(difference)})
-    worlds = sorted({world for _, world in cells})
-    works = {str(world): {side.label: lr_that_works([row[side.label] for row in rows if row["world_size"] == world])
-                          for side in (first, second)} for world in worlds}
+        rows.append({"recipe": recipe, "world_size": world, "first": side_cell(a, target), "second": side_cell(b, target),
+                     "test_difference": _estimate(difference)})
+    works = {str(world): {key: lr_that_works([row[key] for row in rows if row["world_size"] == world]) for key in SIDES}
+             for world in sorted({world for _, world in cells})}
     return {
-        "first": {"name": first.name, "mode": first.mode, "label": first.label, "budget": budgets_text(first.records)},
-        "second": {"name": second.name, "mode": second.mode, "label": second.label, "budget": budgets_text(second.records)},
+        **{key: {"name": side.name, "mode": side.mode, "label": side.label, "budget": budgets_text(side.records)}
+           for key, side in zip(SIDES, (first, second))},
         "confidence_level": DEFAULT_LEVEL, "metric": METRIC, "target": target, "rows": rows, "lr_that_works": works,
     }
 
 
-def _status_text(cell: dict[str, Any]) -> str:
+def status_text(cell: dict[str, Any]) -> str:
+    """``"3"`` when every run was ok, else ``"2 of 3 ok (1 diverged)"``."""
     if not cell["not_ok"]:
         return str(cell["ok_runs"])
     return f"{cell['ok_runs']} of {cell['runs']} ok (" + ", ".join(f"{n} {s}" for s, n in cell["not_ok"].items()) + ")"
 
 
-def _describe(estimate: dict[str, Any], digits: int = 3, signed: bool = False) -> str:
+def describe(estimate: dict[str, Any], digits: int = 3, signed: bool = False) -> str:
     """``Estimate.describe`` of a stored estimate; ``signed`` for a difference (``+0.012 [...]``)."""
     if estimate["mean"] is None or not signed:
         return Estimate(estimate["mean"], estimate["low"], estimate["high"], estimate["n"]).describe(digits)
     return f"{estimate['mean']:+.{digits}f} [{estimate['low']:+.{digits}f}, {estimate['high']:+.{digits}f}] (n={estimate['n']})"
 
 
-def _count(estimate: dict[str, Any], reached: int, ok_runs: int) -> str:
-    if estimate["mean"] is None:
-        return f"- (0/{ok_runs})"
-    return f"{estimate['mean']:.0f} ({reached}/{ok_runs})"
+def count_text(cell: dict[str, Any], key: str = "updates_to_target", digits: int = 0) -> str:
+    """Updates (or epochs) to the target with its interval, then reached/ok seeds: ``1250 [1200,
+    1300] (n=3), 3/3``; ``- (0/3)`` when no ok seed reached it, ``-`` when no seed was ok."""
+    if not cell["ok_runs"]:
+        return "-"
+    if cell[key]["mean"] is None:
+        return f"- (0/{cell['ok_runs']})"
+    return f"{describe(cell[key], digits)}, {cell['reached']}/{cell['ok_runs']}"
 
 
 def works_sentence(world: str, label: str, works: dict[str, Any]) -> str:
-    """"At W=4, parameter_server: lr 0.025 (validation 0.951 ...); every seed ok up to lr 0.05."""
+    """At W=4, parameter_server: lr 0.025 (validation ..., test ...); largest lr with every seed ok: 0.05."""
     best = works["best"]
     if best is None:
         return f"At W={world}, {label}: no learning rate had every seed ok."
-    return (f"At W={world}, {label}: lr {best['learning_rate']:.4g} (validation {_describe(best['validation_accuracy'])}, "
-            f"test {_describe(best['test_accuracy'])}); every seed ok up to lr {works['largest_ok_lr']:.4g}.")
+    edge = f", the grid's {works['edge']}: the best may lie beyond it" if works["edge"] else ""
+    return (f"At W={world}, {label}: lr {best['learning_rate']:.4g}{edge} (validation {describe(best['validation_accuracy'])}, "
+            f"test {describe(best['test_accuracy'])}); largest lr with every seed ok: {works['largest_ok_lr']:.4g}.")
 
 
 def _title(side: dict[str, Any]) -> str:
     return side["name"] if side["label"] == side["name"] else f"{side['name']} ({side['label']})"
 
 
+def _staleness(cell: dict[str, Any]) -> str:
+    return "-" if cell["staleness"] is None else f"{cell['staleness']:.2f}"
+
+
 def _markdown(record: dict[str, Any]) -> str:
     first, second = record["first"], record["second"]
     a, b, target = first["label"], second["label"], record["target"]
-    rows = [[row["recipe"], row["world_size"], f"{row[a]['learning_rate']:.4g}", _describe(row[a]["test_accuracy"]),
-             _status_text(row[a]), _describe(row[b]["test_accuracy"]), _status_text(row[b]), _describe(row["test_difference"], signed=True),
-             _count(row[a]["updates_to_target"], row[a]["reached"], row[a]["ok_runs"]),
-             _count(row[b]["updates_to_target"], row[b]["reached"], row[b]["ok_runs"]),
-             "-" if row[b]["staleness"] is None else f"{row[b]['staleness']:.2f}"] for row in record["rows"]]
-    epochs = [[row["recipe"], row["world_size"], _describe(row[a]["epochs_to_target"], 2), _describe(row[b]["epochs_to_target"], 2),
-               f"{row[a]['updates_per_epoch']} / {row[b]['updates_per_epoch']}"] for row in record["rows"]]
+    rows = [[row["recipe"], row["world_size"], f"{row['first']['learning_rate']:.4g}", describe(row["first"]["test_accuracy"]),
+             status_text(row["first"]), describe(row["second"]["test_accuracy"]), status_text(row["second"]),
+             describe(row["test_difference"], signed=True), _staleness(row["first"]), _staleness(row["second"])]
+            for row in record["rows"]]
+    counts = [[row["recipe"], row["world_size"], count_text(row["first"]), count_text(row["second"]),
+               count_text(row["first"], "epochs_to_target", 2), count_text(row["second"], "epochs_to_target", 2),
+               f"{row['first']['updates_per_epoch']} / {row['second']['updates_per_epoch']}"] for row in record["rows"]]
     level = f"{100 * record['confidence_level']:.0f}%"
+    budgets = (f"{first['budget']} on both sides" if first["budget"] == second["budget"]
+               else f"{a}: {first['budget']}; {b}: {second['budget']}")
     return "\n\n".join([
         f"# {_title(first)} vs {_title(second)}",
-        f"Budgets: {a}: {first['budget']}; {b}: {second['budget']} (equal samples: the same epochs over the same data). "
-        f"Test accuracy over the seeds judged ok: mean [{level} bootstrap interval] (n); runs that were not ok are counted, "
-        f"never averaged in. *{b} − {a}* resamples each side's seeds on its own. Updates to target: the optimizer updates "
-        f"until `{record['metric']}` first reaches **{target:.3f}** (interpolated between epoch ends; mean over the ok seeds that "
-        f"reached it, reached/ok). Staleness: the {b} gradients' mean delay in updates (tau of Lian et al. 2015), where recorded.",
+        f"Budget: {budgets}. Test accuracy over the seeds judged ok: mean [{level} bootstrap interval] (n); runs that were "
+        f"not ok are counted, never averaged in. *{b} − {a}* resamples each side's seeds on its own. Staleness: the mean "
+        "delay of a gradient in updates (tau of Lian et al. 2015), where the side records one. One nominal learning rate is "
+        "not one step per sample: a synchronous update averages the W worker batches, an asynchronous one applies each.",
         markdown_table(["recipe", "world", "lr", f"{a} test acc", f"{a} runs", f"{b} test acc", f"{b} runs", f"{b} − {a}",
-                        f"{a} updates to target", f"{b} updates to target", f"{b} staleness"], rows),
-        "## Epochs to target (samples seen)",
-        f"The same counts in epochs: the samples each mode needed, whatever its updates ({a} / {b} updates an epoch in the last column).",
-        markdown_table(["recipe", "world", f"{a} epochs", f"{b} epochs", "updates an epoch"], epochs),
+                        f"{a} staleness", f"{b} staleness"], rows),
+        "## Updates and epochs to target",
+        f"Until `{record['metric']}` first reaches **{target:.3f}** (interpolated between epoch ends): mean [{level} interval] "
+        "(n) over the ok seeds that reached it, then reached/ok. Updates are the optimizer updates each mode applied "
+        f"({a} / {b} an epoch in the last column); epochs are the samples seen.",
+        markdown_table(["recipe", "world", f"{a} updates", f"{b} updates", f"{a} epochs", f"{b} epochs", "updates an epoch"], counts),
         "## The learning rate that works",
         "Per world size and mode: the recipe with the best mean validation accuracy among those whose every seed was ok "
         "(chosen on validation, never on test), and the largest learning rate at which every seed was ok.",
-        "\n".join(f"- {works_sentence(world, label, works)}" for world, by_side in record["lr_that_works"].items()
-                  for label, works in by_side.items()),
+        "\n".join(f"- {works_sentence(world, record[key]['label'], works)}" for world, by_side in record["lr_that_works"].items()
+                  for key, works in by_side.items()),
         f"![test accuracy vs learning rate]({FIGURES_FOLDER}/accuracy_vs_lr.png)",
         f"![updates to target vs learning rate]({FIGURES_FOLDER}/updates_to_target_vs_lr.png)",
     ]) + "\n"
 
 
-def _panels(record: dict[str, Any], sides: Sequence[Side], metric: str, value_key: str) -> dict[str, list[Line | Mark]]:
+def _panels(record: dict[str, Any], title: str, value_key: str) -> dict[str, list[Line | Mark]]:
     """Per world size, each side's ``value_key`` mean against the learning rate (with its
     band), the side's runs that were not ok as marks at their learning rate, and (for counts to
     the target) ok runs that never reached it on the top edge."""
     panels: dict[str, list[Line | Mark]] = {}
     for world in sorted({row["world_size"] for row in record["rows"]}):
         items: list[Line | Mark] = []
-        rows = sorted((row for row in record["rows"] if row["world_size"] == world), key=lambda row: row[sides[0].label]["learning_rate"])
-        for side in sides:
-            cells = [row[side.label] for row in rows]
+        rows = sorted((row for row in record["rows"] if row["world_size"] == world), key=lambda row: row["first"]["learning_rate"])
+        for key in SIDES:
+            label, cells = record[key]["label"], [row[key] for row in rows]
             measured = [cell for cell in cells if cell[value_key]["mean"] is not None]
             if measured:
-                items.append(Line(side.label, [c["learning_rate"] for c in measured], [c[value_key]["mean"] for c in measured],
+                items.append(Line(label, [c["learning_rate"] for c in measured], [c[value_key]["mean"] for c in measured],
                                   low=[c[value_key]["low"] for c in measured], high=[c[value_key]["high"] for c in measured]))
             for cell in cells:
-                items += [Mark(status, side.label, cell["learning_rate"], count=count) for status, count in cell["not_ok"].items()]
+                items += [Mark(status, label, cell["learning_rate"], count=count) for status, count in cell["not_ok"].items()]
                 if value_key == "updates_to_target" and cell["ok_runs"] > cell["reached"]:
-                    items.append(Mark("not reached", side.label, cell["learning_rate"], count=cell["ok_runs"] - cell["reached"]))
-        panels[f"W = {world} ({metric})"] = items
+                    items.append(Mark("not reached", label, cell["learning_rate"], count=cell["ok_runs"] - cell["reached"]))
+        panels[f"W = {world} ({title})"] = items
     return panels
 
 
-def write_comparison(first_dir: str | Path, second_dir: str | Path, output: str | Path, *, target: float | None = None) -> Path:
+def write_comparison(first_dir: str | Path, second_dir: str | Path, output: str | Path, *, target: float | None = None,
+                     on_damaged: Callable[[str], None] | None = None) -> Path:
     """Compares the experiments in ``first_dir`` and ``second_dir`` (module doc) and writes
-    ``compare.md``, ``compare.json`` and the figures into ``output``; returns the Markdown's path."""
-    first, second = load_side(first_dir), load_side(second_dir)
+    ``compare.md``, ``compare.json`` and the figures into ``output``; returns the Markdown's
+    path. Sides are labelled by their mode, or by their name when both share one mode."""
+    first, second = load_side(first_dir, on_damaged), load_side(second_dir, on_damaged)
     if first.mode == second.mode:
-        if first.name == second.name:
-            raise ReportError(f"both folders hold experiment {first.name} in mode {first.mode}: compare two experiments")
         first, second = (dataclasses.replace(side, label=side.name) for side in (first, second))
     record = compare(first, second, target)
     output = Path(output)
     colors = recipe_colors([first.label, second.label])
-    plot_panels(_panels(record, (first, second), "test accuracy", "test_accuracy"), output / FIGURES_FOLDER / "accuracy_vs_lr.png",
+    plot_panels(_panels(record, "test accuracy", "test_accuracy"), output / FIGURES_FOLDER / "accuracy_vs_lr.png",
                 xlabel="learning rate", ylabel="test accuracy", log2_x=True, colors=colors)
-    plot_panels(_panels(record, (first, second), f"updates to {METRIC} >= {record['target']:.3f}", "updates_to_target"),
+    plot_panels(_panels(record, f"updates to {METRIC} >= {record['target']:.3f}", "updates_to_target"),
                 output / FIGURES_FOLDER / "updates_to_target_vs_lr.png", xlabel="learning rate", ylabel="updates",
                 log2_x=True, log_y=True, colors=colors)
     write_json_atomic(output / COMPARE_JSON, finite_or_none(record))
     return write_atomic(output / COMPARE_FILE, _markdown(record))
 
 
-__all__ = ["Side", "compare", "default_target", "load_side", "lr_that_works", "paired_cells", "side_cell", "write_comparison"]
+__all__ = ["Side", "compare", "count_text", "default_target", "describe", "load_side", "lr_that_works", "paired_cells",
+           "side_cell", "status_text", "works_sentence", "write_comparison"]

@@ -61,8 +61,6 @@ def reachable_target(best_by_batch: Iterable[float], step: float = 0.005) -> flo
     return math.floor(min(values) / step + 1e-9) * step
 
 
-
-
 MIN_FIT_BATCHES = 4
 
 
