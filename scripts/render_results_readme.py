@@ -255,11 +255,26 @@ def section_warmup_ablation() -> list[str]:
     labels = list(dict.fromkeys(row["recipe"] for row in report["accuracy"]))
     sizes = sorted({int(r["world_size"]) for r in runs})
     table = [[label, *[_points(bootstrap_difference(_ok_accuracies(runs, label, size), reference)) for size in sizes]] for label in labels]
+    largest, baseline = sizes[-1], labels[0]
+    against = [f"{label} {_points(difference)} ({_direction(difference)})" for label in labels[1:]
+               for difference in [bootstrap_difference(_ok_accuracies(runs, label, largest), _ok_accuracies(runs, baseline, largest))]]
     return lines + [f"Linear scaling at goyal_bn's tuned base LR; test accuracy [95% interval] (n) per arm and batch, then each "
                     f"minus goyal_bn's momentum recipe tuned at world size 1 ({bootstrap_mean(reference).describe()}), "
                     "in points. [report](warmup_ablation/report.md)", "", accuracy_table(report), "",
                     markdown_table(["warmup", *[f"world {size} − reference" for size in sizes]], table), "",
+                    f"Against {baseline} at world size {largest}, in points: " + "; ".join(against) + ".", "",
                     *_figure("warmup_ablation", "accuracy_vs_batch.png", "test accuracy against the global batch")]
+
+
+def _direction(difference: Estimate) -> str:
+    """``better`` or ``worse`` when the 95% interval of a difference excludes 0, else ``no different``."""
+    if difference.mean is None:
+        return "not measured"
+    if difference.low is not None and difference.low > 0:
+        return "better"
+    if difference.high is not None and difference.high < 0:
+        return "worse"
+    return "no different"
 
 
 def _region(batch: int, b_crit: float) -> str:
