@@ -229,16 +229,18 @@ def section_keskar_v2() -> list[str]:
               _estimate(row["gap_accuracy"]).describe(), measure(sharp, row["recipe"], "sharpness", 1),
               measure(hessian, row["recipe"], "hessian_top_eigenvalue", 2)] for row in report["accuracy"]]
     epochs, steps, loss = (differences.get(label) for label in ("LB equal epochs", "LB equal steps", "LB equal loss"))
+    measured = "; ".join(f"at equal {budget} {_points(difference)} points" for budget, difference in
+                         (("epochs", epochs), ("steps", steps), ("training loss", loss)) if difference is not None)
     if epochs is None or epochs.mean is None:
         verdict = "Without an ok large-batch run at equal epochs there is nothing to explain."
     elif _matches(epochs):
-        verdict = "At equal epochs the large batch already matches the small batch: there is no gap here."
+        verdict = f"The large batch against the small: {measured}. At equal epochs it is already no worse: there is no gap here."
     elif (steps is not None and _matches(steps)) or (loss is not None and _matches(loss)):
-        verdict = ("The large batch's loss at equal epochs is **under-training**: given the small batch's steps (or its "
-                   "training loss) it matches the small batch.")
+        verdict = (f"The large batch against the small: {measured}. Its loss at equal epochs is **under-training**: given the "
+                   "small batch's steps or its training loss it is no worse (within 1 point or better).")
     else:
-        verdict = ("The large batch still tests worse at equal steps and at equal training loss: a **generalization gap**, "
-                   "not only under-training.")
+        verdict = (f"The large batch against the small: {measured}. It still tests worse at equal steps and at equal training "
+                   "loss: a **generalization gap**, not only under-training.")
     return lines + [f"Small batch 32 against large batch 256 (experiments/keskar_v2.yaml). Final train loss and steps are "
                     "means over ok seeds; *− SB*: test accuracy minus the small batch's, in points. [report](keskar_v2/report.md)", "",
                     markdown_table(["arm", "global batch", "steps", "train loss", "train acc", "test acc", "− SB (points)",
@@ -670,15 +672,11 @@ def anchor_goyal_no_warmup() -> tuple[str, str]:
     return verdict, f"linear scaling without minus with gradual warmup at batch {batch}: {_points(difference)} points"
 
 
-def anchor_keskar() -> tuple[str, str]:
-    report = _json("keskar_gap", "report.json")
-    if report is None:
-        return "not measured yet", "keskar_gap is not committed"
-    small, large = report["accuracy"][0], report["accuracy"][-1]
-    sharp = {row["recipe"]: row for row in report["sharpness"]}
-    seeds = _seed_accuracies("keskar_gap")
-    difference = bootstrap_difference(seeds.get((large["recipe"], large["global_batch"]), []),
-                                      seeds.get((small["recipe"], small["global_batch"]), []))
+def _keskar_judgement(small: dict[str, Any], large: dict[str, Any], sharp: dict[str, dict[str, Any]],
+                      difference: Estimate) -> tuple[str, str]:
+    """Keskar et al.'s claim judged on one small and one large batch (``report.json`` accuracy
+    rows) at equal epochs: sharper (the large batch's sharpness interval above the small
+    batch's) and worse (the test difference's interval below 0)."""
     sharper = sharp[large["recipe"]]["low"] > sharp[small["recipe"]]["high"]
     worse = difference.high is not None and difference.high < 0
     smaller_gap = large["gap_accuracy"]["high"] < small["gap_accuracy"]["low"]
@@ -687,7 +685,35 @@ def anchor_keskar() -> tuple[str, str]:
     if sharper and worse and smaller_gap:
         return ("reproduced with a caveat", evidence + f"; but the large batch's train − test gap is smaller "
                 f"({large['gap_accuracy']['mean']:.3f} against {small['gap_accuracy']['mean']:.3f}): it under-trains in the same epochs")
+    if worse and not sharper:
+        return "not reproduced (worse, not sharper)", evidence
     return ("reproduced" if sharper and worse else "not reproduced"), evidence
+
+
+def anchor_keskar() -> tuple[str, str]:
+    """Judged on each edition committed: keskar_v2 (small batch 32 against 256 at equal epochs)
+    and the first edition's keskar_gap (its smallest against its largest batch)."""
+    judgements = []
+    v2 = _json("keskar_v2", "report.json")
+    if v2 is not None:
+        rows = {row["recipe"]: row for row in v2["accuracy"]}
+        differences = keskar_v2_differences()
+        judgements.append(("second edition",) + _keskar_judgement(
+            rows["SB"], rows["LB equal epochs"], {row["recipe"]: row for row in v2["sharpness"]}, differences["LB equal epochs"]))
+    v1 = _json("keskar_gap", "report.json")
+    if v1 is not None:
+        small, large = v1["accuracy"][0], v1["accuracy"][-1]
+        seeds = _seed_accuracies("keskar_gap")
+        difference = bootstrap_difference(seeds.get((large["recipe"], large["global_batch"]), []),
+                                          seeds.get((small["recipe"], small["global_batch"]), []))
+        judgements.append(("first edition",) + _keskar_judgement(small, large, {row["recipe"]: row for row in v1["sharpness"]},
+                                                                  difference))
+    if not judgements:
+        return "not measured yet", "neither keskar_v2 nor keskar_gap is committed"
+    if len(judgements) == 1:
+        return judgements[0][1], judgements[0][2]
+    return ("; ".join(f"{verdict} ({edition})" for edition, verdict, _ in judgements),
+            "; ".join(f"{edition}, {evidence}" for edition, _, evidence in judgements))
 
 
 def _steps_study() -> tuple[str, dict[str, Any] | None]:

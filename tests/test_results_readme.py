@@ -79,7 +79,7 @@ def test_goyal_bn_renders_the_best_arm_per_world_size_and_the_goyal_anchors(scri
 
 def test_a_study_not_committed_is_named_with_the_command_that_makes_it(script, tmp_path, monkeypatch):
     monkeypatch.setattr(script, "RESULTS", tmp_path)
-    assert script.anchor_keskar() == ("not measured yet", "keskar_gap is not committed")
+    assert script.anchor_keskar() == ("not measured yet", "neither keskar_v2 nor keskar_gap is committed")
     assert "`lbtrain run experiments/critical_batch.yaml` makes it" in "\n".join(script.section_critical_batch())
 
 
