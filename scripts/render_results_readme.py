@@ -322,8 +322,14 @@ def section_adam_scaling() -> list[str]:
     lines, protocol = _opening("adam_scaling", "Adam's tuned LR against the batch", "protocol.json", "lbtrain sweep experiments/adam_scaling.yaml")
     if protocol is None:
         return lines
-    fit = protocol["lr_fits"]["adam"]
-    table = [[row["world_size"], row["global_batch"], row["rule_name"], _estimate(row["rule"]).describe(),
+    fit, runs = protocol["lr_fits"]["adam"], _runs("adam_scaling")
+
+    def rule_cell(row: dict[str, Any]) -> str:
+        if row["rule"]["mean"] is not None or row["rule_name"] == "reference":
+            return _estimate(row["rule"]).describe()
+        return _no_ok_seed({"run_labels": _run_labels(row, "rule"), "world_size": row["world_size"]}, runs)
+
+    table = [[row["world_size"], row["global_batch"], row["rule_name"], rule_cell(row),
               _points(row["rule_minus_reference"]), _estimate(row["tuned"]).describe(), _points(row["cost_of_rule"])]
              for row in protocol["rows"]]
     tuned = markdown_table(["global batch", "ok trials", "tuned LR (geometric mean of the top 3)"],
