@@ -178,6 +178,16 @@ def test_the_async_lr_anchor_compares_the_best_lrs_per_sample(script, tmp_path, 
         assert evidence.startswith(f"W=2: best LR parameter_server {async_lrs[0]:.4g} against simulated 0.1 / 2 = 0.05; W=4")
 
 
+@pytest.mark.parametrize("rms, verdict", [(0.041, "reproduced"), (0.15, "reproduced"), (0.3, "not reproduced")])
+def test_shallues_curve_is_reproduced_only_by_a_fit_within_the_tolerance(script, tmp_path, monkeypatch, rms, verdict):
+    (tmp_path / "steps_to_target").mkdir()
+    fit = {"b_crit": 500.0, "s_min": 300.0, "batches": 6, "min_batches": 4, "relative_rms": rms}
+    (tmp_path / "steps_to_target" / "report.json").write_text(json.dumps({"critical_batch": fit}))
+    monkeypatch.setattr(script, "RESULTS", tmp_path)
+    found, evidence = script.anchor_shallue()
+    assert found == verdict and f"relative rms error {100 * rms:.1f}%" in evidence
+
+
 def test_the_readmes_quickstart_table_is_what_the_committed_run_renders(script):
     readme = (script.REPO_ROOT / "README.md").read_text()
     assert script.readme_with_quickstart(readme) == readme, "run python scripts/render_results_readme.py --write"
