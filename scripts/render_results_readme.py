@@ -17,6 +17,7 @@ as ``results/quickstart_reference/summary.csv``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -43,13 +44,35 @@ def _json(study: str, name: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def machine_minutes(study: str) -> tuple[float, float | None]:
+    """The study's machine time in minutes: its runs' wall times (``summary.csv``; for a
+    comparison, both compared experiments'), and its tuning trials' (start to end in
+    ``optuna.db``; None without one)."""
+    compared = _json(study, "compare.json")
+    folders = [compared["first"]["name"], compared["second"]["name"]] if compared else [study]
+    runs = sum(float(row.get("wall_time_seconds") or 0) for folder in folders for row in _runs(folder)) / 60
+    database = RESULTS / study / "optuna.db"
+    if not database.is_file():
+        return runs, None
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as connection:
+        (seconds,) = connection.execute("SELECT sum((julianday(datetime_complete) - julianday(datetime_start)) * 86400) "
+                                        "FROM trials WHERE datetime_complete IS NOT NULL").fetchone()
+    return runs, (seconds or 0.0) / 60
+
+
 def _opening(study: str, title: str, file: str, command: str) -> tuple[list[str], dict[str, Any] | None]:
-    """A section's heading and the study's ``file`` (None, with a line naming ``command``, when
-    the study is not committed)."""
+    """A section's heading, the study's machine time, and the study's ``file`` (None, with a
+    line naming ``command``, when the study is not committed)."""
     lines = [f"## {study}: {title}", ""]
     data = _json(study, file)
     if data is None:
         lines += [f"*Not committed yet*: `{command}` makes it (resumable).", ""]
+    else:
+        runs, tuning = machine_minutes(study)
+        lines += [f"Machine time on 2 cores: {runs:.0f} minutes of runs" +
+                  ("" if tuning is None else f" and {tuning:.0f} minutes of tuning trials") + ".", ""]
     return lines, data
 
 

@@ -6,6 +6,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import time
 
 import pytest
 
@@ -186,6 +187,24 @@ def test_shallues_curve_is_reproduced_only_by_a_fit_within_the_tolerance(script,
     monkeypatch.setattr(script, "RESULTS", tmp_path)
     found, evidence = script.anchor_shallue()
     assert found == verdict and f"relative rms error {100 * rms:.1f}%" in evidence
+
+
+def test_machine_time_adds_the_runs_and_the_tuning_trials_of_a_real_optuna_study(script, tmp_path, monkeypatch):
+    import optuna
+
+    folder = tmp_path / "study"
+    folder.mkdir()
+    (folder / "summary.csv").write_text("run_id,label,status,world_size,global_batch,wall_time_seconds\n"
+                                        "a,x,ok,1,32,90\nb,x,diverged,2,64,30\nc,x,failed,2,64,\n")
+    study = optuna.create_study(storage=f"sqlite:///{folder / 'optuna.db'}")
+    study.optimize(lambda trial: time.sleep(0.2) or trial.suggest_float("x", 0, 1), n_trials=3)
+    monkeypatch.setattr(script, "RESULTS", tmp_path)
+    runs, tuning = script.machine_minutes("study")
+    assert runs == pytest.approx(2.0)
+    expected = sum((trial.datetime_complete - trial.datetime_start).total_seconds() for trial in study.trials) / 60
+    assert expected > 0.01 and tuning == pytest.approx(expected, abs=5e-5)  # julianday keeps about a millisecond
+    (folder / "optuna.db").unlink()
+    assert script.machine_minutes("study") == (pytest.approx(2.0), None)
 
 
 def test_the_readmes_quickstart_table_is_what_the_committed_run_renders(script):
