@@ -279,6 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--output", required=True, help="folder of compare.md, compare.json and figures/")
     compare.add_argument("--target", type=float, help="validation accuracy counted to (default: the highest every world reaches in both)")
     compare.set_defaults(handler=_compare_command)
+
     advise = commands.add_parser(
         "advise", help="probe the gradient noise scale and advise the world size and LR recipe worth paying for")
     advise.add_argument("experiment", help="an experiment YAML; the probe trains its base run at lr.base_batch")
