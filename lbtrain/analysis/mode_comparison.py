@@ -43,10 +43,10 @@ import yaml
 from lbtrain.analysis.plots import Line, Mark, plot_panels, recipe_colors
 from lbtrain.analysis.report import ReportError, budgets_text
 from lbtrain.analysis.scaling_laws import reachable_target, steps_to_target
-from lbtrain.analysis.statistics import DEFAULT_LEVEL, Estimate, bootstrap_difference, bootstrap_mean
-from lbtrain.analysis.tables import RunRecord, load_records, markdown_table
+from lbtrain.analysis.statistics import DEFAULT_LEVEL, Estimate, bootstrap_difference
+from lbtrain.analysis.tables import Aggregate, RunRecord, aggregate, column, load_records, markdown_table
 from lbtrain.files import write_atomic, write_json_atomic
-from lbtrain.results import EXPERIMENT_FILE, STATUSES, SUMMARY_FILE, finite_or_none
+from lbtrain.results import EXPERIMENT_FILE, SUMMARY_FILE, finite_or_none
 
 COMPARE_FILE = "compare.md"
 COMPARE_JSON = "compare.json"
@@ -121,14 +121,11 @@ def paired_cells(first: Side, second: Side) -> list[tuple[str, int]]:
     return cells
 
 
-def _ok_values(records: Sequence[RunRecord], value_of: Callable[[RunRecord], Any]) -> list[float]:
-    values = [value_of(r) for r in records if r.ok]
-    return [float(v) for v in values if v is not None and math.isfinite(float(v))]
-
-
-def _not_ok(records: Sequence[RunRecord]) -> dict[str, int]:
-    statuses = [str(r.row["status"]) for r in records]
-    return {status: statuses.count(status) for status in STATUSES if status != "ok" and status in statuses}
+def _group(records: Sequence[RunRecord], value_of: Callable[[RunRecord], Any]) -> Aggregate:
+    """``value_of`` over one side's cell (one recipe at one batch: a single ``aggregate`` group):
+    the ok runs' finite values, and the runs that were not ok by status."""
+    (group,) = aggregate(records, value_of)
+    return group
 
 
 def _estimate(estimate: Estimate) -> dict[str, Any]:
@@ -151,20 +148,21 @@ def _updates_to_target(record: RunRecord, target: float) -> float | None:
 def side_cell(records: Sequence[RunRecord], target: float) -> dict[str, Any]:
     """One side of a cell: test and validation accuracy, updates and epochs to ``target``
     (over the ok seeds that reached it; ``reached`` counts them), mean staleness, the learning
-    rate, the updates an epoch, and the runs by status."""
-    staleness = _ok_values(records, _mean_staleness)
+    rate, the updates an epoch, and the runs by status (``runs_text``: ``Aggregate.count_text``)."""
+    test = _group(records, column("test_accuracy"))
+    updates = _group(records, lambda r: _updates_to_target(r, target))
     return {
         "learning_rate": _setting(records, "learning_rate"),
         "global_batch": records[0].global_batch,
         "per_worker_batch": _setting(records, "per_worker_batch"),
-        "runs": len(records), "ok_runs": sum(r.ok for r in records), "not_ok": _not_ok(records),
-        "test_accuracy": _estimate(bootstrap_mean(_ok_values(records, lambda r: r.row.get("test_accuracy")))),
-        "validation_accuracy": _estimate(bootstrap_mean(_ok_values(records, lambda r: r.row.get("validation_accuracy")))),
-        "updates_to_target": _estimate(bootstrap_mean(_ok_values(records, lambda r: _updates_to_target(r, target)))),
-        "epochs_to_target": _estimate(bootstrap_mean(_ok_values(records, lambda r: _epochs_to_target(r, target)))),
-        "reached": len(_ok_values(records, lambda r: _updates_to_target(r, target))),
+        "runs": test.total, "ok_runs": test.ok_runs, "not_ok": test.excluded, "runs_text": test.count_text(),
+        "test_accuracy": _estimate(test.estimate()),
+        "validation_accuracy": _estimate(_group(records, column("validation_accuracy")).estimate()),
+        "updates_to_target": _estimate(updates.estimate()),
+        "epochs_to_target": _estimate(_group(records, lambda r: _epochs_to_target(r, target)).estimate()),
+        "reached": updates.runs,
         "updates_per_epoch": max(r.result.steps_per_epoch for r in records),
-        "staleness": statistics.fmean(staleness) if staleness else None,
+        "staleness": _group(records, _mean_staleness).mean,
     }
 
 
@@ -212,8 +210,7 @@ def compare(first: Side, second: Side, target: float | None = None) -> dict[str,
     rows = []
     for recipe, world in cells:
         a, b = first.cell(recipe, world), second.cell(recipe, world)
-        difference = bootstrap_difference(_ok_values(b, lambda r: r.row.get("test_accuracy")),
-                                          _ok_values(a, lambda r: r.row.get("test_accuracy")))
+        difference = bootstrap_difference(_group(b, column("test_accuracy")).values, _group(a, column("test_accuracy")).values)
         rows.append({"recipe": recipe, "world_size": world, "first": side_cell(a, target), "second": side_cell(b, target),
                      "test_difference": _estimate(difference)})
     works = {str(world): {key: lr_that_works([row[key] for row in rows if row["world_size"] == world]) for key in SIDES}
@@ -223,13 +220,6 @@ def compare(first: Side, second: Side, target: float | None = None) -> dict[str,
            for key, side in zip(SIDES, (first, second))},
         "confidence_level": DEFAULT_LEVEL, "metric": METRIC, "target": target, "rows": rows, "lr_that_works": works,
     }
-
-
-def status_text(cell: dict[str, Any]) -> str:
-    """``"3"`` when every run was ok, else ``"2 of 3 ok (1 diverged)"``."""
-    if not cell["not_ok"]:
-        return str(cell["ok_runs"])
-    return f"{cell['ok_runs']} of {cell['runs']} ok (" + ", ".join(f"{n} {s}" for s, n in cell["not_ok"].items()) + ")"
 
 
 def describe(estimate: dict[str, Any], digits: int = 3, signed: bool = False) -> str:
@@ -271,7 +261,7 @@ def _markdown(record: dict[str, Any]) -> str:
     first, second = record["first"], record["second"]
     a, b, target = first["label"], second["label"], record["target"]
     rows = [[row["recipe"], row["world_size"], f"{row['first']['learning_rate']:.4g}", describe(row["first"]["test_accuracy"]),
-             status_text(row["first"]), describe(row["second"]["test_accuracy"]), status_text(row["second"]),
+             row["first"]["runs_text"], describe(row["second"]["test_accuracy"]), row["second"]["runs_text"],
              describe(row["test_difference"], signed=True), _staleness(row["first"]), _staleness(row["second"])]
             for row in record["rows"]]
     counts = [[row["recipe"], row["world_size"], count_text(row["first"]), count_text(row["second"]),
@@ -346,4 +336,4 @@ def write_comparison(first_dir: str | Path, second_dir: str | Path, output: str 
 
 
 __all__ = ["Side", "compare", "count_text", "default_target", "describe", "load_side", "lr_that_works", "paired_cells",
-           "side_cell", "status_text", "works_sentence", "write_comparison"]
+           "side_cell", "works_sentence", "write_comparison"]
