@@ -135,13 +135,13 @@ def _colors_of(panels: Mapping[str, Sequence[Line | Mark]], colors: Mapping[str,
 
 def _draw_line(axes: Axes, line: Line, color: str, reference_style: str, beside_seeds: bool, dotted: bool) -> None:
     """A reference grey in its dash style; else the line in ``color`` (thin for a seed, thick
-    for a mean beside seeds, dotted at measured points), with its band or, for a single point,
-    its interval as a bar."""
+    for a mean beside seeds, dotted at measured points and at a lone point), with its band or,
+    for a single point, its interval as a bar."""
     if line.reference:
         axes.plot(line.x, line.y, color=REFERENCE_COLOR, linestyle=reference_style, linewidth=1.2)
         return
     style = {"linewidth": 0.8, "alpha": 0.6} if line.thin else {"linewidth": 2.2 if beside_seeds else 1.6}
-    marker = {"marker": "o", "markersize": 3.5} if dotted and not line.thin else {}
+    marker = {"marker": "o", "markersize": 3.5} if (dotted or len(line.x) == 1) and not line.thin else {}
     axes.plot(line.x, line.y, color=color, **style, **marker)
     if line.low is None or line.high is None:
         return
@@ -312,10 +312,12 @@ def draw_panels(
     log_y: bool = False,
     share_y: bool = True,
     band_label: str = SEED_BAND,
+    x_labels: Mapping[float, str] | None = None,
 ) -> Figure:
     """One panel per title (at most 3 a row) with its lines and marks (module doc), the legend
     outside on the right; returns the figure. ``colors`` maps recipes to colours (a report
-    passes one mapping to all its figures); labels it lacks get the next palette colours."""
+    passes one mapping to all its figures); labels it lacks get the next palette colours.
+    ``x_labels`` makes x categorical: ticks at its keys, labelled with its values."""
     from matplotlib.figure import Figure
 
     if not panels or not any(panels.values()):
@@ -327,6 +329,9 @@ def draw_panels(
     grid = figure.subplots(rows, columns, squeeze=False, sharey=share_y)
     for axes, (title, items) in zip(grid.flat, panels.items()):
         _draw_panel(axes, items, colors, styles, log2_x=log2_x, log_y=log_y)
+        if x_labels:
+            axes.set_xticks(list(x_labels), list(x_labels.values()), fontsize=7, rotation=30, ha="right")
+            axes.set_xlim(min(x_labels) - 0.5, max(x_labels) + 0.5)
         axes.set_title(title, fontsize=10)
         axes.set_xlabel(xlabel)
     _place_strips(list(grid.flat[:len(panels)]), list(panels.values()), share_y)

@@ -68,6 +68,37 @@ def status_marks(records: Sequence[RunRecord]) -> list[Mark]:
     return [Mark(status, recipe, batch, count=count) for (recipe, batch, status), count in counts.items()]
 
 
+def arm_positions(records: Sequence[RunRecord]) -> dict[tuple[str, int], int] | None:
+    """Positions on a categorical x axis, one per (recipe, global batch) in recipe order, when
+    every recipe ran at one batch and some batch holds several recipes (arms compared at one
+    batch, as keskar_v2's): on a batch axis they would sit on top of each other. None when a
+    batch axis can show them apart."""
+    batches: dict[str, set[int]] = {}
+    for record in records:
+        batches.setdefault(record.recipe, set()).add(record.global_batch)
+    singles = [next(iter(sizes)) for sizes in batches.values() if len(sizes) == 1]
+    if len(singles) < len(batches) or len(set(singles)) == len(singles):
+        return None
+    return {(recipe, next(iter(sizes))): index for index, (recipe, sizes) in enumerate(batches.items(), start=1)}
+
+
+def on_arm_axis(items: Sequence[Line | Mark], positions: dict[tuple[str, int], int]) -> list[Line | Mark]:
+    """Lines and marks with each batch replaced by its arm's position (``arm_positions``)."""
+    return [dataclasses.replace(item, x=[positions[(item.label, batch)] for batch in item.x]) if isinstance(item, Line)
+            else dataclasses.replace(item, x=positions[(item.recipe, item.x)]) for item in items]
+
+
+def comparison_axis(records: Sequence[RunRecord], panels: dict[str, list[Line | Mark]]) -> tuple[dict[str, list[Line | Mark]], dict[str, Any]]:
+    """The panels of a figure of values per (recipe, batch) and its axis options: a log2 batch
+    axis, or one position per arm (``arm_positions``) labelled with the recipe and its batch."""
+    positions = arm_positions(records)
+    if positions is None:
+        return panels, BATCH_AXIS
+    labels = {position: f"{recipe} ({batch})" for (recipe, batch), position in positions.items()}
+    return ({title: on_arm_axis(items, positions) for title, items in panels.items()},
+            {"xlabel": "arm (global batch)", "log2_x": False, "x_labels": labels})
+
+
 def batch_lines(items: Sequence[Aggregate], names: Sequence[str]) -> list[Line]:
     """Per recipe, its mean at each global batch with ok runs, and the 95% bootstrap band
     where two or more seeds gave a value."""
@@ -342,10 +373,10 @@ def _accuracy_section(report: _Report, records: Sequence[RunRecord]) -> list[Agg
                "recipes pooled) − test accuracy here, the interval resampling both groups' seeds.",
                markdown_table(["recipe", "world", "global batch", "lr", "train acc", "test acc", "gap", "large-batch gap", "runs"], rows))
     names, marks = recipes(records), status_marks(records)
-    report.figure("accuracy_vs_batch.png", {"test accuracy": [*batch_lines(test, names), *marks]}, "test accuracy vs global batch",
-                  ylabel="test accuracy", **BATCH_AXIS)
-    report.figure("gap_vs_batch.png", {"generalization gap (train - test accuracy)": [*batch_lines(list(gap.values()), names), *marks]},
-                  "generalization gap vs global batch", ylabel="train - test accuracy", **BATCH_AXIS)
+    panels, axis = comparison_axis(records, {"test accuracy": [*batch_lines(test, names), *marks]})
+    report.figure("accuracy_vs_batch.png", panels, "test accuracy vs global batch", ylabel="test accuracy", **axis)
+    panels, axis = comparison_axis(records, {"generalization gap (train - test accuracy)": [*batch_lines(list(gap.values()), names), *marks]})
+    report.figure("gap_vs_batch.png", panels, "generalization gap vs global batch", ylabel="train - test accuracy", **axis)
     return test
 
 
@@ -449,9 +480,10 @@ def _flatness_section(report: _Report, records: Sequence[RunRecord]) -> None:
                          *(values[measure.key][index].describe(measure.digits) for measure in measures)]
                         for index, a in enumerate(groups)]),
     )
-    panels = {measure.header: [*batch_lines(values[measure.key], recipes(records)), *status_marks(records)] for measure in measures}
+    panels, axis = comparison_axis(records, {measure.header: [*batch_lines(values[measure.key], recipes(records)), *status_marks(records)]
+                                             for measure in measures})
     report.figure("sharpness_vs_batch.png", panels, f"{', '.join(panels)} vs global batch",
-                  ylabel=measures[0].header if len(measures) == 1 else "value", share_y=len(measures) == 1, **BATCH_AXIS)
+                  ylabel=measures[0].header if len(measures) == 1 else "value", share_y=len(measures) == 1, **axis)
 
 
 def _cell(value: Any, digits: str = ".4g") -> str:

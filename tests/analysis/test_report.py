@@ -207,6 +207,28 @@ def test_batch_figures_keep_every_bad_run_as_a_mark_and_band_only_with_two_seeds
     assert status_marks(records) == [Mark("diverged", "a", 64), Mark("collapsed", "b", 64, count=2)]  # ... but its marks
 
 
+def test_arms_compared_at_one_batch_get_a_position_each_and_keep_their_marks():
+    from lbtrain.analysis.plots import Line, Mark, draw_panels
+    from lbtrain.analysis.report import arm_positions, batch_lines, comparison_axis, status_marks
+    from lbtrain.analysis.tables import aggregate, column
+
+    # keskar_v2's shape: SB at batch 16, two large-batch arms at batch 64 (one with a diverged seed).
+    records = [synthetic("SB", 1, 0, [0.5], test=0.86), synthetic("LB", 4, 0, [0.5], test=0.84),
+               synthetic("LB longer", 4, 0, [0.5], test=0.88), synthetic("LB longer", 4, 1, [0.1], "diverged")]
+    assert arm_positions(records) == {("SB", 16): 1, ("LB", 64): 2, ("LB longer", 64): 3}
+    panels, axis = comparison_axis(records, {"test": [*batch_lines(aggregate(records, column("test_accuracy")), ["SB", "LB", "LB longer"]),
+                                                      *status_marks(records)]})
+    assert axis == {"xlabel": "arm (global batch)", "log2_x": False, "x_labels": {1: "SB (16)", 2: "LB (64)", 3: "LB longer (64)"}}
+    assert panels["test"] == [Line("SB", [1], [0.86], [None], [None]), Line("LB", [2], [0.84], [None], [None]),
+                              Line("LB longer", [3], [0.88], [None], [None]), Mark("diverged", "LB longer", 3)]
+    (axes,) = draw_panels(panels, ylabel="test accuracy", **axis).axes
+    assert [label.get_text() for label in axes.get_xticklabels()] == ["SB (16)", "LB (64)", "LB longer (64)"]
+    # A recipe at several batches, or one arm per batch: the batch axis shows them apart.
+    assert arm_positions(records + [synthetic("SB", 4, 0, [0.5])]) is None
+    assert arm_positions(records[:2]) is None
+    assert comparison_axis(records[:2], {})[1] == {"xlabel": "global batch", "log2_x": True}
+
+
 def test_steps_rows_best_steps_and_failures_on_synthetic_runs():
     from lbtrain.analysis.plots import Line, Mark
     from lbtrain.analysis.report import best_steps, failure_sentence, failures, steps_panel, steps_rows
