@@ -654,12 +654,15 @@ class ProtocolConfig(_Strict):
     ``{momentum: [none, sqrt, linear]}`` compares three rules on one base-batch tuning.
     ``search`` maps a recipe's label to dimensions that replace (or add to) the experiment's
     ``search`` for that recipe, e.g. Adam's LR range beside SGD's; the trial budget stays
-    ``sweep.trials`` for every arm."""
+    ``sweep.trials`` for every arm. ``equal_steps`` lists world sizes where the best arm (by
+    validation accuracy, every seed ok) is also re-run for as many updates as the reference
+    world size's runs took (Hoffer et al. 2017's "train longer"), with the same seeds."""
 
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=3)
     reference_world_size: int | None = Field(default=None, gt=0)
     rules: dict[str, list[str | float]] = Field(default_factory=dict)
     search: dict[str, dict[str, SearchParam]] = Field(default_factory=dict)
+    equal_steps: list[int] = Field(default_factory=list)
 
     @field_validator("search")
     @classmethod

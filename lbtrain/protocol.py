@@ -28,11 +28,20 @@ how lucky the base LR was. ``lbtrain sweep`` on an experiment with a ``protocol`
    cost of the rule, tuned − rule, and each arm against the recipe's tuned arm at the
    reference world size (arm − reference: what moving from the base batch costs), each with
    its own interval; the trials each study had.
+4. **Equal steps** (``protocol.equal_steps``, optional). The finals compare world sizes at
+   equal epochs, so a world of W takes 1/W of the reference's updates. At each listed world
+   size the best arm (the highest mean validation accuracy among arms whose every seed was ok)
+   is re-run with its tuned parameters for the reference world size's number of updates
+   (Hoffer et al. 2017, "Train longer, generalize better": the regime adaptation), labelled
+   ``"<arm> equal steps"``; its decay follows the longer budget, its warmup stays in epochs.
+   The comparison gives its test accuracy against the same arm at equal epochs (what the
+   extra updates buy) and against the recipe's tuned reference.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from pathlib import Path
 from typing import Any, Callable
 
@@ -91,6 +100,10 @@ def protocol_arms(experiment: ExperimentConfig) -> list[Arm]:
                           "(seeds come from protocol.seeds)")
     sizes, reference = world_sizes(experiment), reference_world_size(experiment)
     recipes = [str(variant.get("label") or "base") for variant in variants]
+    unknown_sizes = [size for size in experiment.protocol.equal_steps if size not in sizes or size == reference]
+    if unknown_sizes:
+        raise ConfigError(f"protocol.equal_steps: {unknown_sizes} must be world sizes of grid.world_sizes {sizes} "
+                          f"other than the reference world size {reference}")
     for section in ("rules", "search"):
         unknown = sorted(set(getattr(experiment.protocol, section)) - set(recipes))
         if unknown:
@@ -116,16 +129,57 @@ def tuned_studies(arms: list[Arm]) -> list[StudySpec]:
     return list({arm.study.name: arm.study for arm in arms}.values())
 
 
-def final_runs(experiment: ExperimentConfig, arm: Arm, params: dict[str, Any]) -> list[PlannedRun]:
-    """The arm's best parameters re-run with every seed of ``protocol.seeds``."""
+def final_runs(experiment: ExperimentConfig, arm: Arm, params: dict[str, Any], label: str | None = None) -> list[PlannedRun]:
+    """The arm's best parameters re-run with every seed of ``protocol.seeds``, labelled
+    ``label`` (default the arm's)."""
+    label = label or arm.label
     planned = []
     for seed in experiment.protocol.seeds:
         data = with_overrides(arm.base, {"training.world_size": arm.world_size, **params, "training.seed": seed})
         try:
             config = run_config_from_dict(data)
         except ConfigError as error:
-            raise ConfigError(f"{error} (final run of arm {arm.label}, world size {arm.world_size})") from None
-        planned.append(PlannedRun(run_id(config, arm.label), arm.label, config))
+            raise ConfigError(f"{error} (final run of arm {label}, world size {arm.world_size})") from None
+        planned.append(PlannedRun(run_id(config, label), label, config))
+    return planned
+
+
+def equal_steps_label(arm: Arm) -> str:
+    """The label of an arm's equal-steps re-runs."""
+    return f"{arm.label} equal steps"
+
+
+def best_arm(arms: list[Arm], summary: list[dict[str, Any]], world_size: int) -> Arm | None:
+    """The arm at ``world_size`` with the highest mean validation accuracy over its final runs,
+    among arms whose every final run was ok (never scored on test); None when none qualifies."""
+    scores = {}
+    for arm in (arm for arm in arms if arm.world_size == world_size):
+        runs = [row for row in summary if row["label"] == arm.label and row["world_size"] == world_size]
+        if runs and all(row["status"] == "ok" for row in runs):
+            scores[arm.label] = (statistics.fmean(row["validation_accuracy"] for row in runs), arm)
+    return max(scores.values(), key=lambda score: score[0])[1] if scores else None
+
+
+def reference_steps(summary: list[dict[str, Any]], recipe: str, reference: int) -> int | None:
+    """The updates the recipe's tuned runs took at the reference world size (the equal-steps
+    budget), or None when it has no ok run there."""
+    steps = [row["total_steps"] for row in summary
+             if row["label"] == f"{recipe} tuned" and row["world_size"] == reference and row["status"] == "ok"]
+    return max(steps) if steps else None
+
+
+def equal_steps_runs(experiment: ExperimentConfig, arms: list[Arm], best_params: dict[str, dict[str, Any]],
+                     summary: list[dict[str, Any]]) -> list[PlannedRun]:
+    """At each world size of ``protocol.equal_steps``, the best arm's parameters re-run with
+    every seed for the reference world size's number of updates (see the module doc)."""
+    reference = reference_world_size(experiment)
+    planned = []
+    for size in experiment.protocol.equal_steps:
+        arm = best_arm(arms, summary, size)
+        steps = None if arm is None else reference_steps(summary, arm.recipe, reference)
+        if arm is not None and steps is not None:
+            budget = {"training.epochs": None, "training.samples": None, "training.steps": steps}
+            planned += final_runs(experiment, arm, {**best_params[arm.study.name], **budget}, equal_steps_label(arm))
     return planned
 
 
@@ -146,13 +200,17 @@ def run_protocol(
     for study in studies:
         optimize(experiment, study, experiment.sweep.trials, storage)
     best = {study.name: best_ok_trial(open_study(experiment, study, storage)) for study in studies}
-    planned = [run for arm in arms if best[arm.study.name] is not None
-               for run in final_runs(experiment, arm, best[arm.study.name].params)]
+    params = {name: trial.params for name, trial in best.items() if trial is not None}
+    planned = [run for arm in arms if arm.study.name in params for run in final_runs(experiment, arm, params[arm.study.name])]
     summary = run_planned(experiment, planned, config_file=config_file, progress=progress)
+    longer = equal_steps_runs(experiment, arms, params, summary)
+    if longer:
+        summary = run_planned(experiment, planned + longer, config_file=config_file, progress=progress)
     trials = {study.name: len(open_study(experiment, study, storage).get_trials(deepcopy=False, states=FINISHED))
               for study in studies}
-    rows = comparison_rows(arms, summary, trials, reference_world_size(experiment))
-    write_protocol(experiment, rows, trials, recipe_lr_fits(experiment, arms, storage))
+    reference = reference_world_size(experiment)
+    rows = comparison_rows(arms, summary, trials, reference)
+    write_protocol(experiment, rows, trials, recipe_lr_fits(experiment, arms, storage), equal_steps_rows(arms, summary, reference))
     return rows
 
 
@@ -219,6 +277,35 @@ def comparison_rows(arms: list[Arm], summary: list[dict[str, Any]], trials: dict
     return rows
 
 
+def equal_steps_rows(arms: list[Arm], summary: list[dict[str, Any]], reference: int) -> list[dict[str, Any]]:
+    """Per arm re-run at equal steps: its test accuracy at equal steps and at equal epochs
+    (``Estimate`` as plain data), the gain from the extra updates (equal steps − equal epochs)
+    and equal steps against the recipe's tuned arm at the reference world size."""
+    from lbtrain.analysis.statistics import bootstrap_difference, bootstrap_mean
+
+    rows = []
+    for arm in arms:
+        longer, longer_runs = _test_accuracies(summary, equal_steps_label(arm), arm.world_size)
+        if not longer_runs:
+            continue
+        shorter, _ = _test_accuracies(summary, arm.label, arm.world_size)
+        base, _ = _test_accuracies(summary, f"{arm.recipe} tuned", reference)
+        steps = [row["total_steps"] for row in summary if row["label"] == equal_steps_label(arm) and row["world_size"] == arm.world_size]
+        rows.append({
+            "arm": arm.label,
+            "recipe": arm.recipe,
+            "world_size": arm.world_size,
+            "global_batch": run_config_from_dict(with_overrides(arm.base, {"training.world_size": arm.world_size})).global_batch,
+            "steps": max(steps),
+            "equal_epochs": dataclasses.asdict(bootstrap_mean(shorter)),
+            "equal_steps": dataclasses.asdict(bootstrap_mean(longer)),
+            "equal_steps_runs": longer_runs,
+            "gain_of_steps": dataclasses.asdict(bootstrap_difference(longer, shorter)),
+            "equal_steps_minus_reference": dataclasses.asdict(bootstrap_difference(longer, base)),
+        })
+    return rows
+
+
 def _describe(record: dict[str, Any] | None, signed: bool = False) -> str:
     from lbtrain.analysis.statistics import Estimate
 
@@ -231,9 +318,10 @@ def _describe(record: dict[str, Any] | None, signed: bool = False) -> str:
 
 
 def protocol_markdown(experiment: ExperimentConfig, rows: list[dict[str, Any]], trials: dict[str, int],
-                      lr_fits: dict[str, dict[str, Any]] | None = None) -> str:
-    """``protocol.md``: the comparison table, the budgets and the tuned LR's exponent in the
-    batch per recipe, every number from ``rows`` and ``lr_fits``."""
+                      lr_fits: dict[str, dict[str, Any]] | None = None, steps_rows: list[dict[str, Any]] | None = None) -> str:
+    """``protocol.md``: the comparison table, the budgets, the tuned LR's exponent in the
+    batch per recipe and the equal-steps re-runs, every number from ``rows``, ``lr_fits`` and
+    ``steps_rows``."""
     from lbtrain.analysis.scaling_laws import LrExponentFit
     from lbtrain.analysis.tables import markdown_table
 
@@ -260,17 +348,33 @@ def protocol_markdown(experiment: ExperimentConfig, rows: list[dict[str, Any]], 
             "Tuned LR against the global batch, per recipe (its tuned studies' top 3 ok trials per world size; "
             "alpha = 0.5 is the sqrt rule, 1 the linear rule):\n\n"
             + "\n".join(f"- {recipe}: {LrExponentFit.from_dict(fit).describe()}" for recipe, fit in lr_fits.items())]),
+        *([] if not steps_rows else [_equal_steps_markdown(steps_rows, reference_world_size(experiment))]),
     ]) + "\n"
 
 
+def _equal_steps_markdown(steps_rows: list[dict[str, Any]], reference: int) -> str:
+    from lbtrain.analysis.tables import markdown_table
+
+    table = markdown_table(
+        ["arm", "world", "global batch", "steps", "equal epochs: test acc [95% CI]", "equal steps: test acc [95% CI]",
+         "equal steps − equal epochs", "equal steps − reference"],
+        [[row["arm"], row["world_size"], row["global_batch"], row["steps"], _describe(row["equal_epochs"]),
+          _describe(row["equal_steps"]), _describe(row["gain_of_steps"], signed=True),
+          _describe(row["equal_steps_minus_reference"], signed=True)] for row in steps_rows],
+    )
+    return (f"Equal steps (Hoffer et al. 2017): the best arm of each listed world size (by validation accuracy, every seed ok) "
+            f"re-run with the same seeds for as many updates as world size {reference} took; *reference* is its recipe's tuned "
+            f"arm at world size {reference}.\n\n{table}")
+
+
 def write_protocol(experiment: ExperimentConfig, rows: list[dict[str, Any]], trials: dict[str, int],
-                   lr_fits: dict[str, dict[str, Any]] | None = None) -> Path:
-    """Writes ``protocol.json`` (rows, trial counts, the tuned LR's exponent per recipe) and
-    ``protocol.md``; returns the latter."""
+                   lr_fits: dict[str, dict[str, Any]] | None = None, steps_rows: list[dict[str, Any]] | None = None) -> Path:
+    """Writes ``protocol.json`` (rows, trial counts, the tuned LR's exponent per recipe, the
+    equal-steps rows) and ``protocol.md``; returns the latter."""
     folder = experiment.results_dir
-    write_json_atomic(folder / PROTOCOL_FILE, {"rows": rows, "trials": trials, "lr_fits": lr_fits or {}})
-    return write_atomic(folder / PROTOCOL_REPORT, protocol_markdown(experiment, rows, trials, lr_fits))
+    write_json_atomic(folder / PROTOCOL_FILE, {"rows": rows, "trials": trials, "lr_fits": lr_fits or {}, "equal_steps": steps_rows or []})
+    return write_atomic(folder / PROTOCOL_REPORT, protocol_markdown(experiment, rows, trials, lr_fits, steps_rows))
 
 
-__all__ = ["ARM_KINDS", "Arm", "comparison_rows", "final_runs", "protocol_arms", "reference_world_size", "run_protocol",
-           "tuned_studies", "write_protocol"]
+__all__ = ["ARM_KINDS", "Arm", "best_arm", "comparison_rows", "equal_steps_rows", "equal_steps_runs", "final_runs", "protocol_arms",
+           "reference_world_size", "run_protocol", "tuned_studies", "write_protocol"]

@@ -11,7 +11,8 @@ import yaml
 from lbtrain.analysis.tables import read_summary
 from lbtrain.cli import main
 from lbtrain.config import ConfigError, ExperimentConfig
-from lbtrain.protocol import comparison_rows, protocol_arms, reference_world_size, tuned_studies
+from lbtrain.protocol import (best_arm, comparison_rows, equal_steps_rows, equal_steps_runs, protocol_arms, reference_world_size,
+                              tuned_studies)
 from lbtrain.sweep import FINISHED, best_ok_trial, open_study
 
 
@@ -90,11 +91,40 @@ def test_comparison_rows_set_each_arm_against_the_recipes_tuned_reference(tmp_pa
     assert rows[("sqrt", "reference", 1)]["cost_of_rule"] is None and rows[("sqrt", "reference", 1)]["rule_minus_reference"] is None
 
 
+def test_equal_steps_rerun_the_best_arm_on_validation_for_the_reference_updates(tmp_path):
+    spec = protocol_spec(tmp_path, protocol={"seeds": [0, 1, 2], "equal_steps": [2]})
+    experiment = ExperimentConfig.model_validate(spec)
+    arms = protocol_arms(experiment)
+    # linear+warmup rule has the best validation but a diverged seed; sqrt rule beats sqrt tuned on
+    # validation although its test accuracy is lower: validation decides.
+    runs = {("sqrt tuned", 1): [(0.80, 0.81, "ok")] * 3, ("sqrt tuned", 2): [(0.70, 0.79, "ok")] * 3,
+            ("sqrt rule", 2): [(0.75, 0.70, "ok")] * 3, ("linear+warmup tuned", 1): [(0.8, 0.8, "ok")] * 3,
+            ("linear+warmup tuned", 2): [(0.6, 0.6, "ok")] * 3, ("linear+warmup rule", 2): [(0.9, 0.9, "ok")] * 2 + [(0.1, 0.1, "diverged")]}
+    summary = [{"label": label, "world_size": world, "validation_accuracy": validation, "test_accuracy": test, "status": status,
+                "total_steps": 15 if world == 1 else 7} for (label, world), values in runs.items() for validation, test, status in values]
+    assert best_arm(arms, summary, 2).label == "sqrt rule"
+    params = {"proto-sqrt-w1": {"lr.base_lr": 0.05}, "proto-sqrt-w2": {"lr.base_lr": 0.2}}
+    planned = equal_steps_runs(experiment, arms, params, summary)
+    assert [(run.label, run.config.training.seed) for run in planned] == [("sqrt rule equal steps", seed) for seed in (0, 1, 2)]
+    config = planned[0].config
+    assert (config.training.steps, config.training.epochs, config.training.world_size) == (15, None, 2)
+    assert (config.lr.base_lr, config.lr.rule) == (0.05, "sqrt")  # the reference tuning, carried by the rule
+
+    summary += [{"label": "sqrt rule equal steps", "world_size": 2, "validation_accuracy": 0.8, "test_accuracy": test, "status": "ok",
+                 "total_steps": 15} for test in (0.76, 0.78, 0.77)]
+    [row] = equal_steps_rows(arms, summary, 1)
+    assert (row["arm"], row["world_size"], row["global_batch"], row["steps"], row["equal_steps_runs"]) == ("sqrt rule", 2, 32, 15, 3)
+    assert row["gain_of_steps"]["mean"] == pytest.approx(0.77 - 0.70)
+    assert row["equal_steps_minus_reference"]["mean"] == pytest.approx(0.77 - 0.81)
+
+
 @pytest.mark.parametrize("changes, message", [
     ({"grid": {"world_sizes": [1, 2], "seeds": [0, 1]}}, r"the protocol crosses grid.world_sizes with grid.variants only, not training.seed"),
     ({"protocol": {"reference_world_size": 4}}, r"protocol.reference_world_size 4 is not one of grid.world_sizes \[1, 2\]"),
     ({"protocol": {"rules": {"linear": ["sqrt"]}}}, r"protocol.rules: 'linear' is not a recipe \(labels of grid.variants: sqrt, linear\+warmup\)"),
     ({"protocol": {"search": {"adam": {}}}}, r"protocol.search: 'adam' is not a recipe"),
+    ({"protocol": {"equal_steps": [1, 4]}},
+     r"protocol.equal_steps: \[1, 4\] must be world sizes of grid.world_sizes \[1, 2\] other than the reference world size 1"),
 ])
 def test_protocol_grid_errors(tmp_path, changes, message):
     with pytest.raises(ConfigError, match=message):
@@ -110,11 +140,12 @@ def test_fewer_than_three_seeds_is_a_config_error(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_tuned_study_from_one_yaml_equal_budgets_three_seeds_and_the_cost_of_the_rule(tmp_path, capsys):
+    spec = protocol_spec(tmp_path, protocol={"seeds": [0, 1, 2], "equal_steps": [2]})
     path = tmp_path / "proto.yaml"
-    path.write_text(yaml.safe_dump(protocol_spec(tmp_path)))
+    path.write_text(yaml.safe_dump(spec))
     assert main(["sweep", str(path)]) == 0
     results = tmp_path / "results" / "proto"
-    experiment = ExperimentConfig.model_validate(protocol_spec(tmp_path))
+    experiment = ExperimentConfig.model_validate(spec)
 
     # Equal tuning budgets, read back from the Optuna storage.
     studies = tuned_studies(protocol_arms(experiment))
@@ -123,7 +154,9 @@ def test_a_tuned_study_from_one_yaml_equal_budgets_three_seeds_and_the_cost_of_t
         assert len(optuna.load_study(study_name=study.name, storage=storage).get_trials(states=FINISHED)) == 2
 
     # Every arm's best re-run with three seeds; the rule arm at world 2 carries world 1's best LR.
-    summary = read_summary(results / "summary.csv")
+    everything = read_summary(results / "summary.csv")
+    longer = [row for row in everything if row["label"].endswith(" equal steps")]
+    summary = [row for row in everything if row not in longer]
     arms = {(row["label"], row["world_size"]) for row in summary}
     assert arms == {(f"{recipe} {kind}", world) for recipe in ("sqrt", "linear+warmup")
                     for kind, world in (("tuned", 1), ("tuned", 2), ("rule", 2))}
@@ -152,10 +185,22 @@ def test_a_tuned_study_from_one_yaml_equal_budgets_three_seeds_and_the_cost_of_t
     assert [batch["global_batch"] for batch in fits["sqrt"]["batches"]] == [16, 32]
     assert "- sqrt: tuned lr vs global batch: not enough points (n = 2 batch sizes < 4)" in text
 
+    # Equal steps: world 2's best arm on validation, re-run with the three seeds for world 1's updates.
+    best = best_arm(protocol_arms(experiment), summary, 2)
+    assert sorted((row["label"], row["world_size"], row["seed"]) for row in longer) == [(f"{best.label} equal steps", 2, seed) for seed in (0, 1, 2)]
+    reference_steps = {row["total_steps"] for row in summary if row["world_size"] == 1}
+    assert reference_steps == {15} and {row["total_steps"] for row in longer} == {15} and {row["budget"] for row in longer} == {"15 steps"}
+    [steps_row] = json.loads((results / "protocol.json").read_text())["equal_steps"]
+    ok_longer = [row["test_accuracy"] for row in longer if row["status"] == "ok"]
+    assert steps_row["arm"] == best.label and steps_row["equal_steps"]["n"] == len(ok_longer)
+    assert steps_row["equal_steps"]["mean"] == pytest.approx(statistics.fmean(ok_longer))
+    assert f"| {best.label} | 2 | 32 | 15 |" in text
+
     # Resumable: a rerun trains nothing new.
     capsys.readouterr()
     assert main(["sweep", str(path)]) == 0
-    assert capsys.readouterr().out.count("done before, skipped") == len(summary)
+    out = capsys.readouterr().out
+    assert out.count("done before, skipped") >= len(everything) and "ETA" not in out
 
 
 def test_a_rule_that_does_not_exist_in_protocol_rules_is_a_one_line_error(tmp_path, capsys):
