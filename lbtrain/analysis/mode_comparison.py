@@ -33,7 +33,6 @@ Writes ``compare.md``, ``compare.json`` (every record the sentences are rendered
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -44,7 +43,7 @@ from lbtrain.analysis.plots import Line, Mark, plot_panels, recipe_colors
 from lbtrain.analysis.report import ReportError, budgets_text
 from lbtrain.analysis.scaling_laws import reachable_target, steps_to_target
 from lbtrain.analysis.statistics import DEFAULT_LEVEL, Estimate, bootstrap_difference
-from lbtrain.analysis.tables import Aggregate, RunRecord, aggregate, column, load_records, markdown_table
+from lbtrain.analysis.tables import Aggregate, RunRecord, aggregate, column, load_records, markdown_table, peak_values
 from lbtrain.files import write_atomic, write_json_atomic
 from lbtrain.results import EXPERIMENT_FILE, SUMMARY_FILE, finite_or_none
 
@@ -170,16 +169,10 @@ def default_target(sides: Sequence[Side]) -> float:
     """The highest validation accuracy (a multiple of 0.005) that the best ok run of every world
     size reaches on every side, so each world size has a count on both sides (not every LR
     need reach it). A world size with no ok run on a side bounds nothing."""
-    peaks: dict[tuple[int, int], float] = {}
-    for index, side in enumerate(sides):
-        for r in (r for r in side.records if r.ok):
-            values = [row[METRIC] for row in r.result.history if row.get(METRIC) is not None]
-            if values:
-                key = (index, int(r.row["world_size"]))
-                peaks[key] = max(peaks.get(key, -math.inf), max(values))
+    peaks = [peak for side in sides for peak in peak_values(side.records, METRIC, lambda record: int(record.row["world_size"])).values()]
     if not peaks:
         raise ReportError(f"no ok run of {' or '.join(side.name for side in sides)} records {METRIC}: nothing to count updates to")
-    return reachable_target(peaks.values())
+    return reachable_target(peaks)
 
 
 def lr_that_works(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -31,7 +31,8 @@ from lbtrain.analysis.plots import Line, Mark, plot_panels, recipe_colors
 from lbtrain.analysis.scaling_laws import CriticalBatchFit, critical_batch, reachable_target, simple_noise_scale, steps_to_target
 from lbtrain.analysis.statistics import DEFAULT_LEVEL, Estimate
 from lbtrain.analysis.tables import (
-    Aggregate, RunRecord, aggregate, column, final_metric, large_batch_gap, load_records, markdown_table, read_summary, recipes,
+    Aggregate, RunRecord, aggregate, column, final_metric, large_batch_gap, load_records, markdown_table, peak_values, read_summary,
+    recipes,
 )
 from lbtrain.files import write_atomic, write_json_atomic
 from lbtrain.results import EXPERIMENT_FILE, STATUSES, SUMMARY_FILE, finite_or_none
@@ -381,12 +382,7 @@ def _accuracy_section(report: _Report, records: Sequence[RunRecord]) -> list[Agg
 
 
 def _default_target(records: Sequence[RunRecord], metric: str) -> float:
-    peaks: dict[int, float] = {}
-    for r in (r for r in records if r.ok):
-        values = [row[metric] for row in r.result.history if row.get(metric) is not None]
-        if values:
-            peaks[r.global_batch] = max(peaks.get(r.global_batch, -math.inf), max(values))
-    return reachable_target(peaks.values())
+    return reachable_target(peak_values(records, metric, lambda record: record.global_batch).values())
 
 
 def _steps_section(report: _Report, records: Sequence[RunRecord], target: float | None, metric: str) -> None:

@@ -176,6 +176,18 @@ def final_metric(name: str):
     return lambda record: record.result.metrics.get(name)
 
 
+def peak_values(records: Iterable[RunRecord], metric: str, group: Callable[[RunRecord], Any]) -> dict[Any, float]:
+    """Per ``group(record)``: the highest value of history ``metric`` that any of its ok runs
+    reached (groups whose ok runs never logged it are left out)."""
+    peaks: dict[Any, float] = {}
+    for record in (record for record in records if record.ok):
+        values = [row[metric] for row in record.result.history if row.get(metric) is not None]
+        if values:
+            key = group(record)
+            peaks[key] = max(peaks.get(key, -math.inf), max(values))
+    return peaks
+
+
 def large_batch_gap(test_accuracy: Sequence[Aggregate]) -> list[tuple[Aggregate, Estimate | None]]:
     """For each aggregate of test accuracy: reference mean minus its own, with a 95% bootstrap
     interval resampling both groups' seeds (``bootstrap_difference``); None for the reference
