@@ -210,7 +210,8 @@ def run_protocol(
               for study in studies}
     reference = reference_world_size(experiment)
     rows = comparison_rows(arms, summary, trials, reference)
-    write_protocol(experiment, rows, trials, recipe_lr_fits(experiment, arms, storage), equal_steps_rows(arms, summary, reference))
+    chosen = {size: arm.label for size in world_sizes(experiment) if (arm := best_arm(arms, summary, size)) is not None}
+    write_protocol(experiment, rows, trials, recipe_lr_fits(experiment, arms, storage), equal_steps_rows(arms, summary, reference), chosen)
     return rows
 
 
@@ -290,13 +291,12 @@ def equal_steps_rows(arms: list[Arm], summary: list[dict[str, Any]], reference: 
             continue
         shorter, _ = _test_accuracies(summary, arm.label, arm.world_size)
         base, _ = _test_accuracies(summary, f"{arm.recipe} tuned", reference)
-        steps = [row["total_steps"] for row in summary if row["label"] == equal_steps_label(arm) and row["world_size"] == arm.world_size]
         rows.append({
             "arm": arm.label,
             "recipe": arm.recipe,
             "world_size": arm.world_size,
             "global_batch": run_config_from_dict(with_overrides(arm.base, {"training.world_size": arm.world_size})).global_batch,
-            "steps": max(steps),
+            "steps": reference_steps(summary, arm.recipe, reference),
             "equal_epochs": dataclasses.asdict(bootstrap_mean(shorter)),
             "equal_steps": dataclasses.asdict(bootstrap_mean(longer)),
             "equal_steps_runs": longer_runs,
@@ -368,11 +368,14 @@ def _equal_steps_markdown(steps_rows: list[dict[str, Any]], reference: int) -> s
 
 
 def write_protocol(experiment: ExperimentConfig, rows: list[dict[str, Any]], trials: dict[str, int],
-                   lr_fits: dict[str, dict[str, Any]] | None = None, steps_rows: list[dict[str, Any]] | None = None) -> Path:
+                   lr_fits: dict[str, dict[str, Any]] | None = None, steps_rows: list[dict[str, Any]] | None = None,
+                   best: dict[int, str] | None = None) -> Path:
     """Writes ``protocol.json`` (rows, trial counts, the tuned LR's exponent per recipe, the
-    equal-steps rows) and ``protocol.md``; returns the latter."""
+    equal-steps rows, the best arm per world size on validation as ``best_arms``) and
+    ``protocol.md``; returns the latter."""
     folder = experiment.results_dir
-    write_json_atomic(folder / PROTOCOL_FILE, {"rows": rows, "trials": trials, "lr_fits": lr_fits or {}, "equal_steps": steps_rows or []})
+    write_json_atomic(folder / PROTOCOL_FILE, {"rows": rows, "trials": trials, "lr_fits": lr_fits or {}, "equal_steps": steps_rows or [],
+                                               "best_arms": {str(size): label for size, label in (best or {}).items()}})
     return write_atomic(folder / PROTOCOL_REPORT, protocol_markdown(experiment, rows, trials, lr_fits, steps_rows))
 
 

@@ -190,6 +190,8 @@ def test_a_tuned_study_from_one_yaml_equal_budgets_three_seeds_and_the_cost_of_t
     assert sorted((row["label"], row["world_size"], row["seed"]) for row in longer) == [(f"{best.label} equal steps", 2, seed) for seed in (0, 1, 2)]
     reference_steps = {row["total_steps"] for row in summary if row["world_size"] == 1}
     assert reference_steps == {15} and {row["total_steps"] for row in longer} == {15} and {row["budget"] for row in longer} == {"15 steps"}
+    assert json.loads((results / "protocol.json").read_text())["best_arms"] == {
+        str(size): best_arm(protocol_arms(experiment), summary, size).label for size in (1, 2)}
     [steps_row] = json.loads((results / "protocol.json").read_text())["equal_steps"]
     ok_longer = [row["test_accuracy"] for row in longer if row["status"] == "ok"]
     assert steps_row["arm"] == best.label and steps_row["equal_steps"]["n"] == len(ok_longer)
