@@ -135,8 +135,10 @@ def noise_scale_tracker(model: tf.keras.Model) -> NoiseScaleTracker | None:
 
 
 def squared_norm(tensors: list[tf.Tensor]) -> tf.Tensor:
-    """``sum_i |t_i|^2`` in float64."""
-    return tf.add_n([tf.reduce_sum(tf.square(tf.cast(tensor, tf.float64))) for tensor in tensors])
+    """``sum_i |t_i|^2`` as a float64 scalar. Each tensor's norm is one reduction that only
+    reads it (no squared or float64 copy of the gradients is written); the sum over tensors is
+    in float64."""
+    return tf.add_n([tf.square(tf.cast(tf.math.reduce_euclidean_norm(tensor), tf.float64)) for tensor in tensors])
 
 
 class StaleGradients(tf.Module):
