@@ -270,8 +270,12 @@ def _recipe_line(recipe: dict[str, Any] | None) -> str:
         return f"LR recipe: no recipe held in {where} (failed: {', '.join(recipe['failed'])}); train longer or use LARS"
     best = recipe["held"][0]
     failed = f"; failed there: {', '.join(recipe['failed'])}" if recipe["failed"] else ""
-    return (f"LR recipe: {best['recipe']}, best in {where}: test accuracy {best['test_accuracy']:.3f} "
-            f"[{best['low']:.3f}, {best['high']:.3f}] (n={best['n']}){failed}")
+    longer = "".join(f"; {cell['recipe']} ({cell['budget']}): test accuracy {_accuracy_text(cell)}" for cell in recipe.get("longer", []))
+    return f"LR recipe: {best['recipe']}, best on validation in {where}: test accuracy {_accuracy_text(best)}{failed}{longer}"
+
+
+def _accuracy_text(cell: dict[str, Any]) -> str:
+    return f"{cell['test_accuracy']:.3f} [{cell['low']:.3f}, {cell['high']:.3f}] (n={cell['n']})"
 
 
 def _duration(seconds: float) -> str:

@@ -2,14 +2,19 @@
 which LR recipe held best and which failed. The advisor (``lbtrain advise``) cites it.
 
 The findings ship with lbtrain as ``lbtrain/findings.json``, rendered from the studies'
-``results/<study>/report.json`` by ``python -m lbtrain.findings`` (a test checks the shipped file
-equals what the committed reports render, so advice cannot drift from the data).
+``results/<study>/report.json`` and ``summary.csv`` by ``python -m lbtrain.findings`` (a test
+checks the shipped file equals what the committed results render, so advice cannot drift from
+the data). Recipes are ranked by validation accuracy, never test (their test accuracy is what
+is reported); runs given another budget than the study's (goyal_bn's equal-steps re-runs) are
+listed apart, as what training longer gave.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import math
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,30 +22,49 @@ from typing import Any
 import yaml
 
 FINDINGS_FILE = Path(__file__).with_name("findings.json")
-# The studies whose accuracy-by-recipe tables the advisor draws on, and the model each is about.
-STUDIES = {"goyal_scaling": "mlp", "goyal_scaling_cnn": "cnn"}
+# The studies whose accuracy-by-recipe tables the advisor draws on, and the model each is about:
+# the second edition (tuned at equal budgets) first.
+STUDIES = {"goyal_bn": "resnet", "goyal_scaling": "mlp", "goyal_scaling_cnn": "cnn"}
 
 
-def _cell(record: dict[str, Any]) -> dict[str, Any]:
-    return {"recipe": record["recipe"], "test_accuracy": record["test_accuracy"], "low": record["low"],
-            "high": record["high"], "n": record["ok_runs"]}
+def _cell(record: dict[str, Any], validation: float | None, budget: str) -> dict[str, Any]:
+    return {"recipe": record["recipe"], "validation_accuracy": validation, "test_accuracy": record["test_accuracy"],
+            "low": record["low"], "high": record["high"], "n": record["ok_runs"], "budget": budget}
 
 
-def study_findings(report: dict[str, Any], model: str, dataset: str) -> dict[str, Any]:
-    """One study's findings from its report.json: for each global batch (as a multiple of the
-    smallest), the recipes whose every run was ``ok`` ranked by mean test accuracy (with the
-    95% CI and n), and the recipes with a failed run (diverged or collapsed)."""
+def _runs_by_cell(summary: list[dict[str, str]]) -> dict[tuple[str, int], list[dict[str, str]]]:
+    cells: dict[tuple[str, int], list[dict[str, str]]] = {}
+    for row in summary:
+        cells.setdefault((row["label"], int(row["global_batch"])), []).append(row)
+    return cells
+
+
+def study_findings(report: dict[str, Any], summary: list[dict[str, str]], model: str, dataset: str) -> dict[str, Any]:
+    """One study's findings from its report.json and summary.csv rows: for each global batch (as a
+    multiple of the smallest), at the study's budget (its smallest batch's), the recipes whose
+    every run was ``ok`` ranked by mean validation accuracy (with their test accuracy's 95% CI
+    and n) and the recipes with a run that was not ok; ``longer``: recipes run there with
+    another budget, all seeds ok, ranked the same way."""
+    runs = _runs_by_cell(summary)
     records = report["accuracy"]
     base = min(record["global_batch"] for record in records)
-    batches = sorted({record["global_batch"] for record in records})
+    budget = runs[next((r["recipe"], r["global_batch"]) for r in records if r["global_batch"] == base)][0]["budget"]
     rows = []
-    for batch in batches:
+    for batch in sorted({record["global_batch"] for record in records}):
         cells = [record for record in records if record["global_batch"] == batch]
-        held = sorted((record for record in cells if record["ok_runs"] == record["total"] and record["total"]),
-                      key=lambda record: -record["test_accuracy"])
-        rows.append({"global_batch": batch, "multiple": batch // base, "held": [_cell(record) for record in held],
-                     "failed": sorted(record["recipe"] for record in cells if record["ok_runs"] < record["total"])})
-    return {"study": report["experiment"], "model": model, "dataset": dataset, "budget": report["budget"], "base_batch": base,
+        ranked = []
+        for record in cells:
+            mine = runs[(record["recipe"], batch)]
+            if record["ok_runs"] == record["total"] and record["total"]:
+                validation = [float(row["validation_accuracy"]) for row in mine if row["validation_accuracy"]]
+                ranked.append(_cell(record, statistics.fmean(validation) if validation else None, mine[0]["budget"]))
+        ranked.sort(key=lambda cell: -(cell["validation_accuracy"] if cell["validation_accuracy"] is not None else -math.inf))
+        rows.append({"global_batch": batch, "multiple": batch // base,
+                     "held": [cell for cell in ranked if cell["budget"] == budget],
+                     "longer": [cell for cell in ranked if cell["budget"] != budget],
+                     "failed": sorted(record["recipe"] for record in cells
+                                      if record["ok_runs"] < record["total"] and runs[(record["recipe"], batch)][0]["budget"] == budget)})
+    return {"study": report["experiment"], "model": model, "dataset": dataset, "budget": budget, "base_batch": base,
             "report": f"results/{report['experiment']}/report.md", "batches": rows}
 
 
@@ -57,7 +81,8 @@ def render(results: Path) -> dict[str, Any]:
     """The findings of every study in ``STUDIES`` found under ``results``, and the advisor's
     calibration where its validation is there."""
     findings: dict[str, Any] = {"studies": [
-        study_findings(json.loads((results / study / "report.json").read_text()), model,
+        study_findings(json.loads((results / study / "report.json").read_text()),
+                       list(csv.DictReader((results / study / "summary.csv").open(newline=""))), model,
                        yaml.safe_load((results / study / "experiment.yaml").read_text())["data"]["dataset"])
         for study, model in STUDIES.items() if (results / study / "report.json").is_file()]}
     validation = results / "advisor_validation" / "validation.json"

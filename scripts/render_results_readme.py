@@ -168,18 +168,40 @@ def goyal_bn_arms(protocol: dict[str, Any]) -> list[dict[str, Any]]:
     return arms
 
 
-def best_arms(arms: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
-    """Per world size, the arm with the highest mean test accuracy over its ok seeds (at least
-    one); ties keep the first."""
-    best: dict[int, dict[str, Any]] = {}
-    for arm in arms:
-        mean = arm["accuracy"]["mean"]
-        if mean is None:
-            continue
-        current = best.get(arm["world_size"])
-        if current is None or mean > current["accuracy"]["mean"]:
-            best[arm["world_size"]] = arm
-    return best
+def chosen_arms(protocol: dict[str, Any], arms: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Per world size, the arm the protocol chose on validation (``best_arms`` of protocol.json:
+    the highest mean validation accuracy among arms whose every seed was ok; never test), as a
+    ``goyal_bn_arms`` record; at the reference world size, its recipe's tuned reference."""
+    chosen: dict[int, dict[str, Any]] = {}
+    for size, label in protocol.get("best_arms", {}).items():
+        arm = next((a for a in arms if a["world_size"] == int(size) and label in a["run_labels"]), None)
+        if arm is None:
+            row = next(r for r in protocol["rows"]
+                       if r["rule_name"] == "reference" and r["world_size"] == int(size) and f"{r['recipe']} tuned" == label)
+            arm = {"label": _arm_label(row, "tuned"), "world_size": row["world_size"], "global_batch": row["global_batch"],
+                   "accuracy": row["tuned"], "minus_reference": None}
+        chosen[int(size)] = arm
+    return chosen
+
+
+def what_to_use_rows(protocol: dict[str, Any], arms: list[dict[str, Any]]) -> list[list[Any]]:
+    """Per world size: the chosen arm (``chosen_arms``), its test accuracy and its difference
+    from its recipe's reference at equal epochs, then the same re-run at equal steps where the
+    protocol did (``equal_steps`` of protocol.json)."""
+    longer = {row["world_size"]: row for row in protocol.get("equal_steps", [])}
+    rows = []
+    for size, arm in sorted(chosen_arms(protocol, arms).items()):
+        steps = longer.get(size)
+        if arm["minus_reference"] is None:
+            at_steps = ["the reference", "reference"]
+        elif steps is None:
+            at_steps = ["not run", "-"]
+        else:
+            at_steps = [f"{_estimate(steps['equal_steps']).describe()}, {steps['steps']} updates",
+                        _points(steps["equal_steps_minus_reference"])]
+        rows.append([size, arm["global_batch"], arm["label"], _estimate(arm["accuracy"]).describe(),
+                     "reference" if arm["minus_reference"] is None else _points(arm["minus_reference"]), *at_steps])
+    return rows
 
 
 def _arm_cell(arm: dict[str, Any] | None, runs: list[dict[str, Any]]) -> str:
@@ -196,18 +218,19 @@ def section_goyal_bn() -> list[str]:
     references = [row for row in protocol["rows"] if row["rule_name"] == "reference"]
     trials = sorted(set(protocol["trials"].values()))
     arms, runs = goyal_bn_arms(protocol), _runs("goyal_bn")
-    best = best_arms(arms)
     lines += [
         f"The resnet with batch norm on Fashion-MNIST (experiments/goyal_bn.yaml); every recipe tuned with "
         f"{' or '.join(map(str, trials))} trials per study on validation, the best of every arm re-run with "
         f"{max(row['tuned_runs'] for row in protocol['rows'])} seeds and tested. *− reference*: test accuracy minus the same "
         "recipe tuned at world size 1, in points, with its 95% interval and n (ok seeds). [protocol](goyal_bn/protocol.md)",
         "",
-        "**What to use**, per world size (the arm with the highest mean test accuracy):",
+        "**What to use**, per world size: the arm with the highest mean validation accuracy among those whose every seed "
+        "was ok (chosen on validation, never on test), at equal epochs and re-run with the same seeds for world size 1's "
+        "number of updates (equal steps, Hoffer et al. 2017's \"train longer\": W times the samples, so W times the "
+        "compute of world size 1's run; its tuning is the equal-epoch one):",
         "",
-        markdown_table(["world size", "global batch", "best arm", "test accuracy", "− reference (points)"],
-                       [[size, arm["global_batch"], arm["label"], _estimate(arm["accuracy"]).describe(), _points(arm["minus_reference"])]
-                        for size, arm in sorted(best.items())]),
+        markdown_table(["world size", "global batch", "best arm", "equal epochs: test accuracy", "− reference (points)",
+                        "equal steps: test accuracy", "− reference (points)"], what_to_use_rows(protocol, arms)),
         "",
         "References (world size 1): " + "; ".join(f"{row['recipe']} {_estimate(row['tuned']).describe()}" for row in references) + ".",
         "",
@@ -690,6 +713,59 @@ def anchor_goyal_linear_warmup() -> tuple[str, str]:
     return "not reproduced", f"linear + gradual warmup against the small batch: {evidence}"
 
 
+# Goyal et al. 2017, Table 1: ResNet-50 on ImageNet, top-1 error (%) at kn = 256 and at kn = 8k = 32x.
+GOYAL_2017_BASE_ERROR = 23.60
+GOYAL_2017_ERROR_AT_32X = {"linear + gradual warmup": 23.74, "linear, no warmup": 24.84}
+GOYAL_FIGURE = "goyal_vs_paper.png"
+
+
+def goyal_figure() -> Path | None:
+    """``goyal_bn/figures/goyal_vs_paper.png``: test accuracy at k times the base batch minus the
+    base batch, in points, against k (log2): goyal_bn's linear rule with and without gradual
+    warmup (95% bands; runs that were not ok marked at their k) and its best arm re-run at equal
+    steps, beside Goyal et al. 2017's two ImageNet points at 32x; None when goyal_bn is not
+    committed."""
+    from lbtrain.analysis.plots import plot_panels
+
+    protocol = _json("goyal_bn", "protocol.json")
+    if protocol is None:
+        return None
+    return plot_panels({"large batch minus base batch": goyal_figure_items(protocol, _runs("goyal_bn"))},
+                       RESULTS / "goyal_bn" / "figures" / GOYAL_FIGURE,
+                       xlabel="batch / base batch", ylabel="test accuracy change (points)", log2_x=True)
+
+
+def goyal_figure_items(protocol: dict[str, Any], runs: list[dict[str, Any]]) -> list[Any]:
+    """The lines and marks of ``goyal_figure`` from goyal_bn's protocol.json and summary rows."""
+    from lbtrain.analysis.plots import Line, Mark
+
+    items: list[Line | Mark] = [Line("matches the base batch", [1, 64], [0.0, 0.0], reference=True)]
+    for recipe, label in (("momentum+warmup", "linear + gradual warmup"), ("momentum", "linear, no warmup")):
+        rows = sorted((r for r in protocol["rows"] if r["recipe"] == recipe and r["rule_name"] in ("reference", "linear")),
+                      key=lambda r: r["world_size"])
+        points = [(r["world_size"], Estimate(0.0, 0.0, 0.0, r["tuned"]["n"]) if r["rule_minus_reference"] is None
+                   else _estimate(r["rule_minus_reference"])) for r in rows]
+        measured = [(size, e) for size, e in points if e.mean is not None]
+        items += [] if not measured else [Line(f"here: {label}", [size for size, _ in measured], [100 * e.mean for _, e in measured],
+                          [None if e.low is None else 100 * e.low for _, e in measured],
+                          [None if e.high is None else 100 * e.high for _, e in measured])]
+        statuses: dict[tuple[int, str], int] = {}
+        for run in runs:
+            if run["label"] in (f"{recipe} linear rule", f"{recipe} rule") and run["status"] != "ok":
+                key = (int(run["world_size"]), run["status"])
+                statuses[key] = statuses.get(key, 0) + 1
+        items += [Mark(status, f"here: {label}", size, count=count) for (size, status), count in statuses.items()]
+        items.append(Line(f"Goyal et al. 2017: {label}", [32], [GOYAL_2017_BASE_ERROR - GOYAL_2017_ERROR_AT_32X[label]]))
+    longer = sorted(protocol.get("equal_steps", []), key=lambda row: row["world_size"])
+    if longer:
+        estimates = [(row["world_size"], _estimate(row["equal_steps_minus_reference"])) for row in longer]
+        estimates = [(size, e) for size, e in estimates if e.mean is not None]
+        items.append(Line("here: best arm, equal steps", [size for size, _ in estimates], [100 * e.mean for _, e in estimates],
+                          [None if e.low is None else 100 * e.low for _, e in estimates],
+                          [None if e.high is None else 100 * e.high for _, e in estimates]))
+    return items
+
+
 def anchor_goyal_no_warmup() -> tuple[str, str]:
     protocol = _json("goyal_bn", "protocol.json")
     if protocol is None:
@@ -843,8 +919,18 @@ def anchor_hoffer() -> tuple[str, str]:
         return "not measurable", "keskar_v2 lacks an ok Hoffer or equal-epochs arm"
     verdict = "reproduced" if _matches(hoffer) and not _matches(epochs) else (
         "no gap to close" if _matches(epochs) else "not reproduced")
-    return verdict, (f"against the small batch: large batch at equal epochs {_points(epochs)} points, with ghost batch norm "
-                     f"and equal steps {_points(hoffer)} points")
+    evidence = (f"keskar_v2, batch 256 against 32: large batch at equal epochs {_points(epochs)} points, with ghost batch norm "
+                f"and equal steps {_points(hoffer)} points")
+    longer = sorted((_json("goyal_bn", "protocol.json") or {}).get("equal_steps", []), key=lambda row: row["world_size"])
+    if not longer:
+        return verdict, evidence
+    held = [row for row in longer if _matches(_estimate(row["equal_steps_minus_reference"]))]
+    if verdict == "reproduced" and len(held) < len(longer):
+        verdict = (f"reproduced up to {held[-1]['world_size']}x the small batch" if held and held == longer[:len(held)]
+                   else "reproduced with a caveat")
+    return verdict, evidence + "; goyal_bn's best arm (ghost batch norm) for world size 1's updates against its recipe at batch 16: " + "; ".join(
+        f"batch {row['global_batch']}: {_points(row['equal_steps_minus_reference'])} points "
+        f"({_points(row['gain_of_steps'])} over equal epochs)" for row in longer)
 
 
 ANCHORS = [
@@ -872,7 +958,11 @@ def section_anchors() -> list[str]:
     return ["## Published findings: reproduced or not", "",
             "Each verdict is computed from the data below (scripts/render_results_readme.py says how); intervals as everywhere "
             "on this page. \"Matches\" means the interval of the difference reaches within 1 point of none.", "",
-            markdown_table(["paper", "claim", "here", "evidence"], rows), ""]
+            markdown_table(["paper", "claim", "here", "evidence"], rows), "",
+            *_figure("goyal_bn", GOYAL_FIGURE, "goyal_bn's linear rule with and without gradual warmup beside Goyal et al. 2017's "
+                     f"ImageNet numbers (Table 1: top-1 error {GOYAL_2017_BASE_ERROR:.2f} at batch 256, at 8k "
+                     + ", ".join(f"{error:.2f} with {label.split(', ')[-1].replace('linear + ', '')}"
+                                 for label, error in GOYAL_2017_ERROR_AT_32X.items()) + ")")]
 
 
 SECTIONS: list[Callable[[], list[str]]] = [
@@ -958,6 +1048,7 @@ def main() -> None:
         from lbtrain.files import write_atomic
 
         staleness_figure()
+        goyal_figure()
         write_atomic(RESULTS / "README.md", render().encode())
         readme = REPO_ROOT / "README.md"
         write_atomic(readme, readme_with_quickstart(readme.read_text()).encode())

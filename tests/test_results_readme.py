@@ -61,7 +61,14 @@ def test_goyal_bn_renders_the_best_arm_per_world_size_and_the_goyal_anchors(scri
                 "rule_minus_reference": None if at_reference else difference(rule_values, reference),
                 "tuned_minus_reference": None if at_reference else difference(tuned, reference)}
 
-    protocol = {"rows": [row(1, "linear"), row(8, "linear"), row(64, "linear")], "trials": {"a": 5, "b": 5, "c": 5}}
+    longer = [0.88, 0.89, 0.90]
+    protocol = {"rows": [row(1, "linear"), row(8, "linear"), row(64, "linear")], "trials": {"a": 5, "b": 5, "c": 5},
+                # Chosen on validation: at 8 the rule arm, at 64 the tuned arm, re-run there at equal steps.
+                "best_arms": {"1": "momentum+warmup tuned", "8": "momentum+warmup linear rule", "64": "momentum+warmup tuned"},
+                "equal_steps": [{"arm": "momentum+warmup tuned", "recipe": "momentum+warmup", "world_size": 64, "global_batch": 1024,
+                                 "steps": 3000, "equal_steps": estimate(longer), "equal_steps_runs": 3,
+                                 "gain_of_steps": difference(longer, seeds[("momentum+warmup tuned", 64)]),
+                                 "equal_steps_minus_reference": difference(longer, reference)}]}
     (folder / "protocol.json").write_text(json.dumps(protocol))
     monkeypatch.setattr(script, "RESULTS", tmp_path)
 
@@ -71,11 +78,26 @@ def test_goyal_bn_renders_the_best_arm_per_world_size_and_the_goyal_anchors(scri
     verdict, evidence = script.anchor_goyal_no_warmup()
     assert verdict == "reproduced" and "at batch 1024: -20.0 [-20.0, -20.0] (n=3) points" in evidence
 
-    best = script.best_arms(script.goyal_bn_arms(protocol))
-    assert best[8]["label"] == "momentum+warmup, linear rule" and best[64]["label"] == "momentum+warmup, tuned"
+    chosen = script.chosen_arms(protocol, script.goyal_bn_arms(protocol))
+    assert {size: arm["label"] for size, arm in chosen.items()} == {
+        1: "momentum+warmup, tuned", 8: "momentum+warmup, linear rule", 64: "momentum+warmup, tuned"}
     text = "\n".join(script.section_goyal_bn())
-    assert "| 64 | 1024 | momentum+warmup, tuned | 0.860 [0.850, 0.870] (n=3) | -5.0" in text
+    assert "| 1 | 16 | momentum+warmup, tuned | 0.910 [0.900, 0.920] (n=3) | reference | the reference | reference |" in text
+    assert "| 8 | 128 | momentum+warmup, linear rule | 0.905 [0.905, 0.905] (n=3) | -0.5 [-1.5, +0.5] (n=3) | not run | - |" in text
+    at_epochs, at_steps = (script._points(difference(values, reference)) for values in (seeds[("momentum+warmup tuned", 64)], longer))
+    assert at_epochs.startswith("-5.0 [") and at_steps.startswith("-2.0 [")
+    assert (f"| 64 | 1024 | momentum+warmup, tuned | 0.860 [0.850, 0.870] (n=3) | {at_epochs} | "
+            f"0.890 [0.880, 0.900] (n=3), 3000 updates | {at_steps} |") in text
     assert "every recipe tuned with 5 trials per study" in text
+
+    # The figure beside Goyal et al.'s Table 1: ours in points at 1x, 8x, 64x, theirs at 32x.
+    lines = {item.label: item for item in script.goyal_figure_items(protocol, script._runs("goyal_bn"))}
+    warmup = lines["here: linear + gradual warmup"]
+    assert warmup.x == [1, 8, 64] and warmup.y == pytest.approx([0.0, -0.5, -9.0])
+    assert (lines["Goyal et al. 2017: linear + gradual warmup"].x, lines["Goyal et al. 2017: linear + gradual warmup"].y) == ([32], [pytest.approx(-0.14)])
+    assert lines["Goyal et al. 2017: linear, no warmup"].y == [pytest.approx(-1.24)]
+    assert lines["here: best arm, equal steps"].x == [64] and lines["here: best arm, equal steps"].y == pytest.approx([-2.0])
+    assert script.goyal_figure().is_file()
 
 
 def test_a_study_not_committed_is_named_with_the_command_that_makes_it(script, tmp_path, monkeypatch):
@@ -127,6 +149,18 @@ def test_keskar_v2_calls_a_gap_that_equal_steps_closes_under_training(script, tm
     assert "**under-training**" in text and "| LB equal epochs | 256 | 1500 | 0.300 |" in text
     verdict, evidence = script.anchor_hoffer()
     assert verdict == "reproduced" and "equal epochs -5.0 [" in evidence
+
+    # goyal_bn's equal-steps re-runs: training longer holds at 8x the small batch, not at 64x.
+    reference = [0.90, 0.91, 0.92]
+    def longer(world, at_epochs, at_steps):
+        return {"world_size": world, "global_batch": 16 * world, "steps": 3000, "equal_steps": estimate(at_steps),
+                "gain_of_steps": difference(at_steps, at_epochs), "equal_steps_minus_reference": difference(at_steps, reference)}
+    (tmp_path / "goyal_bn").mkdir()
+    (tmp_path / "goyal_bn" / "protocol.json").write_text(json.dumps({"rows": [], "equal_steps": [
+        longer(64, [0.70, 0.71, 0.72], [0.80, 0.81, 0.82]), longer(8, [0.88, 0.89, 0.90], [0.91, 0.91, 0.91])]}))
+    verdict, evidence = script.anchor_hoffer()
+    assert verdict == "reproduced up to 8x the small batch"
+    assert "batch 128: +0.0 [" in evidence and "batch 1024: -10.0 [" in evidence and "(+10.0 [" in evidence
 
 
 def test_the_staleness_table_sets_each_damping_against_synchronous_sgd(script, tmp_path, monkeypatch):
