@@ -706,10 +706,13 @@ class ExperimentConfig(_Strict):
     any ``section.field``) or the shorthands ``world_sizes`` / ``seeds`` to lists of values,
     crossed with each other; ``variants`` is a list of named override sets (``label`` plus
     field paths) crossed with the rest, for recipes that change several fields together.
+    ``sizing`` says what the study trimmed to fit its machine and why; reports quote it beside
+    the description.
     """
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str = ""
+    sizing: str = ""
     mode: Literal["simulated", "horovod", "mirrored", "multiworker", "parameter_server"] = "simulated"
     output_dir: str = "results"
     horovod: HorovodLaunchConfig = Field(default_factory=HorovodLaunchConfig)

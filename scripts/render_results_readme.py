@@ -17,11 +17,12 @@ as ``results/quickstart_reference/summary.csv``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 from pathlib import Path
 from typing import Any, Callable
+
+import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "results"
@@ -29,6 +30,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from lbtrain.analysis.statistics import Estimate, bootstrap_difference, bootstrap_mean  # noqa: E402
 from lbtrain.analysis.mode_comparison import count_text, works_sentence  # noqa: E402
+from lbtrain.analysis.report import machine_minutes as folder_minutes  # noqa: E402
 from lbtrain.analysis.tables import markdown_table, read_summary  # noqa: E402
 
 # A difference whose interval lies within this many points of 0 counts as "matches".
@@ -45,21 +47,13 @@ def _json(study: str, name: str) -> dict[str, Any] | None:
 
 
 def machine_minutes(study: str) -> tuple[float, float | None]:
-    """The study's machine time in minutes: its runs' wall times (``summary.csv``; for a
-    comparison, both compared experiments'), and its tuning trials' (start to end in
-    ``optuna.db``; None without one)."""
+    """The study's machine time in minutes (``lbtrain.analysis.report.machine_minutes``): its
+    runs' wall times (for a comparison, both compared experiments') and its tuning trials'
+    (None without an optuna.db)."""
     compared = _json(study, "compare.json")
     folders = [compared["first"]["name"], compared["second"]["name"]] if compared else [study]
-    runs = sum(float(row.get("wall_time_seconds") or 0) for folder in folders for row in _runs(folder)) / 60
-    database = RESULTS / study / "optuna.db"
-    if not database.is_file():
-        return runs, None
-    import sqlite3
-
-    with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as connection:
-        (seconds,) = connection.execute("SELECT sum((julianday(datetime_complete) - julianday(datetime_start)) * 86400) "
-                                        "FROM trials WHERE datetime_complete IS NOT NULL").fetchone()
-    return runs, (seconds or 0.0) / 60
+    runs = sum(folder_minutes(RESULTS / folder)["runs"] or 0.0 for folder in folders)
+    return runs, folder_minutes(RESULTS / study)["tuning_trials"]
 
 
 def _opening(study: str, title: str, file: str, command: str) -> tuple[list[str], dict[str, Any] | None]:
@@ -73,6 +67,9 @@ def _opening(study: str, title: str, file: str, command: str) -> tuple[list[str]
         runs, tuning = machine_minutes(study)
         lines += [f"Machine time on 2 cores: {runs:.0f} minutes of runs" +
                   ("" if tuning is None else f" and {tuning:.0f} minutes of tuning trials") + ".", ""]
+        experiment = RESULTS / study / "experiment.yaml"
+        sizing = str(yaml.safe_load(experiment.read_text()).get("sizing") or "") if experiment.is_file() else ""
+        lines += [f"Sized {sizing}", ""] if sizing else []
     return lines, data
 
 

@@ -327,6 +327,31 @@ def budgets_text(records: Sequence[RunRecord]) -> str:
     return "; ".join(dict.fromkeys(str(r.row.get("budget") or f"{r.row.get('epochs')} epochs") for r in records))
 
 
+def machine_minutes(results_dir: Path) -> dict[str, float | None]:
+    """What a results folder cost in machine minutes: ``runs``, its runs' wall times
+    (``summary.csv``), and ``tuning_trials``, its tuning trials' (start to completion in its
+    ``optuna.db``; None without one)."""
+    import contextlib
+    import sqlite3
+
+    summary = results_dir / SUMMARY_FILE
+    runs = sum(float(row.get("wall_time_seconds") or 0) for row in read_summary(summary)) / 60 if summary.is_file() else 0.0
+    database = results_dir / "optuna.db"
+    if not database.is_file():
+        return {"runs": runs, "tuning_trials": None}
+    with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as connection:
+        (seconds,) = connection.execute("SELECT sum((julianday(datetime_complete) - julianday(datetime_start)) * 86400) "
+                                        "FROM trials WHERE datetime_complete IS NOT NULL").fetchone()
+    return {"runs": runs, "tuning_trials": (seconds or 0.0) / 60}
+
+
+def machine_time_sentence(minutes: dict[str, float | None]) -> str:
+    """``Machine time: 132 minutes of runs and 65 minutes of tuning trials.`` (``machine_minutes``)"""
+    trials = minutes.get("tuning_trials")
+    return (f"Machine time: {minutes['runs']:.0f} minutes of runs" + (f" and {trials:.0f} minutes of tuning trials" if trials is not None else "")
+            + " (the runs' wall times, and the tuning trials' from optuna.db).")
+
+
 # The report ---------------------------------------------------------------------------------
 
 
@@ -593,6 +618,12 @@ def write_report(results_dir: str | Path, *, target: float | None = None, metric
     report.summary["experiment"] = name
     description = str(experiment.get("description") or "").strip()
     report.add(f"# {name}", "\n".join(f"> {line}" for line in description.splitlines()))
+    sizing = str(experiment.get("sizing") or "").strip()
+    if sizing:
+        report.add("\n".join(f"> {line}" for line in f"Sizing: {sizing}".splitlines()))
+    minutes = machine_minutes(results_dir)
+    report.summary["machine_minutes"] = minutes
+    report.add(machine_time_sentence(minutes))
     if damaged:
         report.summary["damaged"] = damaged
         report.add("Left out, damaged (a rerun of the experiment retrains or rebuilds them):",

@@ -26,7 +26,7 @@ def tiny_results(tmp_path_factory):
     sharpness and noise scale), plus a synthetic sweep summary beside it."""
     root = tmp_path_factory.mktemp("report")
     experiment = ExperimentConfig.model_validate({
-        "name": "tiny", "description": "a tiny report test", "output_dir": str(root),
+        "name": "tiny", "description": "a tiny report test", "sizing": "to run in seconds", "output_dir": str(root),
         "data": {"dataset": "mnist1d", "train_subset": 384, "validation_split": 0.25, "options": {"num_samples": 600}},
         "model": {"name": "mlp", "options": {"widths": [32]}},
         "optimizer": {"name": "momentum", "params": {"momentum": 0.9}},
@@ -54,7 +54,12 @@ def test_report_writes_every_section_and_figure(tiny_results):
     path = write_report(tiny_results)
     assert path == tiny_results / "report.md"
     text = path.read_text()
-    assert text.startswith("# tiny\n\n> a tiny report test")
+    assert text.startswith("# tiny\n\n> a tiny report test\n\n> Sizing: to run in seconds\n\nMachine time: ")
+    # Machine time: the runs' wall times (no optuna.db here: no tuning trials).
+    minutes = json.loads((tiny_results / "report.json").read_text())["machine_minutes"]
+    assert minutes["tuning_trials"] is None
+    assert minutes["runs"] == pytest.approx(sum(float(row["wall_time_seconds"]) for row in summary_rows(tiny_results)) / 60)
+    assert f"Machine time: {minutes['runs']:.0f} minutes of runs (the runs' wall times" in text
     for heading in ("## Accuracy and generalization gap", "## Learning curves", "## Learning-rate schedules applied",
                     "## Steps to target", "## Sharpness (Keskar et al. 2017)", "## Sweep: tuned learning rate per world size",
                     "## Where a recipe fails"):
