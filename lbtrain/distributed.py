@@ -244,7 +244,9 @@ class HorovodWorld(World):
         before = _thread_ids()
         # Horovod's timeline writer would run idle with its other threads and lose the last
         # events at exit; started dynamically and stopped at exit, the timeline is complete.
+        # "DYNAMIC" already means that the caller starts it (lbtrain bench): nothing to do here.
         timeline = os.environ.get("HOROVOD_TIMELINE") if self.idle_threads else None
+        timeline = None if timeline == "DYNAMIC" else timeline
         if timeline:
             os.environ["HOROVOD_TIMELINE"] = "DYNAMIC"  # started by hvd.start_timeline below
         hvd.init()

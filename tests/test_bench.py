@@ -72,11 +72,13 @@ def test_an_unclosed_timeline_is_read_and_fused_allreduces_are_counted_once(tmp_
 
 @pytest.mark.horovod
 @pytest.mark.slow
-def test_horovod_two_ranks_report_throughput_and_the_allreduce_share():
+def test_horovod_two_ranks_report_throughput_and_the_allreduce_share(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     settings = Settings(steps=3, warmup_steps=2, timeline=True, pin_cores=True, idle_horovod_threads=True, allreduce_groups=1)
     result = measure_case(Case("mlp", 16, WorldSpec("horovod", 2)), settings)
     assert result["images"] == 2 * 16 * 3 and result["seconds"] > 0
     assert 0 < result["allreduce_share"] < 1
+    assert list(tmp_path.iterdir()) == []  # the timeline went to the bench's file, none into the working folder
 
 
 BAD_ARGUMENTS = {
