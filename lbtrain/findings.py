@@ -82,7 +82,7 @@ def render(results: Path) -> dict[str, Any]:
     calibration where its validation is there."""
     findings: dict[str, Any] = {"studies": [
         study_findings(json.loads((results / study / "report.json").read_text()),
-                       list(csv.DictReader((results / study / "summary.csv").open(newline=""))), model,
+                       list(csv.DictReader((results / study / "summary.csv").read_text().splitlines())), model,
                        yaml.safe_load((results / study / "experiment.yaml").read_text())["data"]["dataset"])
         for study, model in STUDIES.items() if (results / study / "report.json").is_file()]}
     validation = results / "advisor_validation" / "validation.json"

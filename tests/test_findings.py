@@ -18,7 +18,7 @@ def test_the_shipped_findings_are_what_the_committed_reports_render():
 def test_a_study_row_ranks_the_recipes_that_held_on_validation_and_names_those_that_failed():
     row = recipe_advice("mlp", "fashion_mnist", 16)  # goyal_scaling at 2048 = 16 x 128
     assert (row["study"], row["global_batch"], row["multiple"]) == ("goyal_scaling", 2048, 16)
-    summary = list(csv.DictReader((Path(REPO_ROOT) / "results" / "goyal_scaling" / "summary.csv").open()))
+    summary = list(csv.DictReader((Path(REPO_ROOT) / "results" / "goyal_scaling" / "summary.csv").read_text().splitlines()))
     for cell in row["held"]:
         runs = [r for r in summary if r["label"] == cell["recipe"] and int(r["global_batch"]) == 2048]
         assert cell["validation_accuracy"] == pytest.approx(statistics.fmean(float(r["validation_accuracy"]) for r in runs))
