@@ -18,9 +18,11 @@ drawn from records built here (``Line``, ``Mark``), one colour per recipe in eve
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
+import sqlite3
 import statistics
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -331,9 +333,6 @@ def machine_minutes(results_dir: Path) -> dict[str, float | None]:
     """What a results folder cost in machine minutes: ``runs``, its runs' wall times
     (``summary.csv``), and ``tuning_trials``, its tuning trials' (start to completion in its
     ``optuna.db``; None without one)."""
-    import contextlib
-    import sqlite3
-
     summary = results_dir / SUMMARY_FILE
     runs = sum(float(row.get("wall_time_seconds") or 0) for row in read_summary(summary)) / 60 if summary.is_file() else 0.0
     database = results_dir / "optuna.db"
