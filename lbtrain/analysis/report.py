@@ -345,10 +345,12 @@ def machine_minutes(results_dir: Path) -> dict[str, float | None]:
 
 
 def machine_time_sentence(minutes: dict[str, float | None]) -> str:
-    """``Machine time: 132 minutes of runs and 65 minutes of tuning trials.`` (``machine_minutes``)"""
+    """``Machine time: 132 minutes of runs and 65 minutes of tuning trials (...)`` (``machine_minutes``)."""
     trials = minutes.get("tuning_trials")
-    return (f"Machine time: {minutes['runs']:.0f} minutes of runs" + (f" and {trials:.0f} minutes of tuning trials" if trials is not None else "")
-            + " (the runs' wall times, and the tuning trials' from optuna.db).")
+    if trials is None:
+        return f"Machine time: {minutes['runs']:.0f} minutes of runs (their wall times)."
+    return (f"Machine time: {minutes['runs']:.0f} minutes of runs and {trials:.0f} minutes of tuning trials "
+            "(the runs' wall times, and the trials' from optuna.db).")
 
 
 # The report ---------------------------------------------------------------------------------

@@ -59,7 +59,7 @@ def test_report_writes_every_section_and_figure(tiny_results):
     minutes = json.loads((tiny_results / "report.json").read_text())["machine_minutes"]
     assert minutes["tuning_trials"] is None
     assert minutes["runs"] == pytest.approx(sum(float(row["wall_time_seconds"]) for row in summary_rows(tiny_results)) / 60)
-    assert f"Machine time: {minutes['runs']:.0f} minutes of runs (the runs' wall times" in text
+    assert f"Machine time: {minutes['runs']:.0f} minutes of runs (their wall times)." in text
     for heading in ("## Accuracy and generalization gap", "## Learning curves", "## Learning-rate schedules applied",
                     "## Steps to target", "## Sharpness (Keskar et al. 2017)", "## Sweep: tuned learning rate per world size",
                     "## Where a recipe fails"):
