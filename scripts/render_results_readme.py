@@ -140,12 +140,19 @@ def _no_ok_seed(arm: dict[str, Any] | None, runs: list[dict[str, Any]]) -> str:
     study's summary rows) by status; ``not run`` for an arm the study lacks."""
     if arm is None:
         return "not run"
-    statuses: dict[str, int] = {}
-    for row in runs:
-        if row["label"] in arm["run_labels"] and row["world_size"] == arm["world_size"]:
-            statuses[row["status"]] = statuses.get(row["status"], 0) + 1
+    statuses = {status: count for (size, status), count in _status_counts(runs, arm["run_labels"]).items() if size == arm["world_size"]}
     failed = _failed(statuses)
     return f"no ok seed ({failed})" if failed else "no test accuracy"
+
+
+def _status_counts(runs: list[dict[str, Any]], labels: tuple[str, ...]) -> dict[tuple[int, str], int]:
+    """Per (world size, status): how many of the summary rows ``runs`` labelled one of ``labels``."""
+    counts: dict[tuple[int, str], int] = {}
+    for row in runs:
+        if row["label"] in labels:
+            key = (int(row["world_size"]), row["status"])
+            counts[key] = counts.get(key, 0) + 1
+    return counts
 
 
 def goyal_bn_arms(protocol: dict[str, Any]) -> list[dict[str, Any]]:
@@ -746,12 +753,8 @@ def goyal_figure_items(protocol: dict[str, Any], runs: list[dict[str, Any]]) -> 
         items += [] if not measured else [Line(f"here: {label}", [size for size, _ in measured], [100 * e.mean for _, e in measured],
                           [None if e.low is None else 100 * e.low for _, e in measured],
                           [None if e.high is None else 100 * e.high for _, e in measured])]
-        statuses: dict[tuple[int, str], int] = {}
-        for run in runs:
-            if run["label"] in (f"{recipe} linear rule", f"{recipe} rule") and run["status"] != "ok":
-                key = (int(run["world_size"]), run["status"])
-                statuses[key] = statuses.get(key, 0) + 1
-        items += [Mark(status, f"here: {label}", size, count=count) for (size, status), count in statuses.items()]
+        items += [Mark(status, f"here: {label}", size, count=count)
+                  for (size, status), count in _status_counts(runs, (f"{recipe} linear rule", f"{recipe} rule")).items() if status != "ok"]
         items.append(Line(f"Goyal et al. 2017: {label}", [32], [GOYAL_2017_BASE_ERROR - GOYAL_2017_ERROR_AT_32X[label]]))
     longer = sorted(protocol.get("equal_steps", []), key=lambda row: row["world_size"])
     if longer:
