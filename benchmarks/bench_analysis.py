@@ -5,7 +5,7 @@
     first epoch, which compiles, is left out). Target <= 1.05 (issue 17). Three setups: a
     simulated world of 8 x 128 and one worker of 1024 (both split in 2 pieces) on the mlp, and
     8 x 32 on the cnn with (ghost) batch norm.
-(b) sharpness: the time of ``lbtrain.analysis.flatness.sharpness`` (full space, 10 L-BFGS-B iterations)
+(b) sharpness: the time of ``lbtrain.measures.flatness.sharpness`` (full space, 10 L-BFGS-B iterations)
     on the training set, in training epochs of the same run (the mlp, 8 x 128).
 
 Fashion-MNIST, all 60000 training images for the mlp 512-512 (about a second an epoch: shorter
@@ -28,12 +28,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 
-from lbtrain.analysis.flatness import sharpness  # noqa: E402
 from lbtrain.config import run_config_from_dict  # noqa: E402
 from lbtrain.data import load_dataset  # noqa: E402
-from lbtrain.distributed import SimulatedWorld  # noqa: E402
 from lbtrain.files import write_json_atomic  # noqa: E402
+from lbtrain.measures.flatness import sharpness  # noqa: E402
 from lbtrain.trainer import train  # noqa: E402
+from lbtrain.worlds.simulated import SimulatedWorld  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")
 EPOCHS = 4

@@ -28,12 +28,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 
-from lbtrain.analysis.flatness import hessian_top_eigenvalue, pac_bayes_flatness  # noqa: E402
 from lbtrain.config import run_config_from_dict  # noqa: E402
 from lbtrain.data import load_dataset  # noqa: E402
-from lbtrain.distributed import SimulatedWorld  # noqa: E402
 from lbtrain.files import write_json_atomic  # noqa: E402
+from lbtrain.measures.flatness import hessian_top_eigenvalue, pac_bayes_flatness  # noqa: E402
 from lbtrain.trainer import train  # noqa: E402
+from lbtrain.worlds.simulated import SimulatedWorld  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")
 SUBSET, WORLD, BATCH, EPOCHS = 20000, 8, 128, 3

@@ -30,7 +30,6 @@ from lbtrain.files import write_json_atomic  # noqa: E402
 from lbtrain.models import build_model  # noqa: E402
 from lbtrain.optimizers import LAMB, LARS  # noqa: E402
 
-
 OPTIMIZERS = {
     "sgd_momentum": lambda: tf.keras.optimizers.SGD(0.1, momentum=0.9),
     "lars": lambda: LARS(0.1, momentum=0.9, weight_decay=1e-4),

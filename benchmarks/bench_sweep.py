@@ -23,7 +23,7 @@ import optuna  # noqa: E402
 
 from lbtrain.config import ExperimentConfig  # noqa: E402
 from lbtrain.files import write_json_atomic  # noqa: E402
-from lbtrain.sweep import optimize  # noqa: E402
+from lbtrain.studies.sweep import optimize  # noqa: E402
 
 TARGET_SAVING, TARGET_POINTS = 0.40, 0.5
 

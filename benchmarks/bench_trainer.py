@@ -37,12 +37,12 @@ import yaml  # noqa: E402
 
 from lbtrain.config import run_config_from_dict  # noqa: E402
 from lbtrain.data import load_dataset, make_input_pipeline, steps_per_epoch  # noqa: E402
-from lbtrain.distributed import SimulatedWorld  # noqa: E402
 from lbtrain.files import write_json_atomic  # noqa: E402
 from lbtrain.models import build_model  # noqa: E402
 from lbtrain.optimizers import build_optimizer  # noqa: E402
 from lbtrain.schedules import build_schedule  # noqa: E402
 from lbtrain.trainer import train  # noqa: E402
+from lbtrain.worlds.simulated import SimulatedWorld  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")
 TARGETS = {"trainer_overhead": 1.05, "horovod_scaling_efficiency": 0.85, "simulated_w64_vs_w1": 1.10}

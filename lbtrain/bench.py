@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import os
 import platform
-import re
 import subprocess
 import sys
 import tempfile
@@ -38,9 +38,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence, TextIO
 
 from lbtrain.files import csv_text, write_atomic, write_json_atomic
+from lbtrain.launch.error_line import error_line
+from lbtrain.launch.horovodrun import horovodrun_command
+from lbtrain.results import BENCH_CSV, BENCH_FIGURE, BENCH_JSON
 
-WORLD_KINDS = ("single", "simulated", "horovod", "independent", "mirrored")
-MULTI_PROCESS_KINDS = ("horovod", "independent")
+logger = logging.getLogger(__name__)
+
 DEVICES = ("cpu", "gpu")
 DEFAULT_MODELS = ("mlp", "cnn", "resnet")
 # Keras's ResNet-50 (tf_cnn_benchmarks' reference model), benchmarked by default only on a GPU.
@@ -65,6 +68,31 @@ class BenchError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
+class WorldKind:
+    """How ``lbtrain bench`` sets up a kind of world of N workers: ``launch`` says how its
+    processes start (``child``: one process; ``independent``: N single-worker processes side by
+    side, the machine's own limit; ``horovodrun``: N Horovod ranks); ``feeds_all_workers``: one
+    process feeds all N workers' batches (a simulated world, a mirrored strategy);
+    ``mirrored_devices``: those batches go through a ``MirroredStrategy`` over N logical devices;
+    ``baseline``: the single worker every ratio divides by."""
+
+    name: str
+    launch: str = "child"
+    feeds_all_workers: bool = False
+    mirrored_devices: bool = False
+    baseline: bool = False
+
+
+WORLD_KINDS = {kind.name: kind for kind in (
+    WorldKind("single", baseline=True),
+    WorldKind("simulated", feeds_all_workers=True),
+    WorldKind("horovod", launch="horovodrun"),
+    WorldKind("independent", launch="independent"),
+    WorldKind("mirrored", feeds_all_workers=True, mirrored_devices=True),
+)}
+
+
+@dataclasses.dataclass(frozen=True)
 class WorldSpec:
     """A world to benchmark: ``kind`` (one of ``WORLD_KINDS``) with ``size`` workers."""
 
@@ -84,11 +112,12 @@ class WorldSpec:
         """
         kind, _, size = text.strip().partition(":")
         if kind not in WORLD_KINDS:
-            raise BenchError(f"unknown world {text!r} (allowed: single, {', '.join(k + ':N' for k in WORLD_KINDS[1:])})")
-        if kind == "single":
+            allowed = [name if known.baseline else f"{name}:N" for name, known in WORLD_KINDS.items()]
+            raise BenchError(f"unknown world {text!r} (allowed: {', '.join(allowed)})")
+        if WORLD_KINDS[kind].baseline:
             if size not in ("", "1"):
-                raise BenchError(f"world 'single' has one worker, got {text!r}")
-            return cls("single")
+                raise BenchError(f"world {kind!r} has one worker, got {text!r}")
+            return cls(kind)
         if not size:
             raise BenchError(f"world {text!r} needs a size: {kind}:N")
         if not size.isdigit() or int(size) < 1:
@@ -97,12 +126,17 @@ class WorldSpec:
 
     @property
     def label(self) -> str:
-        return "single" if self.kind == "single" else f"{self.kind}:{self.size}"
+        return self.kind if self.setup.baseline else f"{self.kind}:{self.size}"
 
     @property
     def processes(self) -> int:
         """How many processes compute side by side."""
-        return self.size if self.kind in MULTI_PROCESS_KINDS else 1
+        return self.size if self.setup.launch != "child" else 1
+
+    @property
+    def setup(self) -> WorldKind:
+        """How this kind of world is set up."""
+        return WORLD_KINDS[self.kind]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,15 +252,15 @@ def _set_up_devices(job: dict) -> None:
     """Threads, visible GPUs, and the logical CPUs of a mirrored world: before TensorFlow runs an op."""
     import tensorflow as tf
 
-    from lbtrain.distributed import configure_threads
+    from lbtrain.worlds.base import configure_threads
 
     configure_threads(job["threads"], job["threads"])
     if job["device"] == "cpu":
         tf.config.set_visible_devices([], "GPU")
-    elif job["kind"] == "independent":
+    elif WORLD_KINDS[job["kind"]].launch == "independent":
         gpus = tf.config.list_physical_devices("GPU")
         tf.config.set_visible_devices(gpus[job["index"] % len(gpus)], "GPU")
-    if job["kind"] == "mirrored" and job["device"] == "cpu":
+    if WORLD_KINDS[job["kind"]].mirrored_devices and job["device"] == "cpu":
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * job["size"])
 
@@ -235,19 +269,19 @@ def _world_and_strategy(job: dict):
     """The lbtrain world of this process and the tf.distribute strategy to build under."""
     import tensorflow as tf
 
-    from lbtrain.distributed import HorovodWorld, SimulatedWorld
+    from lbtrain.worlds.horovod import HorovodWorld
+    from lbtrain.worlds.simulated import SimulatedWorld
 
-    if job["kind"] == "horovod":
+    kind = WORLD_KINDS[job["kind"]]
+    if kind.launch == "horovodrun":
         # run_job has bound the whole process already, before TensorFlow started (``job["pin"]``)
         return HorovodWorld(idle_threads=job["idle"], pin_cores=False), tf.distribute.get_strategy()
-    if job["kind"] == "simulated":
-        return SimulatedWorld(job["size"]), tf.distribute.get_strategy()
-    if job["kind"] == "mirrored":
+    if kind.mirrored_devices:
         devices = [device.name for device in tf.config.list_logical_devices("GPU" if job["device"] == "gpu" else "CPU")]
         if len(devices) < job["size"]:
             raise BenchError(f"mirrored:{job['size']} needs {job['size']} devices, this process has {len(devices)}")
         return SimulatedWorld(1), tf.distribute.MirroredStrategy(devices[:job["size"]])
-    return SimulatedWorld(1), tf.distribute.get_strategy()
+    return SimulatedWorld(job["size"] if kind.feeds_all_workers else 1), tf.distribute.get_strategy()
 
 
 def _synthetic_batches(batch: int, input_shape: Sequence[int], classes: int, seed: int):
@@ -306,7 +340,7 @@ def _wait_for_all(folder: str, index: int, size: int, timeout: float = 600.0) ->
 def _wrap_optimizer(world, optimizer, job: dict):
     """The world's optimizer; in a Horovod world with ``groups``, Horovod's
     ``DistributedOptimizer(groups=...)``, whose allreduce of a group waits for all its gradients."""
-    if job["kind"] != "horovod" or job["groups"] is None:
+    if WORLD_KINDS[job["kind"]].launch != "horovodrun" or job["groups"] is None:
         return world.wrap_optimizer(optimizer)
     import horovod.tensorflow.keras as hvd
 
@@ -335,7 +369,8 @@ def run_job(job: dict) -> dict:
         model = world.prepare_model(model, job["batch"])
         optimizer = _wrap_optimizer(world, tf.keras.optimizers.SGD(0.01, momentum=0.9), job)
         model.compile(optimizer=optimizer, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    workers = job["size"] if job["kind"] in ("simulated", "mirrored") else 1
+    kind = WORLD_KINDS[job["kind"]]
+    workers = job["size"] if kind.feeds_all_workers else 1
     data = _synthetic_batches(workers * job["batch"], input_shape, classes, job["seed"] + world.rank)
     callbacks = world.callbacks()
     model.fit(data, epochs=1, steps_per_epoch=job["warmup"], verbose=0, callbacks=callbacks)
@@ -343,10 +378,10 @@ def run_job(job: dict) -> dict:
     if steps is None:
         probe = _timed_fit(model, data, MIN_STEPS, callbacks) / MIN_STEPS
         steps = world.broadcast_object(max(MIN_STEPS, math.ceil(job["seconds"] / probe)))
-    if job["kind"] == "independent":
+    if kind.launch == "independent":
         _wait_for_all(job["barrier"], job["index"], job["size"])
     seconds = _timed_fit(model, data, steps, callbacks, job.get("timeline"))
-    images = steps * workers * job["batch"] * (world.size if job["kind"] == "horovod" else 1)
+    images = steps * workers * job["batch"] * (world.size if kind.launch == "horovodrun" else 1)
     return {"rank": world.rank, "steps": steps, "seconds": seconds, "images": images, "train_flops_per_sample": flops}
 
 
@@ -374,21 +409,14 @@ def _child_command(argument: str) -> list[str]:
     return [sys.executable, "-m", "lbtrain.bench", argument]
 
 
-def horovodrun_path() -> Path:
-    """The ``horovodrun`` next to this interpreter."""
-    return Path(sys.executable).parent / "horovodrun"
-
-
 def _result_of(process: subprocess.CompletedProcess) -> dict:
-    """The result line of a finished child, or ``CaseFailed`` with its first error line (a
-    rank's own, under horovodrun), else its last line."""
+    """The result line of a finished child, or ``CaseFailed`` with its error line
+    (``lbtrain.launch.error_line``: a rank's own under horovodrun)."""
     for line in process.stdout.splitlines():
         _, marker, payload = line.partition(RESULT_PREFIX)
         if marker:
             return json.loads(payload)
-    lines = [line.strip() for line in (process.stderr + process.stdout).splitlines() if line.strip()]
-    errors = [line for line in lines if re.search(r"\w(Error|Exception): ", line)]
-    raise CaseFailed(f"exit code {process.returncode}: {(errors or lines or ['no output'])[0 if errors else -1]}")
+    raise CaseFailed(f"exit code {process.returncode}: {error_line(process.stderr + process.stdout)}")
 
 
 def _run(command: list[str], env: dict[str, str] | None = None) -> dict:
@@ -441,7 +469,7 @@ def _run_horovod(job: dict, settings: Settings) -> dict:
         if settings.timeline:
             env["HOROVOD_TIMELINE"] = "DYNAMIC"
             job = {**job, "timeline": str(Path(folder) / "timeline.json")}
-        command = [str(horovodrun_path()), "-np", str(size), "-H", f"localhost:{size}", "--gloo", *_child_command(json.dumps(job))]
+        command = horovodrun_command(size, _child_command(json.dumps(job)), args=["--gloo"])
         result = _run(command, env)
         if settings.timeline:
             result["allreduce_share"] = allreduce_seconds(read_timeline(job["timeline"])) / result["seconds"]
@@ -453,9 +481,9 @@ def measure_case(case: Case, settings: Settings, steps: int | None = None) -> di
     (default ``settings.steps``; None: about ``settings.seconds``); returns its result
     (``images``, ``seconds``, ``steps``, ``train_flops_per_sample``, ...). Raises ``CaseFailed``."""
     job = _job(case, settings, steps)
-    if case.world.kind == "horovod":
+    if case.world.setup.launch == "horovodrun":
         return _run_horovod(job, settings)
-    if case.world.kind == "independent":
+    if case.world.setup.launch == "independent":
         return _run_independent(job)
     return _run(_child_command(json.dumps(job)))
 
@@ -534,14 +562,11 @@ def check_worlds(worlds: Sequence[WorldSpec], explicit: bool) -> tuple[list[Worl
 
 def world_problem(world: WorldSpec) -> str | None:
     """Why ``world`` cannot run on this stack, or None."""
-    if world.kind != "horovod":
+    if world.setup.launch != "horovodrun":
         return None
-    from lbtrain._keras import horovod_problem
+    from lbtrain.launch.horovodrun import horovod_launch_problem
 
-    problem = horovod_problem()
-    if problem is None and not horovodrun_path().exists():
-        problem = f"horovodrun is not installed next to {sys.executable}"
-    return problem
+    return horovod_launch_problem()
 
 
 def default_models(device: str) -> list[str]:
@@ -573,7 +598,7 @@ def check_device(device: str) -> None:
 def plan(models: Sequence[str], batches: Sequence[int], worlds: Sequence[WorldSpec]) -> list[Case]:
     """Every model x batch x world, the single worker first in each (model, batch) group (its
     throughput is the others' baseline and its steps theirs)."""
-    ordered = sorted(dict.fromkeys(worlds), key=lambda world: world.kind != "single")
+    ordered = sorted(dict.fromkeys(worlds), key=lambda world: not world.setup.baseline)
     return [Case(model, batch, world) for model in models for batch in batches for world in ordered]
 
 
@@ -583,7 +608,7 @@ def _steps_for(case: Case, settings: Settings, single_steps: dict[tuple[str, int
     base = single_steps.get((case.model, case.per_worker_batch))
     if settings.steps is not None or base is None:
         return None
-    return base if case.world.processes > 1 or case.world.kind == "single" else max(MIN_STEPS, base // case.world.size)
+    return base if case.world.processes > 1 or case.world.setup.baseline else max(MIN_STEPS, base // case.world.size)
 
 
 def make_row(case: Case, settings: Settings, result: dict | None, status: str) -> dict:
@@ -651,7 +676,7 @@ def run_benchmark(
         except CaseFailed as error:
             rows.append(make_row(case, settings, None, f"failed: {error}"))
             continue
-        if case.world.kind == "single":
+        if case.world.setup.baseline:
             single_steps[(case.model, case.per_worker_batch)] = result["steps"]
         rows.append(make_row(case, settings, result, "ok"))
     _tell(progress, total, total, "done")
@@ -681,9 +706,9 @@ def machine() -> dict:
 
 def write_report(report: dict, folder: Path) -> list[Path]:
     """``bench.csv`` (the rows), ``bench.json`` (the whole report) and ``bench.png``."""
-    return [write_atomic(folder / "bench.csv", csv_text(report["rows"], COLUMNS)),
-            write_json_atomic(folder / "bench.json", report),
-            plot_throughput(report["rows"], folder / "bench.png")]
+    return [write_atomic(folder / BENCH_CSV, csv_text(report["rows"], COLUMNS)),
+            write_json_atomic(folder / BENCH_JSON, report),
+            plot_throughput(report["rows"], folder / BENCH_FIGURE)]
 
 
 def plot_throughput(rows: Sequence[dict], path: Path) -> Path:
@@ -693,7 +718,7 @@ def plot_throughput(rows: Sequence[dict], path: Path) -> Path:
 
     from matplotlib.figure import Figure
 
-    from lbtrain.analysis.plots import OKABE_ITO
+    from lbtrain.reports.plots import OKABE_ITO
 
     ok = [row for row in rows if row["status"] == "ok"]
     models = list(dict.fromkeys(row["model"] for row in ok)) or ["(no configuration finished)"]
@@ -738,20 +763,23 @@ def format_table(report: dict) -> str:
 
 
 class ProgressBar:
-    """A one-line progress bar on a stream (stderr): redrawn in place on a terminal, one line
-    per step otherwise."""
+    """Progress while the ``lbtrain`` logger takes INFO records (not under ``--quiet``): a
+    one-line bar redrawn in place on a terminal ``stream`` (stderr), otherwise an INFO record
+    per step."""
 
     def __init__(self, stream: TextIO | None = None, width: int = 24):
         self.stream, self.width = stream or sys.stderr, width
         self.tty = self.stream.isatty()
 
     def __call__(self, done: int, total: int, label: str) -> None:
+        if not logger.isEnabledFor(logging.INFO):
+            return
         filled = self.width * done // max(1, total)
         line = f"[{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} {label}"
-        if self.tty:
-            self.stream.write(f"\r{line:<80}" + ("\n" if done == total else ""))
-        else:
-            self.stream.write(line + "\n")
+        if not self.tty:
+            logger.info(line)
+            return
+        self.stream.write(f"\r{line:<80}" + ("\n" if done == total else ""))
         self.stream.flush()
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from lbtrain._keras import applied_learning_rate, optimizer_step, set_learning_rate
-from lbtrain.analysis.scaling_laws import simple_noise_scale
+from lbtrain.measures.noise_scale import simple_noise_scale, two_batch_estimates
 from lbtrain.schedules import warmup_lr
 from lbtrain.verdict import DEFAULT_FACTOR, step_divergence
 
@@ -290,7 +290,7 @@ class GradientNoiseScale(tf.keras.callbacks.Callback):
     epoch logs ``noise_scale`` (B_simple), ``noise_trace`` (S), ``gradient_norm_sq`` (|G|^2) and
     ``noise_scale_undetermined``: 1 where the averaged |G|^2 estimate is not positive (or the
     S estimate negative), and then ``noise_scale`` is NaN, never negative or infinite
-    (``lbtrain.analysis.scaling_laws.simple_noise_scale`` names the reason).
+    (``lbtrain.measures.noise_scale.simple_noise_scale`` names the reason).
 
     Under Horovod each rank computes its own ``g_r`` and one allreduce averages ``|g_r|^2`` and
     ``g_r``; a simulated world computes all ``world_size`` of them in turn. Worker r's batch is
@@ -352,9 +352,7 @@ class GradientNoiseScale(tf.keras.callbacks.Callback):
         total = self.world.allreduce_mean(local)
         small_sq, big = total[0], total[1:]
         big_sq = float(big @ big)
-        b_small, b_big = self.small_batch, self.big_batch
-        norm_sq = (b_big * big_sq - b_small * small_sq) / (b_big - b_small)
-        trace = (small_sq - big_sq) / (1 / b_small - 1 / b_big)
+        trace, norm_sq = two_batch_estimates(small_sq, big_sq, self.small_batch, self.big_batch)
         return float(trace), float(norm_sq)
 
     def on_train_batch_end(self, batch, logs=None):

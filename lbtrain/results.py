@@ -5,9 +5,10 @@ results layout.
 ``history.csv`` (one row per epoch), ``metrics.json`` (the ``RunResult``) and, while it trains,
 ``checkpoints/``. Beside the runs: ``experiment.yaml`` (the resolved experiment),
 ``summary.csv`` (one row per run), ``owner.json`` (the experiment name and config file that
-own the folder) and ``.lock`` (held by the process running the experiment). Every file is
-written atomically and ``metrics.json`` last: a run is finished exactly when its
-``metrics.json`` exists, so a killed experiment resumes cleanly.
+own the folder) and ``.lock`` (held by the process running the experiment); the other commands
+write their files beside them (sweeps, the protocol, reports, advice). Every file name lbtrain
+writes is a constant here. Every file is written atomically and ``metrics.json`` last: a run is
+finished exactly when its ``metrics.json`` exists, so a killed experiment resumes cleanly.
 
 This module loads no TensorFlow: reports and tables read results through it alone.
 """
@@ -39,6 +40,30 @@ METRICS_FILE = "metrics.json"
 CHECKPOINT_FOLDER = "checkpoints"
 OWNER_FILE = "owner.json"
 LOCK_FILE = ".lock"
+# In a run folder of mode: horovod with horovod.timeline: rank 0's Horovod timeline.
+HOROVOD_TIMELINE_FILE = "horovod_timeline.json"
+# Beside the runs: what the other commands write into an experiment's results folder.
+OPTUNA_DATABASE = "optuna.db"  # lbtrain sweep's default storage (sqlite:///<folder>/optuna.db)
+SWEEP_SUMMARY_FILE = "sweep_summary.csv"
+SWEEP_FIT_FILE = "sweep_fit.json"
+PROTOCOL_FILE = "protocol.json"
+PROTOCOL_REPORT = "protocol.md"
+REPORT_FILE = "report.md"
+REPORT_JSON = "report.json"
+FIGURES_FOLDER = "figures"  # the report's (and a comparison's) figures, named by the figure drawn
+ADVICE_FOLDER = "advice"  # lbtrain advise: ADVICE_FILE and ADVICE_FIGURE
+ADVICE_FILE = "advice.json"
+ADVICE_FIGURE = "advice.png"
+# In the --output folder of lbtrain compare.
+COMPARE_FILE = "compare.md"
+COMPARE_JSON = "compare.json"
+# The results folder of the committed studies: its page (lbtrain report --results-page --write).
+RESULTS_PAGE = "README.md"
+# In the --output folder of lbtrain bench.
+BENCH_CSV = "bench.csv"
+BENCH_JSON = "bench.json"
+BENCH_FIGURE = "bench.png"
+
 
 class ResultsError(ValueError):
     """A results folder or file that cannot be used: damaged, not writable, or another

@@ -33,6 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from lbtrain._registration import keras_serializable
+from lbtrain.recipe import DECAY_CLOCKS, SCHEDULE_KEYS, WARMUP_TYPES
 from lbtrain.scaling import scale_learning_rate, scaling_exponent
 
 LearningRateSchedule = tf.keras.optimizers.schedules.LearningRateSchedule
@@ -99,8 +100,6 @@ def warmup_lr(step, warmup_steps, start_lr, target_lr):
     return start_lr + (target_lr - start_lr) * ((step + 1) / warmup_steps)
 
 
-# Goyal et al. 2017 sec. 2.2: a ramp from the start to the target, or the start held constant.
-WARMUP_TYPES = ("gradual", "constant")
 
 
 @keras_serializable()
@@ -286,11 +285,6 @@ DECAYS: dict[str, tuple] = {
     "polynomial": (_polynomial, {"decay_epochs": None, "end_factor": 0.0, "power": 1.0}),
 }
 
-# When the decay's step 0 is: the run's first step (Goyal et al. 2017), or the first step after warmup.
-DECAY_CLOCKS = ("from_step_0", "after_warmup")
-
-SCHEDULE_KEYS = {"rule": "linear", "warmup_epochs": 0, "warmup_start": None, "warmup_type": "gradual", "decay": None,
-                 "decay_clock": "from_step_0"}
 
 
 def _with_defaults(spec: Any, defaults: Mapping[str, Any], path: str) -> dict:

@@ -20,7 +20,7 @@ ops inside the same compiled step, with no host copies (AdaptDL measures the sam
 
 Each step's estimates enter bias-corrected exponential moving averages (``decay`` per step), and
 the step's logs carry ``noise_scale`` (their ratio, NaN when undetermined: the ``|G|^2`` average
-is not positive or the ``S`` average negative, ``lbtrain.analysis.scaling_laws.simple_noise_scale``),
+is not positive or the ``S`` average negative, ``lbtrain.measures.noise_scale.simple_noise_scale``),
 ``noise_trace``, ``gradient_norm_sq`` and ``noise_scale_undetermined`` (1 or 0).
 
 Pieces are applied as one update: the gradient is the mean of the pieces' gradients (the
@@ -28,7 +28,7 @@ gradient of the mean loss, since pieces are equal), and every batch-norm layer's
 statistics move once, by the mean of what each piece would have moved them (exact, since the
 update ``m * v + (1 - m) * batch_statistic`` is affine in the batch statistic).
 
-The same step carries two more ways of training (``lbtrain.distributed`` builds it for them):
+The same step carries two more ways of training (``lbtrain.worlds.base`` builds it for them):
 
 - gradient accumulation (Goyal et al. 2017 sec. 2: the minibatch of ``k n`` samples gives the
   update ``w_{t+1} = w_t - eta / (k n) sum_{x in B} grad l(x, w_t)``): every worker feeds ``k``
@@ -40,46 +40,13 @@ The same step carries two more ways of training (``lbtrain.distributed`` builds 
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import tensorflow as tf
 
 from lbtrain._keras import KERAS_3, tensorflow_variables
 from lbtrain.layers import is_batch_norm
-
-DEFAULT_DECAY = 0.99
-DEFAULT_PIECES = 2
-
-
-@dataclasses.dataclass(frozen=True)
-class NoiseScaleSettings:
-    """How a train step measures the noise scale: the moving averages' ``decay`` per step and,
-    in a simulated world, how many ``pieces`` the global batch is split into (None: 2, or the
-    smallest number of whole workers' pieces above 1)."""
-
-    decay: float = DEFAULT_DECAY
-    pieces: int | None = None
-
-    def __post_init__(self):
-        if not 0 <= self.decay < 1:
-            raise ValueError(f"noise scale decay must be in [0, 1), got {self.decay!r}")
-        if self.pieces is not None and (isinstance(self.pieces, bool) or not isinstance(self.pieces, int) or self.pieces < 2):
-            raise ValueError(f"noise scale pieces must be an integer >= 2, got {self.pieces!r}")
-
-
-def measurement_pieces(world_size: int, per_worker_batch: int, requested: int | None) -> int | None:
-    """How many pieces a simulated world computes its step in to measure the noise scale: the
-    requested number (it must divide the world size, or with one worker the batch), else 2 if
-    that divides, else the smallest divisor above 1; None when no split exists (one worker
-    with a batch of one)."""
-    total = world_size if world_size > 1 else per_worker_batch
-    if requested is not None:
-        if total % requested:
-            unit = "world size" if world_size > 1 else "per-worker batch"
-            raise ValueError(f"analysis.noise_scale_pieces ({requested}) must divide the {unit} ({total})")
-        return requested
-    return next((pieces for pieces in (DEFAULT_PIECES, *range(3, total + 1)) if total % pieces == 0), None)
+from lbtrain.measures.noise_scale import two_batch_estimates
 
 
 class NoiseScaleTracker(tf.Module):
@@ -101,9 +68,7 @@ class NoiseScaleTracker(tf.Module):
 
     def update(self, small_sq: tf.Tensor, big_sq: tf.Tensor) -> dict[str, tf.Tensor]:
         """Adds one step's ``|g_small|^2`` and ``|g_big|^2``; returns the logs of the averages."""
-        b_small, b_big = float(self.small_batch), float(self.big_batch)
-        norm_sq = (b_big * big_sq - b_small * small_sq) / (b_big - b_small)
-        trace = (small_sq - big_sq) / (1.0 / b_small - 1.0 / b_big)
+        trace, norm_sq = two_batch_estimates(small_sq, big_sq, self.small_batch, self.big_batch)
         self.step_trace.assign(trace)
         self.step_norm_sq.assign(norm_sq)
         self.trace_average.assign(self.decay * self.trace_average + (1.0 - self.decay) * trace)

@@ -1,8 +1,8 @@
 """One training run: ``train(config, world) -> RunResult``.
 
 The same function runs under ``horovodrun -np W`` (``HorovodWorld``), in one process
-(``SimulatedWorld(W)``), under a synchronous tf.distribute strategy (``lbtrain.tf_distribute``) and
-on the chief of an asynchronous parameter-server job (``lbtrain.parameter_server``, whose
+(``SimulatedWorld(W)``), under a synchronous tf.distribute strategy (``lbtrain.worlds.strategy``) and
+on the chief of an asynchronous parameter-server job (``lbtrain.worlds.parameter_server``, whose
 ``World.fit`` drives the same callbacks), in four phases: ``build`` (data sharded by rank, the model, the
 optimizer wrapped by the world, the learning rate scaled for the *global* batch and decaying
 over the budget), ``make_callbacks`` (lbtrain's callbacks, a restored checkpoint), ``fit``
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import tempfile
 import time
@@ -25,18 +26,21 @@ from typing import Any, Iterable
 import numpy as np
 import tensorflow as tf
 
-from lbtrain.analysis.flatness import hessian_top_eigenvalue, pac_bayes_flatness, sharpness
 from lbtrain.callbacks import BudgetStop, DivergenceGuard, GeneralizationGap, GradientNoiseScale, LearningRateLogger, Throughput
 from lbtrain.config import RunConfig
 from lbtrain.data import Dataset, load_dataset, make_input_pipeline, steps_per_epoch
-from lbtrain.distributed import World
+from lbtrain.measures.flatness import hessian_top_eigenvalue, pac_bayes_flatness, sharpness
+from lbtrain.measures.noise_scale import NoiseScaleSettings
 from lbtrain.models import build_model
 from lbtrain.optimizers import build_optimizer
 from lbtrain.precise_bn import PreciseBatchNorm, recompute_batch_norm_statistics
 from lbtrain.results import CHECKPOINT_FOLDER, RunResult, finite_or_none
 from lbtrain.scaling import scale_learning_rate
-from lbtrain.train_step import NoiseScaleSettings, NoiseScaleTracker, noise_scale_tracker
+from lbtrain.train_step import NoiseScaleTracker, noise_scale_tracker
 from lbtrain.verdict import Verdict, chance_accuracy, judge
+from lbtrain.worlds.base import World
+
+logger = logging.getLogger(__name__)
 
 
 class _RunState:
@@ -186,6 +190,8 @@ def make_callbacks(
     initial_epoch, previous_history, initial_loss = 0, [], None
     if resume and run_dir is not None:
         initial_epoch, previous_history, initial_loss = state.restore(run_dir / CHECKPOINT_FOLDER)
+        if initial_epoch and world.is_root:
+            logger.debug("resuming after epoch %d from %s", initial_epoch, run_dir / CHECKPOINT_FOLDER)
     # Rank 0's: every rank then measures the step-0 loss (one collective) or none does.
     initial_loss = world.broadcast_object(initial_loss)
     guard = DivergenceGuard(settings.divergence_factor, world=world, initial_loss=initial_loss)
@@ -303,6 +309,9 @@ def train(
     """
     started = time.perf_counter()
     built = build(config, world)
+    if world.is_root:
+        logger.debug("training %s = batch %d: %d steps, %d an epoch", config.training.world_text, config.global_batch,
+                     built.total_steps, built.steps_per_epoch)
     run_callbacks = make_callbacks(config, built, world, Path(run_dir) if run_dir is not None else None, resume, callbacks)
     history = fit(config, built, world, run_callbacks, verbose)
     metrics = measure(config, built, world, run_callbacks, history)

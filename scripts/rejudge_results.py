@@ -22,18 +22,21 @@ from __future__ import annotations
 
 import csv
 import json
-import sqlite3
 import sys
 from pathlib import Path
 
 import optuna
+import sqlalchemy
 import yaml
 
 from lbtrain.config import load_experiment, run_config_from_dict
 from lbtrain.data import load_dataset
 from lbtrain.files import write_atomic
+from lbtrain.reports.tuning import read_only_storage, results_storage
 from lbtrain.results import EXPERIMENT_FILE, METRICS_FILE, RUNS_FOLDER, SUMMARY_FILE, RunResult, write_run
-from lbtrain.runner import PlannedRun, summary_csv, summary_row
+from lbtrain.studies.plan import PlannedRun
+from lbtrain.studies.runner import summary_csv, summary_row
+from lbtrain.studies.storages import JOURNAL, _sqlalchemy_url
 from lbtrain.verdict import DEFAULT_MARGIN, chance_accuracy, judge_recorded
 
 OLD_CLOCK = {True: "after_warmup", False: "from_step_0"}
@@ -93,25 +96,33 @@ def rejudge_runs(folder: Path) -> None:
         write_atomic(summary, summary_csv(rows))
 
 
-def set_user_attrs(database: Path, study_name: str, number: int, attrs: dict) -> None:
-    """User attributes of a finished trial, written into the SQLite file itself: Optuna's API
+def set_user_attrs(storage: str, study_name: str, number: int, attrs: dict) -> None:
+    """User attributes of a finished trial, written into the storage's database itself (SQLite,
+    PostgreSQL...: the trial found through Optuna's API, ``lbtrain.reports.tuning``): Optuna's API
     refuses to change a finished trial, which is right for live studies and wrong for this
-    one-off re-judging."""
-    with sqlite3.connect(database) as connection:
-        (trial_id,) = connection.execute(
-            "SELECT trial_id FROM trials JOIN studies USING (study_id) WHERE study_name = ? AND number = ?", (study_name, number),
-        ).fetchone()
-        for key, value in attrs.items():
-            connection.execute("DELETE FROM trial_user_attributes WHERE trial_id = ? AND key = ?", (trial_id, key))
-            connection.execute("INSERT INTO trial_user_attributes (trial_id, key, value_json) VALUES (?, ?, ?)",
-                               (trial_id, key, json.dumps(value)))
+    one-off re-judging. A journal file cannot be re-judged: replaying it refuses the change too."""
+    if storage.startswith(JOURNAL):
+        raise SystemExit(f"{storage}: a journal storage cannot change a finished trial's user attributes")
+    reader = read_only_storage(storage)
+    trial_id = reader.get_trial_id_from_study_id_trial_number(reader.get_study_id_from_name(study_name), number)
+    engine = sqlalchemy.create_engine(_sqlalchemy_url(storage))
+    try:
+        with engine.begin() as connection:
+            for key, value in attrs.items():
+                connection.execute(sqlalchemy.text("DELETE FROM trial_user_attributes WHERE trial_id = :trial AND key = :key"),
+                                   {"trial": trial_id, "key": key})
+                connection.execute(sqlalchemy.text("INSERT INTO trial_user_attributes (trial_id, key, value_json) "
+                                                   "VALUES (:trial, :key, :value)"),
+                                   {"trial": trial_id, "key": key, "value": json.dumps(value)})
+    finally:
+        engine.dispose()
 
 
 def rejudge_sweep(folder: Path) -> None:
-    from lbtrain.sweep import open_study, storage_url, trial_run, world_sizes, write_outputs
+    from lbtrain.studies.sweep import open_study, trial_run, world_sizes, write_outputs
 
     experiment = load_experiment(folder / EXPERIMENT_FILE)
-    storage = storage_url(experiment)
+    storage = results_storage(folder)
     cache: dict = {}
     for world_size in world_sizes(experiment):
         study = open_study(experiment, world_size, storage)
@@ -126,7 +137,7 @@ def rejudge_sweep(folder: Path) -> None:
                     attrs["reason"] = f"validation accuracy {trial.value:.3g} is within {DEFAULT_MARGIN:g} of chance ({chance:.3g})"
             if attrs and trial.user_attrs.get("status") != attrs["status"]:
                 print(f"{study.study_name} trial {trial.number}: {trial.user_attrs.get('status', 'unjudged')} -> {attrs['status']}")
-                set_user_attrs(folder / "optuna.db", study.study_name, trial.number, attrs)
+                set_user_attrs(storage, study.study_name, trial.number, attrs)
     write_outputs(experiment, storage)
 
 
@@ -135,7 +146,7 @@ def main(folders: list[str]) -> None:
     for folder in targets:
         migrate_experiment(folder)
         rejudge_runs(folder)
-        if (folder / "optuna.db").is_file():
+        if results_storage(folder) is not None:
             rejudge_sweep(folder)
 
 

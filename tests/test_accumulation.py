@@ -11,11 +11,12 @@ import tensorflow as tf
 
 from conftest import run_horovod
 from lbtrain.config import ConfigError, run_config_from_dict
-from lbtrain.distributed import SimulatedWorld
+from lbtrain.measures.noise_scale import NoiseScaleSettings
 from lbtrain.models import build_model
 from lbtrain.schedules import build_schedule
-from lbtrain.train_step import GradientStepModel, NoiseScaleSettings, noise_scale_tracker
+from lbtrain.train_step import GradientStepModel, noise_scale_tracker
 from lbtrain.trainer import train
+from lbtrain.worlds.simulated import SimulatedWorld
 
 LOSS = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 

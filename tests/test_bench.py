@@ -11,8 +11,18 @@ import tensorflow as tf
 
 from conftest import REPO_ROOT, horovod_installed, run_cli, stderr_lines
 from lbtrain._keras import horovod_problem
-from lbtrain.bench import (COLUMNS, Case, Settings, WorldSpec, allreduce_seconds, forward_macs_per_sample,
-                           matmul_peak_flops, measure_case, read_timeline, training_flops_per_sample)
+from lbtrain.bench import (
+    COLUMNS,
+    Case,
+    Settings,
+    WorldSpec,
+    allreduce_seconds,
+    forward_macs_per_sample,
+    matmul_peak_flops,
+    measure_case,
+    read_timeline,
+    training_flops_per_sample,
+)
 from lbtrain.models import build_model
 
 

@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import run_horovod, run_python
-from conftest import constant_output_problem
+from conftest import constant_output_problem, run_horovod, run_python
 from lbtrain.callbacks import GradientNoiseScale, LearningRateLogger, LearningRateWarmup
-from lbtrain.distributed import SimulatedWorld, World
 from lbtrain.models import build_model
 from lbtrain.schedules import Warmup
+from lbtrain.worlds.base import World
+from lbtrain.worlds.simulated import SimulatedWorld
 
 
 def fit_with(learning_rate, callbacks, *, epochs=2, samples=24, batch=8):

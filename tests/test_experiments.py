@@ -8,10 +8,10 @@ import pytest
 import yaml
 
 from conftest import REPO_ROOT
-from lbtrain.analysis.tables import read_summary
 from lbtrain.config import load_experiment
-from lbtrain.protocol import protocol_arms
-from lbtrain.runner import expand
+from lbtrain.reports.tables import read_summary
+from lbtrain.studies.plan import expand
+from lbtrain.studies.protocol import protocol_arms
 
 EXPERIMENTS = sorted((Path(REPO_ROOT) / "experiments").glob("*.yaml"))
 BUILT_ON_GOYAL_BN = ("keskar_v2", "warmup_ablation")

@@ -7,10 +7,10 @@ import tensorflow as tf
 
 from lbtrain.config import run_config_from_dict
 from lbtrain.data import load_dataset
-from lbtrain.distributed import SimulatedWorld
 from lbtrain.layers import GhostBatchNormalization
 from lbtrain.precise_bn import batch_norm_layers, recompute_batch_norm_statistics
 from lbtrain.trainer import train
+from lbtrain.worlds.simulated import SimulatedWorld
 
 
 def dense_bn_model(batch_norm):

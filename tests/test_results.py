@@ -8,7 +8,7 @@ from lbtrain.results import STATUSES, RunResult, finite_or_none, is_finished, re
 
 
 def test_results_and_report_tables_load_without_tensorflow_or_matplotlib():
-    code = ("import sys, lbtrain.results, lbtrain.verdict, lbtrain.analysis.tables; "
+    code = ("import sys, lbtrain.results, lbtrain.verdict, lbtrain.reports.tables; "
             "print(sorted(m for m in ('tensorflow', 'matplotlib', 'keras') if m in sys.modules))")
     completed = run_python(code)
     assert completed.returncode == 0, completed.stderr[-2000:]
@@ -25,7 +25,7 @@ def test_import_lbtrain_is_lazy_and_registers_keras_objects_once_tensorflow_load
     completed = run_python(code)
     assert completed.returncode == 0, completed.stderr[-2000:]
     assert completed.stdout.splitlines() == [
-        "False False", "[True, True, True, True, True]", "lbtrain.optimizers.lars lbtrain.analysis.flatness"]
+        "False False", "[True, True, True, True, True]", "lbtrain.optimizers.lars lbtrain.measures.flatness"]
 
 
 def test_unknown_public_name_is_an_attribute_error():

@@ -7,10 +7,10 @@ import pytest
 import tensorflow as tf
 
 from lbtrain.config import ConfigError, run_config_from_dict
-from lbtrain.distributed import SimulatedWorld
 from lbtrain.models import build_model
 from lbtrain.train_step import GradientStepModel, StaleGradients
 from lbtrain.trainer import train
+from lbtrain.worlds.simulated import SimulatedWorld
 
 
 class Record(tf.keras.callbacks.Callback):

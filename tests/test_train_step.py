@@ -8,9 +8,10 @@ import pytest
 import tensorflow as tf
 
 from conftest import constant_output_problem
-from lbtrain.distributed import SimulatedWorld
+from lbtrain.measures.noise_scale import NoiseScaleSettings, measurement_pieces
 from lbtrain.models import build_model
-from lbtrain.train_step import GradientStepModel, NoiseScaleSettings, NoiseScaleTracker, measurement_pieces, noise_scale_tracker
+from lbtrain.train_step import GradientStepModel, NoiseScaleTracker, noise_scale_tracker
+from lbtrain.worlds.simulated import SimulatedWorld
 
 LOSS = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 

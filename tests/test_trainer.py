@@ -7,10 +7,10 @@ import tensorflow as tf
 
 from conftest import goyal_blow_up_run
 from lbtrain.config import ConfigError, run_config_from_dict
-from lbtrain.distributed import SimulatedWorld
 from lbtrain.results import RunResult
 from lbtrain.schedules import build_schedule
 from lbtrain.trainer import train
+from lbtrain.worlds.simulated import SimulatedWorld
 
 
 def config(**sections):

@@ -300,7 +300,7 @@ def load_dataset(
       >>> dataset.x_train.shape, dataset.x_validation.shape, dataset.x_test.shape
       ((40, 8), (10, 8), (10, 8))
     """
-    info = dataset_info(name)
+    dataset_info(name)  # an unknown name is a DatasetError before anything loads
     if not 0.0 <= validation_split < 1.0:
         raise DatasetError(f"validation_split must be in [0, 1), got {validation_split!r}")
     check_dataset_options(name, options)

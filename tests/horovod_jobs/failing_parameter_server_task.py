@@ -14,6 +14,6 @@ if name == os.environ.get("LBTRAIN_FAILING_TASK"):
 if name == "chief":
     while True:
         time.sleep(1)
-from lbtrain.parameter_server import serve  # noqa: E402 (the failing task fails before TensorFlow loads)
+from lbtrain.worlds.parameter_server import serve  # noqa: E402 (the failing task fails before TensorFlow loads
 
 serve()

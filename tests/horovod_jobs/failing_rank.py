@@ -7,8 +7,8 @@ import sys
 import tensorflow as tf
 
 from lbtrain.config import run_config_from_dict
-from lbtrain.distributed import HorovodWorld
 from lbtrain.trainer import train
+from lbtrain.worlds.horovod import HorovodWorld
 
 
 class FailAtStepThree(tf.keras.callbacks.Callback):

@@ -1,4 +1,4 @@
-"""Started by tests/test_runner.py through ``lbtrain.runner.launch_horovod`` (what ``mode:
+"""Started by tests/studies/test_runner.py through ``lbtrain.launch.horovodrun.launch_horovod`` (what ``mode:
 horovod`` uses): each rank writes OUT/rank<r>.json with what it sees of the experiment's Horovod
 knobs: Horovod's variables in its environment, the compression ``HorovodWorld`` chose, the cores
 its threads may run on, the names of its threads at SCHED_IDLE and of the others, and the
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from lbtrain.distributed import HorovodWorld
+from lbtrain.worlds.horovod import HorovodWorld
 
 VARIABLES = ("HOROVOD_FUSION_THRESHOLD", "HOROVOD_CYCLE_TIME", "HOROVOD_TIMELINE", "HOROVOD_HIERARCHICAL_ALLREDUCE",
              "LBTRAIN_HOROVOD_COMPRESSION", "LBTRAIN_HOROVOD_IDLE_THREADS", "LBTRAIN_HOROVOD_PIN_CORES")

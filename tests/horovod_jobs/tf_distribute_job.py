@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from lbtrain.distributed import current_world
+from lbtrain.worlds.build import current_world
 
 command, mode = sys.argv[1], sys.argv[2]
 if command == "batches":
@@ -34,13 +34,11 @@ if command == "batches":
             arrays[f"replica{first_replica + index}:{step}"] = tensor.numpy()
     np.savez(f"{output}-{world.rank}.npz", **arrays)
 elif command == "train":
-    from lbtrain.config import run_config_from_dict
-    from lbtrain.tf_distribute import world_before_tensorflow
     from lbtrain.trainer import train
+    from lbtrain.worlds.build import prepare_run
 
     spec, output = json.loads(sys.argv[3]), sys.argv[4]
-    world = world_before_tensorflow(spec, mode)
-    config = run_config_from_dict(spec)
+    world, config = prepare_run(spec, mode)
     result = train(config, world)
     weights = [variable.numpy() for variable in result.model.trainable_variables]
     if world.is_root:

@@ -9,8 +9,8 @@ import horovod.tensorflow as hvd_tf
 import numpy as np
 
 from lbtrain.config import run_config_from_dict
-from lbtrain.distributed import HorovodWorld
 from lbtrain.trainer import train
+from lbtrain.worlds.horovod import HorovodWorld
 
 config = run_config_from_dict(json.loads(sys.argv[1]))
 output, run_root = sys.argv[2], sys.argv[3]

@@ -4,7 +4,7 @@ import tensorflow as tf
 
 from lbtrain._keras import KERAS_3
 from lbtrain.optimizers import LAMB
-from lbtrain.schedules import Constant, Warmup
+from lbtrain.schedules import Warmup
 from reference import gradient_steps, lamb_reference, run_keras, variable_set
 
 STEPS = 6

@@ -1,0 +1,76 @@
+"""The ``lbtrain`` command line: one module per command (``lbtrain.cli.run``, ``sweep``, ...),
+each with its ``add_parser`` and its ``run``.
+
+Bad input never yields a traceback: a user error prints one line ``lbtrain: error: ...``
+and exits with code 2 (argparse's convention for usage errors). Progress, warnings and
+diagnostics are log records on stderr (``lbtrain.logs``): ``--quiet`` keeps the warnings only,
+``--verbose`` adds the debug records; results go to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Sequence
+
+from lbtrain.cli import advise, bench, compare, datasets, report, run, sweep, train
+
+USAGE_ERROR = 2
+# In the order ``lbtrain --help`` lists them.
+COMMANDS = (datasets, run, sweep, report, compare, advise, bench, train)
+
+
+class _OneLineErrors(argparse.ArgumentParser):
+    """Usage errors as one line, ``lbtrain: error: ...``, exit code 2 (argparse prints the usage too)."""
+
+    def error(self, message: str):
+        self.exit(USAGE_ERROR, f"lbtrain: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _OneLineErrors(prog="lbtrain", description="Large-batch training studies with Keras and Horovod.")
+    verbosity = parser.add_mutually_exclusive_group()
+    verbosity.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const="quiet",
+                           help="log warnings only, no progress (results still go to stdout)")
+    verbosity.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const="verbose",
+                           help="log debug records too")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS:
+        command.add_parser(commands)
+    return parser
+
+
+def user_errors() -> tuple[type[Exception], ...]:
+    """Exception types that mean bad input, reported in one line with exit code 2."""
+    from lbtrain.bench import BenchError
+    from lbtrain.config import ConfigError
+    from lbtrain.data import DatasetError
+    from lbtrain.models import ModelError
+    from lbtrain.reports.report import ReportError
+    from lbtrain.results import ResultsError
+    from lbtrain.schedules import ScheduleError
+
+    return (BenchError, ConfigError, DatasetError, ModelError, ReportError, ResultsError, ScheduleError)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from lbtrain.logs import configure
+
+    args = build_parser().parse_args(argv)
+    configure(args.verbosity)
+    try:
+        return args.handler(args)
+    except user_errors() as error:
+        print(f"lbtrain: error: {error}", file=sys.stderr)
+        return USAGE_ERROR
+    except BrokenPipeError:
+        # The reader went away (`lbtrain run x.yaml --dry-run | head`): stop quietly.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except OSError as error:
+        # A disk that filled up or a folder that became unwritable while working: what was
+        # written before stays (every file is written atomically); say which file, no traceback.
+        where = f" ({error.filename})" if error.filename else ""
+        print(f"lbtrain: error: {error.strerror or error}{where}", file=sys.stderr)
+        return 1

@@ -1,0 +1,44 @@
+"""lbtrain run: every run of an experiment's grid, resumable; the summary table."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """The ``run`` command's arguments."""
+    parser = commands.add_parser("run", help="run an experiment YAML: every grid point, resumable; results in results/<name>/")
+    parser.add_argument("experiment", help="an experiment YAML, e.g. experiments/quickstart.yaml")
+    parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", help="override a field, e.g. --set training.epochs=1")
+    parser.add_argument("--dry-run", action="store_true", help="list the runs without training")
+    parser.add_argument("--fresh", action="store_true", help="delete this experiment's previous runs and start over")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from lbtrain.config import load_experiment
+    from lbtrain.studies.plan import expand
+    from lbtrain.studies.runner import run_experiment, summary_table
+
+    experiment = load_experiment(args.experiment, args.set)
+    planned = expand(experiment)
+    if args.dry_run:
+        print(f"{experiment.name}: {len(planned)} runs ({experiment.mode}) -> {experiment.results_dir}")
+        for run in planned:
+            settings = run.config.training
+            print(f"  {run.run_id}  {run.label}  {settings.world_text}  "
+                  f"{run.config.optimizer.name}  rule {run.config.lr.rule}  seed {settings.seed}")
+        return 0
+    rows = run_experiment(experiment, config_file=str(Path(args.experiment).resolve()), fresh=args.fresh)
+    print(summary_table(rows))
+    print(f"wrote {experiment.results_dir / 'summary.csv'}")
+    failed = sum(row["status"] == "failed" for row in rows)
+    if failed:
+        logger.warning("%d of %d runs failed (reasons in %s); a rerun retries them", failed, len(rows),
+                       experiment.results_dir / "summary.csv")
+        return 1
+    return 0

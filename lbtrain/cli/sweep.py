@@ -1,0 +1,64 @@
+"""lbtrain sweep: tune an experiment's search space with Optuna (one study per world size), or run its tuning protocol."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from lbtrain.cli import arguments
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """The ``sweep`` command's arguments."""
+    parser = commands.add_parser("sweep", help="tune the experiment's search space with Optuna, one study per world size")
+    parser.add_argument("experiment", help="an experiment YAML with a search section")
+    parser.add_argument("--trials", type=arguments.positive_int, help="finished trials per world size (default sweep.trials); a rerun tops up")
+    parser.add_argument("--storage", help="an SQLAlchemy URL (default sqlite:///results/<name>/optuna.db)")
+    parser.add_argument("--workers", type=arguments.positive_int, default=1, help="processes sharing the studies")
+    parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", help="override a field")
+    parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from lbtrain.config import load_experiment
+    from lbtrain.studies.sweep import run_sweep, storage_url
+
+    experiment = load_experiment(args.experiment, args.set)
+    if experiment.protocol is not None:
+        return _protocol(args, experiment)
+    try:
+        outputs = run_sweep(experiment, experiment_path=args.experiment, overrides=args.set, trials=args.trials,
+                            storage=args.storage, workers=args.workers, worker=args.worker)
+    except RuntimeError as error:
+        print(f"lbtrain: error: {error}", file=sys.stderr)
+        return 1
+    if outputs is None:
+        return 0
+    rows, fit = outputs
+    for row in rows:
+        best = row.get("best_validation_accuracy")
+        print(f"world {row['world_size']:>3}: {row['complete']} complete, {row['pruned']} pruned, "
+              f"{row['diverged']} diverged, {row['collapsed']} collapsed"
+              + (f", best ok validation {best:.4f} (test {row['best_test_accuracy']:.4f}) at lr {row['best_learning_rate']:.4g}"
+                 if best is not None else ", no ok trial"))
+    print(fit.describe())
+    print(f"wrote {experiment.results_dir / 'sweep_summary.csv'} (studies in {args.storage or storage_url(experiment)})")
+    return 0
+
+
+def _protocol(args: argparse.Namespace, experiment) -> int:
+    """``lbtrain sweep`` on an experiment with a ``protocol`` section (``lbtrain.studies.protocol``)."""
+    from lbtrain.config import ConfigError
+    from lbtrain.studies.protocol import PROTOCOL_REPORT, run_protocol
+    from lbtrain.studies.sweep import storage_url
+
+    if args.workers > 1 or args.worker is not None or args.trials is not None:
+        raise ConfigError("the tuning protocol runs in one process with sweep.trials trials per arm "
+                          "(--workers and --trials are for plain sweeps)")
+    run_protocol(experiment, storage=args.storage or storage_url(experiment), config_file=str(Path(args.experiment).resolve()))
+    report = experiment.results_dir / PROTOCOL_REPORT
+    print(report.read_text(), end="")
+    print(f"wrote {report}")
+    return 0

@@ -1,0 +1,157 @@
+"""Reading configs: YAML files (strictly), ``extends`` chains, ``--set`` overrides."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from lbtrain.config.errors import ConfigError, format_validation_error
+from lbtrain.config.experiment import RUN_SECTIONS, ExperimentConfig, known_field_path
+from lbtrain.config.run import RunConfig, run_config_from_dict
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, stricter where users get bitten: a key given twice in one mapping
+    is an error (not "the later wins"), and ``1e-1`` is a float as users write it (YAML 1.2;
+    YAML 1.1 wants ``1.0e-1`` and reads ``1e-1`` as a string)."""
+
+
+def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"), list("-+0123456789."),
+)
+
+
+def parse_yaml(text: str) -> Any:
+    """``text`` read by the strict loader (see ``_StrictLoader``).
+
+    >>> parse_yaml("lr: 1e-1")
+    {'lr': 0.1}
+    """
+    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+
+
+def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
+    """The mapping a YAML file holds; anything else (no file, a folder, binary or non-UTF-8
+    bytes, invalid YAML, a duplicate key, an empty file, a list) is a one-line ``ConfigError``."""
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a folder, not a YAML file") from None
+    except PermissionError:
+        raise ConfigError(f"{path}: not readable (permission denied)") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {error.start}); expected a YAML file") from None
+    if "\x00" in text:
+        raise ConfigError(f"{path}: a binary file, not YAML")
+    try:
+        data = parse_yaml(text)
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: invalid YAML ({' '.join(str(error).split())})") from None
+    if data is None:
+        raise ConfigError(f"{path}: the file is empty; expected a mapping of config sections")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def load_run_config(path: str | Path) -> RunConfig:
+    """Reads a resolved run config (YAML), as the runner writes into each run directory."""
+    return run_config_from_dict(read_yaml_mapping(path))
+
+
+def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """``update`` over ``base``, recursing into mappings present in both.
+
+    >>> deep_merge({"lr": {"base_lr": 0.1, "warmup_epochs": 5}, "seed": 0}, {"lr": {"base_lr": 0.2}, "seed": 1})
+    {'lr': {'base_lr': 0.2, 'warmup_epochs': 5}, 'seed': 1}
+    """
+    merged = dict(base)
+    for key, value in update.items():
+        merged[key] = deep_merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+    return merged
+
+
+def nested(path: str, value: Any) -> dict[str, Any]:
+    """The mapping that sets the dotted ``path`` to ``value``, one level per part.
+
+    >>> nested("lr.decay.type", "cosine")
+    {'lr': {'decay': {'type': 'cosine'}}}
+    """
+    result: Any = value
+    for part in reversed(path.split(".")):
+        result = {part: result}
+    return result
+
+
+def with_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with each ``field.path: value`` of ``overrides`` merged in, in order: how a grid
+    point, a sweep trial and ``--set`` change a base run."""
+    for path, value in overrides.items():
+        data = deep_merge(data, nested(path, value))
+    return data
+
+
+def _resolve_extends(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """The file's mapping merged over the files it ``extends`` (each relative to the file's
+    folder, else to the working directory), earlier ones first."""
+    path = path.resolve()
+    if path in chain:
+        raise ConfigError(f"{path}: extends itself through {' -> '.join(p.name for p in chain)}")
+    data = read_yaml_mapping(path)
+    extends = data.pop("extends", [])
+    if isinstance(extends, str):
+        extends = [extends]
+    if not isinstance(extends, list) or not all(isinstance(item, str) for item in extends):
+        raise ConfigError(f"{path}: extends must be a list of YAML paths, got {extends!r}")
+    merged: dict[str, Any] = {}
+    for item in extends:
+        candidate = path.parent / item
+        target = candidate if candidate.exists() else Path(item)
+        merged = deep_merge(merged, _resolve_extends(target, (*chain, path)))
+    return deep_merge(merged, data)
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Applies ``path=value`` overrides (values parsed as YAML: ``3``, ``0.1``, ``[1, 2]``,
+    ``linear``); a path that names no field is an error."""
+    for override in overrides:
+        path, separator, raw = override.partition("=")
+        if not separator or not path:
+            raise ConfigError(f"--set {override!r}: expected PATH=VALUE, e.g. lr.base_lr=0.2")
+        if not known_field_path(path):
+            raise ConfigError(f"--set {path}: no such field (sections: name, mode, output_dir, horovod, multiworker, parameter_server, grid, {', '.join(RUN_SECTIONS)})")
+        try:
+            value = parse_yaml(raw)
+        except yaml.YAMLError:
+            raise ConfigError(f"--set {path}: value {raw!r} is not valid YAML") from None
+        data = with_overrides(data, {path: value})
+    return data
+
+
+def load_experiment(path: str | Path, overrides: list[str] = ()) -> ExperimentConfig:
+    """Reads an experiment YAML: ``extends`` merged, ``--set`` overrides applied, validated.
+    Grid points are validated by ``runner.expand``."""
+    data = apply_overrides(_resolve_extends(Path(path)), list(overrides))
+    data.setdefault("name", Path(path).stem)
+    try:
+        return ExperimentConfig.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(format_validation_error(error)) from None

@@ -1,0 +1,395 @@
+"""The schema of one training run (pydantic v2).
+
+A ``RunConfig`` is everything ``trainer.train`` needs: data, model, optimizer, learning-rate
+recipe and training settings. Unknown keys are errors (a typo is never silently ignored),
+values are checked strictly (no "2" for 2), and cross-field checks (the LR recipe against the
+number of epochs, optimizer parameters against the optimizer) run when the config is built,
+before any training starts.
+"""
+
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+from lbtrain.config.errors import ConfigError, format_validation_error
+from lbtrain.recipe import DECAY_CLOCKS, SCHEDULE_KEYS, WARMUP_TYPES
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class DataConfig(_Strict):
+    """Which dataset and which part of it (see ``lbtrain.data.load_dataset``)."""
+
+    dataset: str = "fashion_mnist"
+    train_subset: int | None = Field(default=None, gt=0)
+    validation_split: float = Field(default=0.0, ge=0.0, lt=1.0)
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("dataset")
+    @classmethod
+    def _known_dataset(cls, name: str) -> str:
+        from lbtrain.data import dataset_info
+
+        return dataset_info(name).name
+
+    @field_validator("options")
+    @classmethod
+    def _known_options(cls, options: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        from lbtrain.data import check_dataset_options
+
+        if "dataset" in info.data:
+            check_dataset_options(info.data["dataset"], options)
+        return options
+
+
+class ModelConfig(_Strict):
+    """A model of the zoo and its options (see ``lbtrain.models.build_model``)."""
+
+    name: str = "mlp"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _known_model(cls, name: str) -> str:
+        from lbtrain.models import model_info
+
+        return model_info(name).name
+
+    @field_validator("options")
+    @classmethod
+    def _options_build(cls, options: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        from lbtrain.models import check_model_options
+
+        if "name" in info.data:
+            check_model_options(info.data["name"], options)
+        return options
+
+
+class OptimizerConfig(_Strict):
+    """An optimizer of ``lbtrain.optimizers.OPTIMIZERS`` (the registry is the list of names)
+    and its keyword parameters."""
+
+    name: str = "momentum"
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        from lbtrain.optimizers import OPTIMIZERS
+
+        if name not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {name!r} (allowed: {', '.join(OPTIMIZERS)})")
+        return name
+
+    @field_validator("params")
+    @classmethod
+    def _parameters_build(cls, params: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        from lbtrain.optimizers import build_optimizer
+
+        if "name" in info.data:
+            build_optimizer(info.data["name"], 0.1, **params)
+        return params
+
+
+class LRConfig(_Strict):
+    """The learning-rate recipe (see ``lbtrain.schedules.build_schedule``; the defaults of the
+    schedule keys are the schedule registry's ``SCHEDULE_KEYS``). ``decay_clock``:
+    ``from_step_0`` (Goyal et al. 2017: after warmup the LR is what the schedule without warmup
+    gives at that step) or ``after_warmup`` (the decay starts counting when warmup ends)."""
+
+    base_lr: float = Field(default=0.1, gt=0)
+    base_batch: int = Field(default=128, gt=0)
+    rule: str | float = SCHEDULE_KEYS["rule"]
+    warmup_epochs: float = Field(default=SCHEDULE_KEYS["warmup_epochs"], ge=0)
+    warmup_start: float | None = Field(default=SCHEDULE_KEYS["warmup_start"], ge=0)
+    warmup_type: Literal[WARMUP_TYPES] = SCHEDULE_KEYS["warmup_type"]
+    decay: dict[str, Any] | None = SCHEDULE_KEYS["decay"]
+    decay_clock: Literal[DECAY_CLOCKS] = SCHEDULE_KEYS["decay_clock"]
+
+    @field_validator("rule")
+    @classmethod
+    def _known_rule(cls, rule: str | float) -> str | float:
+        from lbtrain.scaling import scaling_exponent
+
+        scaling_exponent(rule)
+        return rule
+
+    def schedule_spec(self) -> dict[str, Any]:
+        """The mapping ``build_schedule`` takes."""
+        return {
+            "rule": self.rule,
+            "warmup_epochs": self.warmup_epochs,
+            "warmup_start": self.warmup_start,
+            "warmup_type": self.warmup_type,
+            "decay": self.decay,
+            "decay_clock": self.decay_clock,
+        }
+
+
+class StopAtConfig(_Strict):
+    """Stop when the epoch's training loss is at most ``train_loss``, or its training accuracy
+    at least ``train_accuracy`` (one of the two; Keskar et al. 2017 compare batches at equal
+    training loss). The run's budget is then the cap."""
+
+    train_loss: float | None = Field(default=None, gt=0)
+    train_accuracy: float | None = Field(default=None, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _one_target(self) -> "StopAtConfig":
+        if (self.train_loss is None) == (self.train_accuracy is None):
+            raise ValueError("give one target: train_loss (stop when the loss is at most it) or train_accuracy (at least it)")
+        return self
+
+    @property
+    def metric(self) -> str:
+        """The training metric compared, as Keras logs it (``loss`` or ``accuracy``)."""
+        return "loss" if self.train_loss is not None else "accuracy"
+
+    @property
+    def target(self) -> float:
+        return self.train_loss if self.train_loss is not None else self.train_accuracy
+
+    def reached(self, value: float) -> bool:
+        """Whether an epoch's ``metric`` value meets the target."""
+        return value <= self.target if self.metric == "loss" else value >= self.target
+
+    def describe(self) -> str:
+        return f"train {self.metric} {'<=' if self.metric == 'loss' else '>='} {self.target:g}"
+
+
+BUDGET_KINDS = ("epochs", "steps", "samples")
+DEFAULT_EPOCHS = 3
+
+
+class TrainingConfig(_Strict):
+    """How one run trains. ``world_size`` workers each take ``per_worker_batch`` samples a step.
+
+    The budget is one of ``epochs`` (default 3), ``steps`` (the same number of updates at every
+    batch size: Hoffer et al. 2017's regime adaptation) or ``samples`` (``samples //
+    global_batch`` steps); the decay length follows it. ``stop_at`` ends a run early at a
+    training target, the budget capping it. The verdict (``lbtrain.verdict``): a step loss above
+    ``divergence_factor`` x the step-0 loss is divergence; a final train accuracy within
+    ``collapse_margin`` of chance is a collapse.
+
+    ``accumulation_steps: k`` makes every worker take k batches per update (gradient
+    accumulation, Goyal et al. 2017 sec. 2), so one update averages the gradient over the
+    global batch ``world_size * per_worker_batch * k``; LR scaling, warmup, decay, steps per
+    epoch and the recorded global batch all count that batch and its updates. ``staleness: tau``
+    (``mode: simulated`` only) applies each update's gradient tau updates late, as asynchronous
+    SGD with a constant delay (Lian et al. 2015; ``lbtrain.train_step.StaleGradients``).
+    ``precise_bn_samples: n`` sets every batch-norm layer's moving statistics from the first n
+    training samples with the current weights before each evaluation (``lbtrain.precise_bn``,
+    Wu & Johnson 2021): runs with few steps otherwise evaluate with moving averages that have
+    not caught up with their weights.
+    """
+
+    world_size: int = Field(default=1, gt=0)
+    per_worker_batch: int = Field(default=128, gt=0)
+    epochs: int | None = Field(default=None, gt=0)
+    steps: int | None = Field(default=None, gt=0)
+    samples: int | None = Field(default=None, gt=0)
+    stop_at: StopAtConfig | None = None
+    seed: int = 0
+    micro_batches: int = Field(default=1, gt=0)
+    accumulation_steps: int = Field(default=1, gt=0)
+    staleness: int = Field(default=0, ge=0)
+    eval_batch: int = Field(default=1024, gt=0)
+    precise_bn_samples: int | None = Field(default=None, gt=0)
+    divergence_factor: float = Field(default=10.0, gt=1.0)
+    collapse_margin: float = Field(default=0.05, ge=0, lt=1)
+    checkpoint: bool = True
+    tensorboard: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_budget(cls, data: Any) -> Any:
+        if isinstance(data, dict) and all(data.get(kind) is None for kind in BUDGET_KINDS):
+            data = {**data, "epochs": DEFAULT_EPOCHS}
+        return data
+
+    @model_validator(mode="after")
+    def _one_budget(self) -> "TrainingConfig":
+        given = [f"{kind}={getattr(self, kind)}" for kind in BUDGET_KINDS if getattr(self, kind) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give one budget, epochs, steps or samples, not {' and '.join(given)} (set the others to null)")
+        return self
+
+    @property
+    def update_batch(self) -> int:
+        """``per_worker_batch * accumulation_steps``: the samples one worker contributes to one update."""
+        return self.per_worker_batch * self.accumulation_steps
+
+    @property
+    def world_text(self) -> str:
+        """``world W x b``, with `` x k accumulated`` when it accumulates, for progress lines."""
+        accumulated = f" x {self.accumulation_steps} accumulated" if self.accumulation_steps > 1 else ""
+        return f"world {self.world_size} x {self.per_worker_batch}{accumulated}"
+
+    @property
+    def budget(self) -> dict[str, Any]:
+        """``{kind: amount}``, plus ``stop_at`` when the run stops at a target."""
+        kind = next(kind for kind in BUDGET_KINDS if getattr(self, kind) is not None)
+        budget: dict[str, Any] = {kind: getattr(self, kind)}
+        if self.stop_at is not None:
+            budget["stop_at"] = self.stop_at.model_dump(exclude_none=True)
+        return budget
+
+
+class AnalysisConfig(_Strict):
+    """Measurements a run takes besides its metrics (see ``lbtrain.reports``).
+
+    ``sharpness``: Keskar et al. 2017's sharpness of the final weights on the training set
+    (or its first ``sharpness_samples`` samples), box ``sharpness_epsilon``, full space or a
+    random subspace of ``sharpness_subspace`` dimensions. ``noise_scale``: McCandlish et al.
+    2018's gradient noise scale B_simple, measured inside every train step from
+    ``noise_scale_pieces`` pieces of the global batch (``lbtrain.train_step``; default 2, or the
+    micro-batches), averaged with ``noise_scale_decay`` per step. A simulated single worker with
+    batch norm cannot split its batch: it measures on fresh batches every ``noise_scale_every``
+    steps instead (``lbtrain.callbacks.GradientNoiseScale``, decay ``noise_scale_decay ** every``).
+    ``hessian``: the Hessian's top eigenvalue of the final weights by power iteration (Yao et al.
+    2020), ``pac_bayes``: Jiang et al. 2020's magnitude-aware PAC-Bayes flatness ``1 / sigma'^2``;
+    each on a fixed subset of ``hessian_samples`` / ``pac_bayes_samples`` training samples
+    (seeded by ``training.seed``; null for all), with ``lbtrain.measures.flatness``'s defaults.
+    """
+
+    sharpness: bool = False
+    sharpness_epsilon: float = Field(default=1e-3, gt=0)
+    sharpness_subspace: int | None = Field(default=None, gt=0)
+    sharpness_samples: int | None = Field(default=None, gt=0)
+    hessian: bool = False
+    hessian_samples: int | None = Field(default=500, gt=0)
+    pac_bayes: bool = False
+    pac_bayes_samples: int | None = Field(default=500, gt=0)
+    noise_scale: bool = False
+    noise_scale_every: int = Field(default=10, gt=0)
+    noise_scale_decay: float = Field(default=0.99, ge=0, lt=1)
+    noise_scale_pieces: int | None = Field(default=None, ge=2)
+
+
+# Fields added to runs after studies were committed, with their defaults: a run id hashes such a
+# field only when it is set away from its default (``RunConfig.identity``), so a rerun of a study
+# configured before the field existed finds its runs done.
+LATER_FIELD_DEFAULTS = {"lr.warmup_type": "gradual", "training.accumulation_steps": 1, "training.staleness": 0,
+                        "training.precise_bn_samples": None}
+
+
+class RunConfig(_Strict):
+    """One fully resolved run: what ``trainer.train`` takes and what a run directory records."""
+
+    data: DataConfig = Field(default_factory=DataConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    lr: LRConfig = Field(default_factory=LRConfig)
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)
+
+    @model_validator(mode="after")
+    def _recipe_builds(self) -> "RunConfig":
+        from lbtrain.schedules import build_schedule
+
+        settings = self.training
+        if settings.world_size % settings.micro_batches:
+            raise ValueError(
+                f"training.micro_batches ({settings.micro_batches}) must divide training.world_size "
+                f"({settings.world_size}): each micro-batch holds whole workers' batches"
+            )
+        pieces_requested = self.analysis.noise_scale and self.analysis.noise_scale_pieces is not None
+        if pieces_requested and settings.micro_batches == settings.accumulation_steps == 1:
+            from lbtrain.measures.noise_scale import measurement_pieces
+
+            measurement_pieces(settings.world_size, settings.per_worker_batch, self.analysis.noise_scale_pieces)
+        if settings.samples is not None and settings.samples < self.global_batch:
+            raise ValueError(f"training.samples ({settings.samples}) is less than one global batch ({self.global_batch})")
+        if settings.epochs is not None and self.lr.warmup_epochs > settings.epochs:
+            raise ValueError(f"lr.warmup_epochs ({self.lr.warmup_epochs:g}) is longer than the budget (training.epochs {settings.epochs})")
+        # A nominal long epoch: the checks here are about structure, not about step counts
+        # (step and sample budgets are checked against the dataset by ``schedule``).
+        nominal_epochs = settings.epochs if settings.epochs is not None else self.lr.warmup_epochs + 1
+        build_schedule(
+            self.lr.schedule_spec(), steps_per_epoch=10**6, base_lr=self.lr.base_lr,
+            base_batch=self.lr.base_batch, global_batch=self.global_batch, total_epochs=nominal_epochs,
+        )
+        return self
+
+    @property
+    def global_batch(self) -> int:
+        """``world_size * per_worker_batch * accumulation_steps``: the batch one synchronous
+        update averages over."""
+        from lbtrain.scaling import global_batch_size
+
+        return global_batch_size(self.training.world_size, self.training.update_batch)
+
+    def total_steps(self, steps_per_epoch: int) -> int:
+        """The budget in optimizer steps: ``epochs * steps_per_epoch``, ``steps``, or
+        ``samples // global_batch``; the decay length and the step at which training stops."""
+        settings = self.training
+        if settings.epochs is not None:
+            return settings.epochs * steps_per_epoch
+        if settings.steps is not None:
+            return settings.steps
+        return settings.samples // self.global_batch
+
+    def epochs_to_run(self, steps_per_epoch: int) -> int:
+        """Data epochs ``fit`` is asked for; the last one may stop early at the step budget."""
+        return math.ceil(self.total_steps(steps_per_epoch) / steps_per_epoch)
+
+    def schedule(self, steps_per_epoch: int):
+        """The run's learning-rate schedule (``lbtrain.schedules.build_schedule``) at
+        ``steps_per_epoch``, decaying over the whole budget. A warmup longer than the budget is
+        a ``ConfigError``."""
+        from lbtrain.schedules import build_schedule, epochs_to_steps
+
+        total = self.total_steps(steps_per_epoch)
+        warmup = epochs_to_steps(self.lr.warmup_epochs, steps_per_epoch)
+        if warmup > total:
+            raise ConfigError(
+                f"lr.warmup_epochs ({self.lr.warmup_epochs:g} = {warmup} steps) is longer than the budget "
+                f"({describe_budget(self.training.budget)} = {total} steps at {steps_per_epoch} steps per epoch)"
+            )
+        return build_schedule(
+            self.lr.schedule_spec(), steps_per_epoch=steps_per_epoch, base_lr=self.lr.base_lr, base_batch=self.lr.base_batch,
+            global_batch=self.global_batch, total_epochs=total / steps_per_epoch,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data, as written to ``config.yaml``."""
+        return self.model_dump(mode="json")
+
+    def identity(self) -> dict[str, Any]:
+        """``to_dict`` without the fields of ``LATER_FIELD_DEFAULTS`` that are at their default:
+        what a run's id hashes, so runs configured before such a field existed keep their ids."""
+        data = self.to_dict()
+        for path, default in LATER_FIELD_DEFAULTS.items():
+            section, field = path.split(".")
+            if data[section].get(field) == default:
+                del data[section][field]
+        return data
+
+
+def describe_budget(budget: dict[str, Any]) -> str:
+    """``{"steps": 600, "stop_at": {"train_loss": 0.3}}`` -> ``600 steps, until train loss <= 0.3``.
+
+    >>> describe_budget({"epochs": 3})
+    '3 epochs'
+    """
+    kind = next(kind for kind in BUDGET_KINDS if kind in budget)
+    text = f"{budget[kind]} {kind}"
+    if budget.get("stop_at"):
+        text += f", until {StopAtConfig(**budget['stop_at']).describe()}"
+    return text
+
+
+
+def run_config_from_dict(data: dict[str, Any]) -> RunConfig:
+    """A ``RunConfig`` from plain data; any problem is a one-line ``ConfigError``."""
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(format_validation_error(error)) from None
+

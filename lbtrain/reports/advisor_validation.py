@@ -1,0 +1,455 @@
+"""Validation of ``lbtrain advise`` (issue 17, part 3), rendered from committed outputs.
+
+Per model/dataset pair: the advisor's predicted critical batch (the probe's ``B_simple``, with
+its 95% bootstrap interval, from ``advice.json``) against the critical batch ``B_crit`` measured
+by a steps-to-target study (``report.json`` of ``lbtrain report``: the fit of
+``S(B) = S_min (1 + B_crit / B)``, McCandlish et al. 2018), their ratio and whether it is within
+2x; and ``B_simple`` tracked over a whole training run at the pair's base batch (the per-epoch
+``noise_scale`` of its ``history.csv``: the in-step estimate's moving average at each epoch end)
+beside the validation accuracy, with where the run reaches the study's target and where
+``B_simple`` reaches the measured ``B_crit``.
+
+The raw probe is biased low (B_simple grows as the loss falls), so the advisor also prints a
+calibrated B_crit: B_simple times the geometric mean of the measured / predicted multiples of
+these pairs. That calibration is validated out of sample by leaving one pair out: each pair's
+B_simple times the geometric mean multiple of the *other* pairs, against its measured B_crit.
+
+``write_validation`` writes ``results/advisor_validation/validation.json``, ``validation.md``
+(every number in it comes from the JSON) and ``validation.png`` from the committed outputs: no
+training, no TensorFlow.
+
+    python scripts/validate_advisor.py
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+from lbtrain.reports.tables import markdown_table
+
+logger = logging.getLogger(__name__)
+
+OUTPUT = Path("results") / "advisor_validation"  # relative to the checkout's root
+WITHIN = 2.0  # the issue's tolerance: predicted within a factor 2 of measured
+DESCRIPTION = ("lbtrain advise: predicted critical batch (probe B_simple) vs measured B_crit of steps-to-target "
+               "studies, and B_simple over a whole training run (issue 17, part 3)")
+
+# (label, advice.json, the study's report.json, the tracking run's folder, how the study's runs measured B_simple),
+# paths relative to the checkout's root.
+PAIRS = (
+    ("Fashion-MNIST mlp", "results/advisor_validation/fashion_mnist_mlp/advice.json", "results/critical_batch/report.json",
+     "results/advisor_validation/fashion_mnist_mlp/training_run",
+     "the earlier GradientNoiseScale callback (fresh batches every 10 steps)"),
+    ("MNIST-1D cnn", "results/advisor_validation/mnist1d_cnn/advice.json", "results/advisor_validation_mnist1d/report.json",
+     "results/advisor_validation/mnist1d_cnn/training_run", "the in-step estimator, as the probe"),
+)
+
+
+def _float(value: Any) -> float | None:
+    """A finite float, or None (empty CSV cells, NaN)."""
+    if value is None or value == "":
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _read_history(run_dir: Path) -> list[dict[str, Any]]:
+    with open(run_dir / "history.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _study_wall_seconds(report_path: Path) -> float | None:
+    """The summed wall time of the study's runs (its ``summary.csv``), when recorded."""
+    summary = report_path.parent / "summary.csv"
+    if not summary.is_file():
+        return None
+    with open(summary, newline="") as handle:
+        times = [_float(row.get("wall_time_seconds")) for row in csv.DictReader(handle)]
+    return sum(time for time in times if time is not None) or None
+
+
+def _epochs(history: list[dict[str, Any]], steps_per_epoch: int, metric: str, b_crit: float) -> list[dict[str, Any]]:
+    """Per epoch of a run's ``history.csv``: its step, ``metric``, ``B_simple`` and its pieces,
+    why it is undetermined where it is, and ``B_simple`` as a multiple of ``b_crit``."""
+    from lbtrain.measures.noise_scale import simple_noise_scale
+
+    epochs = []
+    for row in history:
+        epoch = int(row["epoch"])
+        scale = _float(row.get("noise_scale"))
+        trace, norm_sq = _float(row.get("noise_trace")), _float(row.get("gradient_norm_sq"))
+        reason = None
+        if scale is None:
+            reason = simple_noise_scale(trace, norm_sq)[1] if trace is not None and norm_sq is not None else "not logged"
+        epochs.append({"epoch": epoch, "step": epoch * steps_per_epoch, metric: _float(row.get(metric)),
+                       "noise_scale": scale, "noise_trace": trace, "gradient_norm_sq": norm_sq,
+                       "undetermined": reason, "ratio_to_b_crit": None if scale is None else scale / b_crit})
+    return epochs
+
+
+def tracking(root: Path, run_dir: str, target: float, metric: str, b_crit: float) -> dict[str, Any]:
+    """The run's (``run_dir``, relative to ``root``) per-epoch ``B_simple`` and ``metric``; the
+    step at which ``metric`` first reaches ``target`` (``lbtrain.measures.steps_to_target``),
+    ``B_simple`` at the end of that epoch (the report's convention), and the first epoch end whose
+    ``B_simple`` is at least ``b_crit``."""
+    from lbtrain.measures.steps_to_target import steps_to_target
+
+    metrics = json.loads((root / run_dir / "metrics.json").read_text())
+    config = metrics["config"]
+    steps_per_epoch = int(metrics["steps_per_epoch"])
+    epochs = _epochs(_read_history(root / run_dir), steps_per_epoch, metric, b_crit)
+    rows = [{"epoch": e["epoch"], metric: e[metric]} for e in epochs]
+    target_step = steps_to_target(rows, steps_per_epoch, target, metric)
+    at_target = None
+    if target_step is not None:
+        epoch = math.ceil(target_step / steps_per_epoch - 1e-9)
+        row = next(e for e in epochs if e["epoch"] == epoch)
+        at_target = {"epoch": epoch, "step": target_step, "noise_scale": row["noise_scale"],
+                     "ratio_to_b_crit": row["ratio_to_b_crit"]}
+    reaching = next((e for e in epochs if e["noise_scale"] is not None and e["noise_scale"] >= b_crit), None)
+    determined = [e for e in epochs if e["noise_scale"] is not None]
+    largest = max(determined, key=lambda e: e["noise_scale"]) if determined else None
+    return {
+        "run_dir": run_dir,
+        "global_batch": metrics["global_batch"],
+        "learning_rate": metrics["learning_rate"],
+        "rule": config["lr"]["rule"],
+        "warmup_epochs": config["lr"]["warmup_epochs"],
+        "budget": metrics["budget"],
+        "steps_per_epoch": steps_per_epoch,
+        "total_steps": metrics["total_steps"],
+        "wall_time_seconds": metrics.get("wall_time_seconds"),
+        "test_accuracy": metrics["metrics"].get("test_accuracy"),
+        "epochs": epochs,
+        "first_noise_scale": determined[0]["noise_scale"] if determined else None,
+        "largest_noise_scale": None if largest is None else {"epoch": largest["epoch"], "noise_scale": largest["noise_scale"]},
+        "undetermined_epochs": [e["epoch"] for e in epochs if e["noise_scale"] is None],
+        "target_reached": at_target,
+        "reaches_b_crit": None if reaching is None else {"epoch": reaching["epoch"], "step": reaching["step"],
+                                                           "noise_scale": reaching["noise_scale"], metric: reaching[metric]},
+    }
+
+
+def pair(root: Path, label: str, advice_path: str, report_path: str, run_dir: str, study_estimator: str) -> dict[str, Any]:
+    """One pair's prediction, measurement, their comparison and its tracking run (paths relative
+    to ``root``).
+
+    Raises:
+      ReportError: the study's report has no critical-batch fit.
+    """
+    from lbtrain.reports.report import ReportError
+
+    advice = json.loads((root / advice_path).read_text())
+    report = json.loads((root / report_path).read_text())
+    fit = report["critical_batch"]
+    if fit.get("b_crit") is None:
+        raise ReportError(f"{report_path}: no critical-batch fit ({fit.get('note')})")
+    estimate = advice["noise_scale"]
+    predicted, measured = estimate["mean"], fit["b_crit"]
+    ratio = predicted / measured
+    low, high = estimate["low"], estimate["high"]
+    interval_within = None
+    if low is not None and high is not None:
+        inside = [measured / WITHIN <= value <= measured * WITHIN for value in (low, high)]
+        interval_within = "entirely" if all(inside) else "partly" if any(inside) or (low < measured / WITHIN and high > measured * WITHIN) else "no"
+    probe = advice["probe"]
+    track = tracking(root, run_dir, report["target"], report["metric"], measured)
+    at_target = track["target_reached"]
+    study_noise = report.get("noise_scale") or {}
+    return {
+        "pair": label,
+        "model": probe["model"],
+        "dataset": probe["dataset"],
+        "advice": advice_path,
+        "study": report_path,
+        "predicted": {
+            "b_simple": predicted, "low": low, "high": high, "level": estimate["level"], "probe_steps_averaged": estimate["n"],
+            "probe_steps": probe["steps"], "probe_global_batch": probe["global_batch"],
+            "probe_seconds": sum(step["seconds"] for step in advice["steps"]),
+            "recommended_world_size": advice.get("recommended_world_size"),
+        },
+        "measured": {
+            "b_crit": measured, "s_min": fit["s_min"], "e_min": fit["e_min"], "relative_rms": fit["relative_rms"],
+            "batches": fit["batches"], "target": report["target"], "metric": report["metric"], "residuals": fit["residuals"],
+            "b_simple_at_target_in_study": study_noise.get("median"), "study_runs_with_b_simple_at_target": study_noise.get("runs"),
+            "study_b_simple_estimator": study_estimator,
+            "study_wall_seconds": _study_wall_seconds(root / report_path),
+        },
+        "ratio": ratio,
+        "factor_off": max(ratio, 1 / ratio),
+        "within_2x": 1 / WITHIN <= ratio <= WITHIN,
+        "interval_within_2x": interval_within,
+        "tracking": track,
+        "growth_probe_to_target": None if at_target is None or at_target["noise_scale"] is None else at_target["noise_scale"] / predicted,
+    }
+
+
+# Rendering -------------------------------------------------------------------------------
+
+
+def _n(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _verdict(item: dict[str, Any]) -> str:
+    """The pair's sentence: within 2x or not, and, when not, the measured reason."""
+    p, m, t = item["predicted"], item["measured"], item["tracking"]
+    head = (f"**{item['pair']}**: the advisor's probe ({p['probe_steps']} steps at batch {p['probe_global_batch']}) predicts "
+            f"B_simple = {_n(p['b_simple'])} (95% CI {_n(p['low'])} to {_n(p['high'])}); the steps-to-target study measures "
+            f"B_crit = {_n(m['b_crit'])} (to {m['metric']} {m['target']:.3f}, {m['batches']} batch sizes, relative rms error "
+            f"{100 * m['relative_rms']:.1f}%). Ratio predicted / measured = {item['ratio']:.2f}: ")
+    if item["within_2x"]:
+        head += f"**within 2x** (the interval {item['interval_within_2x']} within it)."
+    else:
+        direction = "below" if item["ratio"] < 1 else "above"
+        head += f"**not within 2x**: the prediction is {item['factor_off']:.1f}x {direction} the measured critical batch."
+    at_target, reaching = t["target_reached"], t["reaches_b_crit"]
+    parts = []
+    if at_target is not None and at_target["noise_scale"] is not None:
+        parts.append(f"Over a whole run at batch {t['global_batch']}, B_simple is {_n(at_target['noise_scale'])} at the end of "
+                     f"epoch {at_target['epoch']}, where {m['metric']} first reaches {m['target']:.3f} (step "
+                     f"{_n(at_target['step'])}): {item['growth_probe_to_target']:.1f}x the probe's value and "
+                     f"{at_target['ratio_to_b_crit']:.2f}x the measured B_crit")
+    elif at_target is None:
+        parts.append(f"The tracking run at batch {t['global_batch']} never reaches {m['metric']} {m['target']:.3f}")
+    if reaching is not None:
+        parts.append(f"B_simple first reaches B_crit at the end of epoch {reaching['epoch']} of {len(t['epochs'])} "
+                     f"(step {reaching['step']}, B_simple {_n(reaching['noise_scale'])}, {m['metric']} {reaching[m['metric']]:.4f})")
+    else:
+        largest = t["largest_noise_scale"]
+        parts.append("B_simple never reaches B_crit in the run" +
+                     ("" if largest is None else f" (largest {_n(largest['noise_scale'])}, epoch {largest['epoch']})"))
+    if m["b_simple_at_target_in_study"] is not None:
+        parts.append(f"the study's own runs logged a median B_simple of {_n(m['b_simple_at_target_in_study'])} at the epoch "
+                     f"each reached the target ({m['study_runs_with_b_simple_at_target']} runs; {m['study_b_simple_estimator']})")
+    text = head + " " + "; ".join(parts) + "."
+    if not item["within_2x"] and item["growth_probe_to_target"] is not None:
+        growth, remaining = item["growth_probe_to_target"], at_target["ratio_to_b_crit"]
+        text += f" Measured reason: B_simple grows {growth:.1f}x from the probe to the point where the target is reached"
+        if item["ratio"] < 1 and remaining < 1:
+            text += (f", and there it is still {1 / remaining:.1f}x below B_crit ({growth:.1f} x {1 / remaining:.1f} = "
+                     f"{item['factor_off']:.1f}x, the miss).")
+        else:
+            text += f", where it is {remaining:.2f}x B_crit."
+    return text
+
+
+def leave_one_out(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per pair: the calibrated prediction from the other pairs only, B_simple x the geometric
+    mean of their measured / predicted multiples, its ratio to the measured B_crit and whether
+    it is within 2x. Empty with fewer than two pairs."""
+    multiples = [item["measured"]["b_crit"] / item["predicted"]["b_simple"] for item in pairs]
+    rows = []
+    for index, item in enumerate(pairs):
+        others = [multiple for other, multiple in enumerate(multiples) if other != index]
+        if not others:
+            continue
+        multiple = math.exp(sum(math.log(m) for m in others) / len(others))
+        calibrated = item["predicted"]["b_simple"] * multiple
+        ratio = calibrated / item["measured"]["b_crit"]
+        rows.append({"pair": item["pair"], "calibrated_from": [pairs[other]["pair"] for other in range(len(pairs)) if other != index],
+                     "multiple": multiple, "calibrated_b_crit": calibrated, "measured_b_crit": item["measured"]["b_crit"],
+                     "ratio": ratio, "within_2x": 1 / WITHIN <= ratio <= WITHIN})
+    return rows
+
+
+def _leave_one_out_section(data: dict[str, Any]) -> list[str]:
+    rows = data["leave_one_out"]
+    if not rows:
+        return []
+    return ["## Calibrated prediction, validated by leaving one pair out", "",
+            "`lbtrain advise` also prints a calibrated B_crit: the probe's B_simple times the geometric mean of the "
+            "measured / predicted multiples of these pairs. Fitted on all pairs it cannot be validated on them; here each "
+            "pair is predicted from the other pairs' multiples only.", "",
+            markdown_table(["pair", "calibrated from", "multiple", "calibrated B_crit", "measured B_crit", "calibrated / measured",
+                            "within 2x"],
+                           [[row["pair"], ", ".join(row["calibrated_from"]), f"{row['multiple']:.1f}x", _n(row["calibrated_b_crit"]),
+                             _n(row["measured_b_crit"]), f"{row['ratio']:.2f}", "yes" if row["within_2x"] else "no"] for row in rows]),
+            "",
+            f"Left-out pairs within 2x: {sum(row['within_2x'] for row in rows)} of {len(rows)}. With {len(rows)} pairs this is "
+            "thin evidence: the multiple is a property of the model, data and target, and a new pair may sit outside the "
+            "range these span.", ""]
+
+
+def _pairs_table(pairs: list[dict[str, Any]]) -> str:
+    return markdown_table(
+        ["pair", "probe", "predicted B_simple [95% CI]", "measured B_crit", "fit rms error", "batches fitted", "target",
+         "predicted / measured", "within 2x"],
+        [[item["pair"], f"{item['predicted']['probe_steps']} steps at batch {item['predicted']['probe_global_batch']}",
+          f"{_n(item['predicted']['b_simple'])} [{_n(item['predicted']['low'])}, {_n(item['predicted']['high'])}]",
+          _n(item["measured"]["b_crit"]), f"{100 * item['measured']['relative_rms']:.1f}%", item["measured"]["batches"],
+          f"{item['measured']['metric']} {item['measured']['target']:.3f}", f"{item['ratio']:.2f}",
+          "yes" if item["within_2x"] else "no"] for item in pairs])
+
+
+def _tracking_lines(item: dict[str, Any]) -> list[str]:
+    """One pair's tracking run: its heading, its per-epoch table and how far B_simple grew."""
+    t, m = item["tracking"], item["measured"]
+    lines = [f"### {item['pair']}: batch {t['global_batch']}, lr {t['learning_rate']:g} ({t['rule']} rule, "
+             f"warmup {t['warmup_epochs']:g} epoch{'' if t['warmup_epochs'] == 1 else 's'}, cosine decay), {t['total_steps']} steps, test accuracy {t['test_accuracy']:.4f}",
+             "", f"Measured B_crit {_n(m['b_crit'])}; target {m['metric']} {m['target']:.3f}.", "",
+             markdown_table(["epoch", "step", m["metric"], "B_simple", "B_simple / B_crit"],
+                            [[e["epoch"], e["step"], "-" if e[m["metric"]] is None else f"{e[m['metric']]:.4f}",
+                              f"undetermined ({e['undetermined']})" if e["noise_scale"] is None else _n(e["noise_scale"]),
+                              "-" if e["ratio_to_b_crit"] is None else f"{e['ratio_to_b_crit']:.2f}"]
+                             for e in t["epochs"]]), ""]
+    first, largest = t["first_noise_scale"], t["largest_noise_scale"]
+    if first is not None and largest is not None:
+        lines += [f"B_simple grows from {_n(first)} at the end of epoch 1 to at most {_n(largest['noise_scale'])} "
+                  f"(epoch {largest['epoch']}), {largest['noise_scale'] / first:.0f}x"
+                  + (f"; undetermined at epoch{'s' if len(t['undetermined_epochs']) > 1 else ''} "
+                     f"{', '.join(map(str, t['undetermined_epochs']))}." if t["undetermined_epochs"] else "."), ""]
+    return lines
+
+
+def render_markdown(data: dict[str, Any]) -> str:
+    """``validation.md``: every number in it from ``data`` (``validation``)."""
+    pairs = data["pairs"]
+    lines = [
+        "# Validation of `lbtrain advise`",
+        "",
+        "Rendered by `python scripts/validate_advisor.py` from `validation.json` (every number here is in it). "
+        "The advisor predicts the critical batch B_crit ~ B_noise ~ B_simple (McCandlish et al. 2018) from a short probe at "
+        "the experiment's base batch: B_simple = tr(Sigma) / |G|^2 measured inside every train step, the ratio of the mean "
+        "estimates over the probe's second half with a 95% bootstrap interval over its steps. The measured B_crit is the fit "
+        "of S(B) = S_min (1 + B_crit / B) to the fewest steps to the target at each global batch of a steps-to-target study "
+        "(`lbtrain report`, best recipe per batch). Within 2x means 0.5 <= predicted / measured <= 2.",
+        "",
+        _pairs_table(pairs),
+        "",
+        f"Within 2x on {sum(item['within_2x'] for item in pairs)} of {len(pairs)} pairs.",
+        "",
+    ]
+    lines += [_verdict(item) + "\n" for item in pairs]
+    lines += _leave_one_out_section(data)
+    lines += ["![predicted vs measured critical batch; B_simple over training](validation.png)", "",
+              "## B_simple over a whole training run", "",
+              "The per-epoch `noise_scale` of one run at each pair's base batch (the in-step estimate's moving average at the "
+              "epoch's end), its validation accuracy, and B_simple as a multiple of the measured B_crit. *undetermined* (with the "
+              "reason): no B_simple is logged, e.g. the averaged |G|^2 estimate is not positive, the true gradient being small "
+              "against its noise late in training.", ""]
+    for item in pairs:
+        lines += _tracking_lines(item)
+    lines += ["## Compute", "",
+              markdown_table(["pair", "advisor probe steps (s, summed step times)", "tracking run wall (s)", "study runs wall (s, summed)"],
+                             [[item["pair"], _n(item["predicted"]["probe_seconds"], 1), _n(item["tracking"]["wall_time_seconds"], 1),
+                               _n(item["measured"]["study_wall_seconds"], 0)] for item in pairs]), ""]
+    return "\n".join(lines)
+
+
+def _interval(label: str, x: float, low: float | None, high: float | None) -> list:
+    """A 95% interval as a vertical segment in ``label``'s colour (``Line``'s own band would be
+    labelled a bootstrap over seeds; this one is over the probe's steps)."""
+    from lbtrain.reports.plots import Line
+
+    return [] if low is None or high is None else [Line(label, [x, x], [low, high])]
+
+
+PROBE_LABEL = "advisor probe, 95% CI (1 epoch)"
+
+
+def _prediction_panel(pairs: list[dict[str, Any]]) -> list[Any]:
+    """Predicted B_simple (with its 95% interval) against the measured B_crit per pair, with the
+    identity and the 2x lines."""
+    from lbtrain.reports.plots import Line
+
+    values = [v for item in pairs for v in (item["measured"]["b_crit"], item["predicted"]["b_simple"], item["predicted"]["low"],
+                                            item["predicted"]["high"]) if v is not None]
+    span = [min(values) / WITHIN, max(values) * WITHIN]
+    panel = []
+    for item in pairs:
+        x = round(item["measured"]["b_crit"])  # the tick label; the JSON keeps the fitted value
+        panel += [Line(item["pair"], [x], [item["predicted"]["b_simple"]]),
+                  *_interval(item["pair"], x, item["predicted"]["low"], item["predicted"]["high"])]
+    return panel + [Line("predicted = measured", span, span, reference=True),
+                    Line(f"{WITHIN:g}x off", span, [v * WITHIN for v in span], reference=True),
+                    Line(f"{WITHIN:g}x off", span, [v / WITHIN for v in span], reference=True)]
+
+
+def _tracking_panel(item: dict[str, Any]) -> list[Any]:
+    """A pair's B_simple over the training epochs (the line broken at undetermined epochs), the
+    measured B_crit as a horizontal reference and the probe's value at epoch 1."""
+    from lbtrain.reports.plots import Line
+
+    xs = [e["epoch"] for e in item["tracking"]["epochs"]]
+    segments: list[list[dict[str, Any]]] = [[]]  # broken where B_simple is undetermined
+    for e in item["tracking"]["epochs"]:
+        if e["noise_scale"] is None:
+            segments.append([])
+        else:
+            segments[-1].append(e)
+    return [
+        *(Line(item["pair"], [e["epoch"] for e in segment], [e["noise_scale"] for e in segment]) for segment in segments if segment),
+        Line(PROBE_LABEL, [1], [item["predicted"]["b_simple"]]),
+        *_interval(PROBE_LABEL, 1, item["predicted"]["low"], item["predicted"]["high"]),
+        Line("measured B_crit", [min(xs), max(xs)], [item["measured"]["b_crit"]] * 2, reference=True),
+    ]
+
+
+def plot(data: dict[str, Any], path: Path) -> Path:
+    """``validation.png``: the prediction against the measurement (``_prediction_panel``), then per
+    pair B_simple over its tracking run (``_tracking_panel``). Drawn by
+    ``lbtrain.reports.plots.draw_panels`` (what ``plot_panels`` saves) on a log2 batch axis; the
+    epoch panels are then put on a linear axis."""
+    from matplotlib.ticker import MaxNLocator
+
+    from lbtrain.files import write_atomic
+    from lbtrain.reports.plots import draw_panels
+
+    panels = {"advisor's B_simple (95% CI) vs measured B_crit": _prediction_panel(data["pairs"])}
+    for item in data["pairs"]:
+        panels[f"B_simple over training: {item['pair']} (batch {item['tracking']['global_batch']})"] = _tracking_panel(item)
+    figure = draw_panels(panels, xlabel="epoch", ylabel="B_simple", log2_x=True, log_y=True, share_y=False)
+    axes = [a for a in figure.axes if a.get_visible()][:len(panels)]
+    axes[0].set_xlabel("measured B_crit (steps-to-target fit)")
+    axes[0].set_ylabel("predicted B_simple (advisor probe)")
+    for panel in axes[1:]:
+        panel.set_xscale("linear")
+        panel.xaxis.set_major_locator(MaxNLocator(integer=True))
+    image = io.BytesIO()
+    figure.savefig(image, format="png", dpi=100)
+    return write_atomic(path, image.getvalue())
+
+
+# The validation ------------------------------------------------------------------------------
+
+
+def validation(root: Path, pairs: tuple[tuple[str, str, str, str, str], ...] = PAIRS) -> dict[str, Any]:
+    """The record ``validation.json`` holds: every pair (``pair``), how many are within 2x, and
+    the calibration validated by leaving one pair out; ``pairs`` as ``PAIRS``, relative to ``root``."""
+    data = {"description": DESCRIPTION, "tolerance": WITHIN, "pairs": [pair(root, *spec) for spec in pairs]}
+    data["within_2x"] = sum(item["within_2x"] for item in data["pairs"])
+    data["leave_one_out"] = leave_one_out(data["pairs"])
+    return data
+
+
+def write_validation(root: Path) -> dict[str, Any]:
+    """Writes ``validation.json``, ``validation.md`` and ``validation.png`` into ``root``'s
+    ``results/advisor_validation`` from the committed outputs of ``PAIRS``; returns the record."""
+    from lbtrain.files import write_atomic
+
+    data = validation(root)
+    output = root / OUTPUT
+    output.mkdir(parents=True, exist_ok=True)
+    write_atomic(output / "validation.json", (json.dumps(data, indent=2, allow_nan=False) + "\n").encode())
+    write_atomic(output / "validation.md", render_markdown(data).encode())
+    plot(data, output / "validation.png")
+    logger.info("wrote %s, validation.md, validation.png", output / "validation.json")
+    return data
+
+
+def summary_lines(data: dict[str, Any]) -> list[str]:
+    """One line per pair (predicted, measured, ratio, within 2x) and per left-out pair."""
+    lines = [f"{item['pair']}: predicted {item['predicted']['b_simple']:.0f} [{item['predicted']['low']:.0f}, "
+             f"{item['predicted']['high']:.0f}], measured {item['measured']['b_crit']:.0f}, ratio {item['ratio']:.2f}, "
+             f"within 2x: {'yes' if item['within_2x'] else 'no'}" for item in data["pairs"]]
+    lines += [f"{row['pair']}, calibrated from {', '.join(row['calibrated_from'])}: {row['calibrated_b_crit']:.0f} vs "
+              f"{row['measured_b_crit']:.0f}, ratio {row['ratio']:.2f}, within 2x: {'yes' if row['within_2x'] else 'no'}"
+              for row in data["leave_one_out"]]
+    return lines

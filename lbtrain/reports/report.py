@@ -1,0 +1,653 @@
+"""``lbtrain report results/<name>``: an experiment's runs (and sweep, if any) as ``report.md``,
+``report.json`` and ``figures/*.png``.
+
+Sections: accuracy and generalization gap per recipe and global batch (mean, 95% bootstrap
+interval and n over seeds) with the large-batch gap against a small-batch reference; learning
+curves per world size; the learning-rate schedules the runs applied; steps to a target
+validation accuracy per batch size with the perfect-scaling line (Shallue et al. 2018) and the
+critical batch fitted to them (McCandlish et al. 2018) beside the measured gradient noise
+scale; sharpness (Keskar et al. 2017), the top Hessian eigenvalue (Yao et al. 2020) and the
+magnitude-aware PAC-Bayes flatness (Jiang et al. 2020) when measured; the sweep's tuned
+learning rate per batch with linear and sqrt reference lines; and a plain list of where a
+recipe failed.
+
+Numbers in prose come from the data: every sentence that states a number is a template filled
+from a record that ``report.json`` holds (``lbtrain.reports.prose`` checks it). Figures are
+drawn from records built here (``Line``, ``Mark``), one colour per recipe in every figure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import yaml
+
+from lbtrain.files import write_atomic, write_json_atomic
+from lbtrain.measures.noise_scale import simple_noise_scale
+from lbtrain.measures.steps_to_target import steps_to_target
+from lbtrain.reports.plots import Line, Mark, plot_panels, recipe_colors
+from lbtrain.reports.scaling_laws import CriticalBatchFit, critical_batch, reachable_target
+from lbtrain.reports.statistics import DEFAULT_LEVEL, Estimate
+from lbtrain.reports.tables import (
+    Aggregate,
+    RunRecord,
+    aggregate,
+    column,
+    final_metric,
+    large_batch_gap,
+    load_records,
+    markdown_table,
+    peak_values,
+    read_summary,
+    recipes,
+)
+from lbtrain.results import (
+    EXPERIMENT_FILE,
+    FIGURES_FOLDER,
+    REPORT_FILE,
+    REPORT_JSON,
+    STATUSES,
+    SUMMARY_FILE,
+    SWEEP_FIT_FILE,
+    SWEEP_SUMMARY_FILE,
+    finite_or_none,
+)
+
+# A recipe "fails" at a batch when it loses this much test accuracy against its small-batch reference.
+FAILURE_DROP = 0.01
+BATCH_AXIS = {"xlabel": "global batch", "log2_x": True}
+
+
+class ReportError(ValueError):
+    """A results folder a report cannot be made of; the message is one line."""
+
+
+def _estimate_record(estimate: Estimate | None) -> dict[str, Any] | None:
+    return None if estimate is None else dataclasses.asdict(estimate)
+
+
+# Figure records -------------------------------------------------------------------------------
+
+
+def status_marks(records: Sequence[RunRecord]) -> list[Mark]:
+    """One mark per (recipe, global batch, status) of the runs that were not ok, counting them,
+    on the bottom edge at their batch: a diverged recipe never vanishes from a figure."""
+    counts: dict[tuple[str, int, str], int] = {}
+    for record in records:
+        if not record.ok:
+            key = (record.recipe, record.global_batch, str(record.row["status"]))
+            counts[key] = counts.get(key, 0) + 1
+    return [Mark(status, recipe, batch, count=count) for (recipe, batch, status), count in counts.items()]
+
+
+def arm_positions(records: Sequence[RunRecord]) -> dict[tuple[str, int], int] | None:
+    """Positions on a categorical x axis, one per (recipe, global batch) in recipe order, when
+    every recipe ran at one batch and some batch holds several recipes (arms compared at one
+    batch, as keskar_v2's): on a batch axis they would sit on top of each other. None when a
+    batch axis can show them apart."""
+    batches: dict[str, set[int]] = {}
+    for record in records:
+        batches.setdefault(record.recipe, set()).add(record.global_batch)
+    singles = [next(iter(sizes)) for sizes in batches.values() if len(sizes) == 1]
+    if len(singles) < len(batches) or len(set(singles)) == len(singles):
+        return None
+    return {(recipe, next(iter(sizes))): index for index, (recipe, sizes) in enumerate(batches.items(), start=1)}
+
+
+def on_arm_axis(items: Sequence[Line | Mark], positions: dict[tuple[str, int], int]) -> list[Line | Mark]:
+    """Lines and marks with each batch replaced by its arm's position (``arm_positions``)."""
+    return [dataclasses.replace(item, x=[positions[(item.label, batch)] for batch in item.x]) if isinstance(item, Line)
+            else dataclasses.replace(item, x=positions[(item.recipe, item.x)]) for item in items]
+
+
+def comparison_axis(records: Sequence[RunRecord], panels: dict[str, list[Line | Mark]]) -> tuple[dict[str, list[Line | Mark]], dict[str, Any]]:
+    """The panels of a figure of values per (recipe, batch) and its axis options: a log2 batch
+    axis, or one position per arm (``arm_positions``) labelled with the recipe and its batch."""
+    positions = arm_positions(records)
+    if positions is None:
+        return panels, BATCH_AXIS
+    labels = {position: f"{recipe} ({batch})" for (recipe, batch), position in positions.items()}
+    return ({title: on_arm_axis(items, positions) for title, items in panels.items()},
+            {"xlabel": "arm (global batch)", "log2_x": False, "x_labels": labels})
+
+
+def batch_lines(items: Sequence[Aggregate], names: Sequence[str]) -> list[Line]:
+    """Per recipe, its mean at each global batch with ok runs, and the 95% bootstrap band
+    where two or more seeds gave a value."""
+    lines = []
+    for recipe in names:
+        mine = [item for item in items if item.recipe == recipe and item.mean is not None]
+        estimates = [item.estimate() for item in mine]
+        if mine:
+            lines.append(Line(recipe, [item.global_batch for item in mine], [e.mean for e in estimates],
+                              low=[e.low if e.n > 1 else None for e in estimates],
+                              high=[e.high if e.n > 1 else None for e in estimates]))
+    return lines
+
+
+def curve_metric(records: Sequence[RunRecord]) -> str:
+    """``val_accuracy`` when every run has a validation split, else the training ``accuracy``."""
+    return "val_accuracy" if all(r.result.history and "val_accuracy" in r.result.history[0] for r in records) else "accuracy"
+
+
+def _curve(record: RunRecord, metric: str) -> list[float]:
+    return [math.nan if row.get(metric) is None else float(row[metric]) for row in record.result.history]
+
+
+def _mean_curve(curves: Sequence[list[float]]) -> list[float]:
+    """Per epoch, the mean of the finite values of the curves that reached it (NaN if none)."""
+    means = []
+    for epoch in range(max(len(curve) for curve in curves)):
+        values = [curve[epoch] for curve in curves if epoch < len(curve) and math.isfinite(curve[epoch])]
+        means.append(statistics.fmean(values) if values else math.nan)
+    return means
+
+
+def _end_mark(record: RunRecord, curve: list[float]) -> Mark:
+    """Where a run that was not ok ended: its last finite value, or the bottom edge at epoch 1."""
+    finite = [(epoch, value) for epoch, value in enumerate(curve, 1) if math.isfinite(value)]
+    epoch, value = finite[-1] if finite else (1, None)
+    return Mark(str(record.row["status"]), record.recipe, epoch, value)
+
+
+def learning_curves(records: Sequence[RunRecord], metric: str) -> dict[str, list[Line | Mark]]:
+    """One panel per world size: a thin line per run (seed) in its recipe's colour, a thick
+    line for the mean over a recipe's ok seeds where there are two or more, and a mark where
+    each run that was not ok ended."""
+    panels: dict[str, list[Line | Mark]] = {}
+    for batch in sorted({r.global_batch for r in records}):
+        at_batch = [r for r in records if r.global_batch == batch]
+        panel = panels.setdefault(f"world {at_batch[0].row['world_size']} (batch {batch})", [])
+        for recipe in recipes(at_batch):
+            mine = [r for r in at_batch if r.recipe == recipe and r.result.history]
+            curves = {id(r): _curve(r, metric) for r in mine}
+            panel += [Line(recipe, list(range(1, len(curves[id(r)]) + 1)), curves[id(r)], thin=True) for r in mine]
+            ok = [curves[id(r)] for r in mine if r.ok]
+            if len(ok) > 1:
+                mean = _mean_curve(ok)
+                panel.append(Line(recipe, list(range(1, len(mean) + 1)), mean))
+            panel += [_end_mark(r, curves[id(r)]) for r in mine if not r.ok]
+    return panels
+
+
+def applied_schedules(records: Sequence[RunRecord]) -> dict[str, list[Line]]:
+    """One panel per world size, one line per recipe: the learning rate of every step the run
+    took (its schedule rebuilt from the resolved config, as ``RunConfig.schedule`` made it), over
+    epochs. Seeds share a schedule, so the seed that trained longest stands for all."""
+    from lbtrain.config import run_config_from_dict
+    from lbtrain.schedules import schedule_values
+
+    panels: dict[str, list[Line]] = {}
+    for batch in sorted({r.global_batch for r in records}):
+        at_batch = [r for r in records if r.global_batch == batch]
+        for recipe in recipes(at_batch):
+            result = max((r.result for r in at_batch if r.recipe == recipe), key=lambda result: result.total_steps or 0)
+            if not result.steps_per_epoch or not result.total_steps:
+                continue
+            schedule = run_config_from_dict(result.config).schedule(result.steps_per_epoch)
+            steps = result.total_steps
+            panels.setdefault(f"world {at_batch[0].row['world_size']} (batch {batch})", []).append(
+                Line(recipe, [step / result.steps_per_epoch for step in range(steps)], list(schedule_values(schedule, steps))))
+    return panels
+
+
+# Steps to target, critical batch, noise scale ---------------------------------------------
+
+
+def _reached_in_first_epoch(record: RunRecord, target: float, metric: str) -> bool:
+    first = record.result.history[0].get(metric) if record.result.history else None
+    return first is not None and first >= target
+
+
+def steps_rows(records: Sequence[RunRecord], target: float, metric: str) -> list[dict[str, Any]]:
+    """Per (recipe, global batch): mean steps to ``target`` over the seeds that reached it, with
+    its 95% bootstrap interval (``low``, ``high``); ``reached`` of ``ok_runs`` ok runs (of
+    ``runs``); ``upper_bound`` when a seed reached it by the end of its first epoch (the first
+    point measured), so the true count may be lower."""
+    rows = []
+    for item in aggregate(records, lambda r: steps_to_target(r.result.history, r.result.steps_per_epoch, target, metric)):
+        group = [r for r in records if r.recipe == item.recipe and r.global_batch == item.global_batch]
+        estimate = item.estimate()
+        rows.append({"recipe": item.recipe, "global_batch": item.global_batch, "world_size": item.world_size,
+                     "steps_to_target": item.mean, "low": estimate.low, "high": estimate.high, "reached": item.runs,
+                     "ok_runs": item.ok_runs, "runs": len(group),
+                     "upper_bound": any(r.ok and _reached_in_first_epoch(r, target, metric) for r in group)})
+    return rows
+
+
+def best_steps(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per global batch, the recipe that reached the target in the fewest steps (Shallue et al.
+    tune per batch size; the best recipe stands in for the tuned one)."""
+    best: dict[int, dict[str, Any]] = {}
+    for row in rows:
+        if row["steps_to_target"] is None:
+            continue
+        current = best.get(row["global_batch"])
+        if current is None or row["steps_to_target"] < current["steps_to_target"]:
+            best[row["global_batch"]] = row
+    return [best[batch] for batch in sorted(best)]
+
+
+def _steps_text(row: dict[str, Any]) -> str:
+    if row["steps_to_target"] is None:
+        return "-"
+    return ("≤" if row["upper_bound"] else "") + f"{row['steps_to_target']:.0f}"
+
+
+def steps_panel(rows: Sequence[dict[str, Any]], records: Sequence[RunRecord], fit: CriticalBatchFit) -> list[Line | Mark]:
+    """Per recipe, measured steps (with bands) as a line; upper bounds as down-pointing marks;
+    ok runs that never reached the target as marks on the top edge; runs that were not ok on
+    the bottom edge; the perfect-scaling line through the smallest measured (not bound) batch
+    of the best recipes, and the critical-batch fit when there is one."""
+    items: list[Line | Mark] = []
+    for recipe in recipes(records):
+        measured = [r for r in rows if r["recipe"] == recipe and r["steps_to_target"] is not None and not r["upper_bound"]]
+        if measured:
+            items.append(Line(recipe, [r["global_batch"] for r in measured], [r["steps_to_target"] for r in measured],
+                              low=[r["low"] if r["reached"] > 1 else None for r in measured],
+                              high=[r["high"] if r["reached"] > 1 else None for r in measured]))
+        mine = [r for r in rows if r["recipe"] == recipe]
+        items += [Mark("upper bound", recipe, r["global_batch"], r["steps_to_target"]) for r in mine
+                  if r["upper_bound"] and r["steps_to_target"] is not None]
+        items += [Mark("not reached", recipe, r["global_batch"], count=r["ok_runs"] - r["reached"]) for r in mine
+                  if r["ok_runs"] > r["reached"]]
+    items += status_marks(records)
+    best = [row for row in best_steps(rows) if not row["upper_bound"]]
+    if best:
+        batches, anchor = [row["global_batch"] for row in best], best[0]
+        items.append(Line("perfect scaling", batches, [anchor["steps_to_target"] * anchor["global_batch"] / b for b in batches],
+                          reference=True))
+    if fit.fitted:
+        batches = [point["global_batch"] for point in fit.residuals]
+        low, high = min(batches), max(batches)
+        grid = [low * (high / low) ** (i / 49) for i in range(50)]
+        items.append(Line(f"fit, B_crit = {fit.b_crit:.0f}", grid, [fit.steps(b) for b in grid], reference=True))
+    return items
+
+
+def noise_scale_at_target(records: Sequence[RunRecord], target: float, metric: str) -> list[dict[str, Any]]:
+    """Per ok run that reached ``target``: the gradient noise scale it logged at the end of the
+    epoch in which ``metric`` first reached it (McCandlish et al. predict the critical batch for
+    a target from B_simple measured where training reaches it; it grows as the loss falls).
+
+    Each record has ``recipe``, ``global_batch``, ``seed``, ``epoch``, ``noise_scale`` (None when
+    undetermined) and ``undetermined`` (the reason, or None), both from the logged ``noise_trace``
+    and ``gradient_norm_sq`` by ``simple_noise_scale``. Runs that did not measure it are left out."""
+    found = []
+    for record in (r for r in records if r.ok):
+        row = next((row for row in record.result.history if (row.get(metric) or -math.inf) >= target), None)
+        if row is None or row.get("noise_trace") is None or row.get("gradient_norm_sq") is None:
+            continue
+        scale, reason = simple_noise_scale(float(row["noise_trace"]), float(row["gradient_norm_sq"]))
+        found.append({"recipe": record.recipe, "global_batch": record.global_batch, "seed": record.row.get("seed"),
+                      "epoch": row.get("epoch"), "noise_scale": None if reason else scale, "undetermined": reason})
+    return found
+
+
+def noise_scale_summary(found: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The median of the determined noise scales over runs, how many there were, and how many
+    runs were undetermined for each reason."""
+    values = [item["noise_scale"] for item in found if item["noise_scale"] is not None]
+    reasons = [item["undetermined"] for item in found if item["undetermined"]]
+    return {"median": statistics.median(values) if values else None, "runs": len(values),
+            "undetermined": {reason: reasons.count(reason) for reason in dict.fromkeys(reasons)}}
+
+
+def noise_scale_sentence(summary: dict[str, Any]) -> str:
+    """Where the noise scale came from, and the runs where it was undetermined, with the reason."""
+    undetermined = "; ".join(f"{count} run{'s' if count > 1 else ''} undetermined ({reason})"
+                             for reason, count in summary["undetermined"].items())
+    if summary["median"] is None:
+        return f"Gradient noise scale at the target: {undetermined}." if undetermined else ""
+    text = (f"B_simple is the median over {summary['runs']} runs of the gradient noise scale logged at the end of the "
+            f"epoch each reached the target")
+    return text + (f"; {undetermined}, left out." if undetermined else ".")
+
+
+# Failures ------------------------------------------------------------------------------------
+
+
+def failures(records: Sequence[RunRecord], test_accuracy: Sequence[Aggregate]) -> list[dict[str, Any]]:
+    """Records: every run that was not ok (``kind`` "status", with its reason), then every
+    recipe and batch whose test accuracy is ``FAILURE_DROP`` or more below its small-batch
+    reference (``kind`` "drop", the ``large_batch_gap`` estimate)."""
+    found = [{"kind": "status", "recipe": r.recipe, "global_batch": r.global_batch, "world_size": r.row["world_size"],
+              "seed": r.row["seed"], "learning_rate": float(r.row["learning_rate"]), "status": r.row["status"],
+              "reason": r.row.get("reason") or "no reason recorded"} for r in records if not r.ok]
+    for item, drop in large_batch_gap(test_accuracy):
+        if drop is not None and drop.mean is not None and drop.mean >= FAILURE_DROP:
+            found.append({"kind": "drop", "recipe": item.recipe, "global_batch": item.global_batch, "drop": _estimate_record(drop)})
+    return found
+
+
+def failure_sentence(failure: dict[str, Any]) -> str:
+    """One failure record as a sentence."""
+    if failure["kind"] == "status":
+        return (f"`{failure['recipe']}` at global batch {failure['global_batch']} (world {failure['world_size']}, seed "
+                f"{failure['seed']}, lr {failure['learning_rate']:.4g}) {failure['status']}: {failure['reason']}")
+    drop = failure["drop"]
+    interval = f" ({100 * drop['level']:.0f}% CI {100 * drop['low']:.1f} to {100 * drop['high']:.1f}, n={drop['n']})" \
+        if drop["n"] > 1 else " (n=1)"
+    return (f"`{failure['recipe']}` at global batch {failure['global_batch']} loses {100 * drop['mean']:.1f} points of test "
+            f"accuracy against the small-batch reference{interval}")
+
+
+def budgets_text(records: Sequence[RunRecord]) -> str:
+    """The budgets the runs were given, as the summary states them ("10 epochs"; several joined
+    by "; "), so every comparison says whether it was at equal epochs, steps or samples."""
+    return "; ".join(dict.fromkeys(str(r.row.get("budget") or f"{r.row.get('epochs')} epochs") for r in records))
+
+
+def machine_minutes(results_dir: Path) -> dict[str, float | None]:
+    """What a results folder cost in machine minutes: ``runs``, its runs' wall times
+    (``summary.csv``), and ``tuning_trials``, its tuning trials' (start to completion, every
+    study of its storage: ``lbtrain.reports.tuning``; None without a storage)."""
+    from lbtrain.reports.tuning import StorageReadError, results_storage, trial_seconds
+
+    summary = results_dir / SUMMARY_FILE
+    runs = sum(float(row.get("wall_time_seconds") or 0) for row in read_summary(summary)) / 60 if summary.is_file() else 0.0
+    storage = results_storage(results_dir)
+    try:
+        return {"runs": runs, "tuning_trials": None if storage is None else trial_seconds(storage) / 60}
+    except StorageReadError as error:
+        raise ReportError(str(error)) from error
+
+
+def machine_time_sentence(minutes: dict[str, float | None]) -> str:
+    """``Machine time: 132 minutes of runs and 65 minutes of tuning trials (...)`` (``machine_minutes``)."""
+    trials = minutes.get("tuning_trials")
+    if trials is None:
+        return f"Machine time: {minutes['runs']:.0f} minutes of runs (their wall times)."
+    return (f"Machine time: {minutes['runs']:.0f} minutes of runs and {trials:.0f} minutes of tuning trials "
+            "(the runs' wall times, and the trials' from optuna.db).")
+
+
+# The report ---------------------------------------------------------------------------------
+
+
+class _Report:
+    """Collects Markdown sections, figures and the JSON record for one results folder."""
+
+    def __init__(self, results_dir: Path, colors: dict[str, str]):
+        self.results_dir = results_dir
+        self.figures = results_dir / FIGURES_FOLDER
+        self.colors = colors
+        self.sections: list[str] = []
+        self.summary: dict[str, Any] = {"confidence_level": DEFAULT_LEVEL, "failure_drop": FAILURE_DROP}
+
+    def figure(self, name: str, panels: dict[str, list[Line | Mark]], caption: str, **options) -> None:
+        if any(panels.values()):
+            plot_panels(panels, self.figures / name, colors=self.colors, **options)
+            self.sections.append(f"![{caption}]({FIGURES_FOLDER}/{name})")
+
+    def add(self, *parts: str) -> None:
+        self.sections.extend(part for part in parts if part)
+
+
+def _accuracy_section(report: _Report, records: Sequence[RunRecord]) -> list[Aggregate]:
+    test = aggregate(records, column("test_accuracy"))
+    train = {(a.recipe, a.global_batch): a for a in aggregate(records, column("train_accuracy"))}
+    gap = {(a.recipe, a.global_batch): a for a in aggregate(records, column("gap_accuracy"))}
+    rates = {(r.recipe, r.global_batch): float(r.row["learning_rate"]) for r in records}
+    entries, rows = [], []
+    for item, drop in large_batch_gap(test):
+        key = (item.recipe, item.global_batch)
+        estimate = item.estimate()
+        entries.append({"recipe": item.recipe, "world_size": item.world_size, "global_batch": item.global_batch,
+                        "learning_rate": rates[key], "test_accuracy": item.mean, "low": estimate.low, "high": estimate.high,
+                        "std": item.std, "runs": item.runs, "ok_runs": item.ok_runs, "total": item.total, "excluded": item.excluded,
+                        "train_accuracy": _estimate_record(train[key].estimate()), "gap_accuracy": _estimate_record(gap[key].estimate()),
+                        "large_batch_gap": _estimate_record(drop)})
+        rows.append([item.recipe, item.world_size, item.global_batch, f"{rates[key]:.4g}", train[key].describe(), item.describe(),
+                     gap[key].describe(), "reference" if drop is None else drop.describe(4), item.count_text()])
+    report.summary["accuracy"] = entries
+    report.add("## Accuracy and generalization gap",
+               f"Budget: {budgets_text(records)}. Final accuracy on the full train and test sets: mean [{100 * DEFAULT_LEVEL:.0f}% "
+               "bootstrap confidence interval] (n) over the seeds whose run was judged ok (diverged, collapsed and failed runs "
+               "are counted in *runs*, never averaged in). *gap* = train − test accuracy; *large-batch gap* = test accuracy at "
+               "the recipe's smallest batch (for a recipe run at one batch only: at the experiment's smallest batch, its "
+               "recipes pooled) − test accuracy here, the interval resampling both groups' seeds.",
+               markdown_table(["recipe", "world", "global batch", "lr", "train acc", "test acc", "gap", "large-batch gap", "runs"], rows))
+    names, marks = recipes(records), status_marks(records)
+    panels, axis = comparison_axis(records, {"test accuracy": [*batch_lines(test, names), *marks]})
+    report.figure("accuracy_vs_batch.png", panels, "test accuracy vs global batch", ylabel="test accuracy", **axis)
+    panels, axis = comparison_axis(records, {"generalization gap (train - test accuracy)": [*batch_lines(list(gap.values()), names), *marks]})
+    report.figure("gap_vs_batch.png", panels, "generalization gap vs global batch", ylabel="train - test accuracy", **axis)
+    return test
+
+
+def _default_target(records: Sequence[RunRecord], metric: str) -> float:
+    return reachable_target(peak_values(records, metric, lambda record: record.global_batch).values())
+
+
+def _steps_section(report: _Report, records: Sequence[RunRecord], target: float | None, metric: str) -> None:
+    if not any(r.ok for r in records):
+        return
+    target = _default_target(records, metric) if target is None else target
+    rows = steps_rows(records, target, metric)
+    best = best_steps(rows)
+    noise = noise_scale_at_target(records, target, metric)
+    noise_summary = noise_scale_summary(noise)
+    fit = critical_batch([row for row in best if not row["upper_bound"]], noise_scale=noise_summary["median"])
+    report.summary.update({"target": target, "metric": metric, "steps_to_target": rows, "critical_batch": fit.to_dict()})
+    if noise:
+        report.summary["noise_scale"] = {**noise_summary, "runs_at_target": noise}
+    report.add(
+        "## Steps to target",
+        f"Optimizer steps until `{metric}` first reaches **{target:.3f}** (interpolated between epoch ends; mean over the seeds "
+        f"that reached it). Perfect scaling halves the steps when the batch doubles (Shallue et al. 2018). "
+        f"≤ marks a count reached by the end of the first epoch, the first point measured: an upper bound.",
+        markdown_table(["recipe", "global batch", "steps to target", "reached"],
+                       [[row["recipe"], row["global_batch"], _steps_text(row), f"{row['reached']}/{row['runs']}"] for row in rows]),
+        "### Critical batch (McCandlish et al. 2018)",
+        f"`S(B) = S_min (1 + B_crit / B)` fitted to the fewest steps at each batch (the best recipe there; upper bounds left "
+        f"out; a fit needs {fit.min_batches} batch sizes or more): {fit.describe()}.",
+        noise_scale_sentence(noise_summary) if noise else "",
+    )
+    if fit.fitted:
+        recipe_of = {row["global_batch"]: row["recipe"] for row in best}
+        report.add(markdown_table(
+            ["global batch", "best recipe", "measured steps", "fitted steps", "residual"],
+            [[point["global_batch"], recipe_of[point["global_batch"]], f"{point['steps']:.0f}", f"{point['fitted_steps']:.0f}",
+              f"{100 * point['relative_residual']:+.1f}%"] for point in fit.residuals]))
+    report.figure("steps_to_target.png", {f"steps to {metric} >= {target:.3f}": steps_panel(rows, records, fit)},
+                  "steps to target vs global batch", ylabel="steps", log_y=True, **BATCH_AXIS)
+
+
+@dataclasses.dataclass(frozen=True)
+class FlatnessMeasure:
+    """A flatness measure the report shows when runs measured it: its key in the run's metrics
+    and in ``report.json``, its column header, its heading (with citation), the sentence that
+    defines it and the decimals of its cells."""
+
+    key: str
+    header: str
+    heading: str
+    definition: str
+    value_of: Callable[[RunRecord], Any]
+    digits: int
+
+
+FLATNESS_MEASURES = (
+    FlatnessMeasure("sharpness", "sharpness", "Sharpness (Keskar et al. 2017)",
+                    "Sharpness of the final weights: `100 (max f(x + y) − f(x)) / (1 + f(x))` over the box "
+                    "`|y_i| ≤ ε (|x_i| + 1)`, maximised by L-BFGS-B as in the paper.", column("sharpness"), 2),
+    FlatnessMeasure("hessian_top_eigenvalue", "top Hessian eigenvalue", "top Hessian eigenvalue (Yao et al. 2020)",
+                    "Top Hessian eigenvalue of the final weights: `λ_max(∇²f)` by power iteration on Hessian-vector "
+                    "products over a fixed subset of the training set.", final_metric("hessian_top_eigenvalue"), 3),
+    FlatnessMeasure("pac_bayes_flatness", "PAC-Bayes flatness", "magnitude-aware PAC-Bayes flatness (Jiang et al. 2020)",
+                    "Magnitude-aware PAC-Bayes flatness of the final weights: `1 / σ'²`, `σ'` the largest `σ` for which "
+                    "the noise `u_i ~ N(0, σ² w_i² + ε²)` moves the training accuracy by at most `0.1`.",
+                    final_metric("pac_bayes_flatness"), 3),
+)
+
+
+def _measured(records: Sequence[RunRecord], measure: FlatnessMeasure) -> bool:
+    return any(r.ok and measure.value_of(r) is not None and math.isfinite(float(measure.value_of(r))) for r in records)
+
+
+def _flatness_section(report: _Report, records: Sequence[RunRecord]) -> None:
+    """One table of the flatness measures the runs took (a column each) beside train and test
+    accuracy, per recipe and global batch, and a figure with a panel each."""
+    measures = [measure for measure in FLATNESS_MEASURES if _measured(records, measure)]
+    if not measures:
+        return
+    values = {measure.key: aggregate(records, measure.value_of) for measure in measures}
+    test = {(a.recipe, a.global_batch): a for a in aggregate(records, column("test_accuracy"))}
+    train = {(a.recipe, a.global_batch): a for a in aggregate(records, column("train_accuracy"))}
+    for measure in measures:
+        report.summary[measure.key] = [
+            {"recipe": a.recipe, "global_batch": a.global_batch, measure.key: a.mean, "std": a.std,
+             **{key: value for key, value in dataclasses.asdict(a.estimate()).items() if key != "mean"}}
+            for a in values[measure.key]]
+    heading = ", ".join(measure.heading for measure in measures)
+    groups = values[measures[0].key]
+    report.add(
+        f"## {heading[0].upper()}{heading[1:]}",
+        " ".join(measure.definition for measure in measures) + " Mean [95% interval] (n) over ok seeds.",
+        markdown_table(["recipe", "global batch", "train acc", "test acc", *(measure.header for measure in measures)],
+                       [[a.recipe, a.global_batch, train[(a.recipe, a.global_batch)].describe(),
+                         test[(a.recipe, a.global_batch)].describe(),
+                         *(values[measure.key][index].describe(measure.digits) for measure in measures)]
+                        for index, a in enumerate(groups)]),
+    )
+    panels, axis = comparison_axis(records, {measure.header: [*batch_lines(values[measure.key], recipes(records)), *status_marks(records)]
+                                             for measure in measures})
+    report.figure("sharpness_vs_batch.png", panels, f"{', '.join(panels)} vs global batch",
+                  ylabel=measures[0].header if len(measures) == 1 else "value", share_y=len(measures) == 1, **axis)
+
+
+def _cell(value: Any, digits: str = ".4g") -> str:
+    if value is None:
+        return "-"
+    return f"{value:{digits}}" if isinstance(value, float) else str(value)
+
+
+def lr_exponent_sentence(fit: dict[str, Any]) -> str:
+    """The sweep's fitted exponent with its interval, or why there is none (``note``)."""
+    if fit.get("alpha") is None:
+        return f"Tuned lr vs global batch: {fit.get('note') or 'not fitted'}."
+    if fit.get("alpha_95_low") is not None:
+        interval = f" (95% CI {fit['alpha_95_low']:.2f} to {fit['alpha_95_high']:.2f})"
+    else:
+        interval = f" ({fit.get('note') or 'no interval'})"
+    return f"Tuned lr ~ global_batch^{fit['alpha']:.2f}{interval}: `alpha = 1` is the linear rule, `alpha = 0.5` the sqrt rule."
+
+
+def sweep_panel(rows: Sequence[dict[str, Any]]) -> list[Line | Mark]:
+    """The best trial's learning rate per global batch, linear and sqrt lines from the smallest
+    batch, and the trials that diverged or collapsed as marks at their batch."""
+    tuned = [row for row in rows if row.get("best_learning_rate") is not None]
+    if not tuned:
+        return []
+    label, batches, first = "tuned (best trial)", [row["global_batch"] for row in tuned], tuned[0]
+    items: list[Line | Mark] = [Line(label, batches, [row["best_learning_rate"] for row in tuned])]
+    for name, alpha in (("linear", 1.0), ("sqrt", 0.5)):
+        items.append(Line(f"{name} from the smallest batch", batches,
+                          [first["best_learning_rate"] * (b / first["global_batch"]) ** alpha for b in batches], reference=True))
+    items += [Mark(status, label, row["global_batch"], count=int(row[status])) for row in tuned
+              for status in ("diverged", "collapsed") if row.get(status)]
+    return items
+
+
+def _sweep_section(report: _Report) -> None:
+    path = report.results_dir / SWEEP_SUMMARY_FILE
+    if not path.is_file():
+        return
+    rows = read_summary(path, required=("world_size", "study"))
+    fit_path = report.results_dir / SWEEP_FIT_FILE
+    fit = json.loads(fit_path.read_text()) if fit_path.is_file() else None
+    params = [key for key in (rows[0] if rows else {}) if key.startswith("param:")]
+    report.summary["sweep"] = {"rows": rows, "fit": fit}
+    report.add(
+        "## Sweep: tuned learning rate per world size",
+        "Best trial of each world size's Optuna study (scored on validation; its test accuracy reported).",
+        markdown_table(["world", "global batch", "trials (pruned)", "best lr", "validation acc", "test acc", *[p[6:] for p in params]],
+                       [[row["world_size"], _cell(row.get("global_batch")), f"{row['complete']} ({row['pruned']})",
+                         _cell(row.get("best_learning_rate")), _cell(row.get("best_validation_accuracy"), ".4f"),
+                         _cell(row.get("best_test_accuracy"), ".4f"), *[_cell(row[p]) for p in params]] for row in rows]),
+        lr_exponent_sentence(fit) if fit else "",
+    )
+    report.figure("sweep_lr_vs_batch.png", {"tuned learning rate": sweep_panel(rows)}, "tuned learning rate vs global batch",
+                  ylabel="learning rate", log_y=True, **BATCH_AXIS)
+
+
+def _runs_section(report: _Report, records: Sequence[RunRecord], metric: str, target: float | None) -> None:
+    statuses = [str(r.row["status"]) for r in records]
+    counts = {status: statuses.count(status) for status in (*STATUSES, *statuses) if status in statuses}
+    report.summary.update({"runs": {"total": len(records), **counts}, "budget": budgets_text(records)})
+    report.add(f"{len(records)} runs: " + ", ".join(f"{count} {status}" for status, count in counts.items()) + ".")
+    test = _accuracy_section(report, records)
+    report.add("## Learning curves", "One panel per world size: thin lines are single seeds, thick lines the mean over a "
+               "recipe's ok seeds, marks where a run that was not ok ended.")
+    report.figure("learning_curves.png", learning_curves(records, metric), f"{metric} per epoch", xlabel="epoch", ylabel=metric)
+    report.add("## Learning-rate schedules applied")
+    report.figure("lr_schedules.png", applied_schedules(records), "learning rate per step", xlabel="epoch",
+                  ylabel="learning rate", share_y=False)
+    _steps_section(report, records, target, metric)
+    _flatness_section(report, records)
+    broken = failures(records, test)
+    report.summary["failures"] = broken
+    report.add("## Where a recipe fails", "\n".join(f"- {failure_sentence(f)}" for f in broken) if broken else
+               f"No run diverged and no recipe lost {100 * FAILURE_DROP:.0f} point of test accuracy against the small-batch reference.")
+
+
+def write_report(results_dir: str | Path, *, target: float | None = None, metric: str | None = None,
+                 on_damaged: Callable[[str], None] | None = None) -> Path:
+    """Writes ``report.md``, ``report.json`` (every record the report's sentences and tables are
+    rendered from) and ``figures/*.png`` into ``results_dir``; returns the report's path.
+
+    Args:
+      results_dir: an experiment's folder (``summary.csv`` and ``runs/``) or a sweep's
+        (``sweep_summary.csv``), or both.
+      target: the validation accuracy steps are counted to; default the highest target every
+        global batch reaches (``reachable_target``).
+      metric: the per-epoch metric of the learning curves and steps to target; default
+        ``val_accuracy`` when every run holds out a validation split, else ``accuracy``.
+      on_damaged: told each damaged summary row or run file left out (the report lists them too).
+    """
+    results_dir = Path(results_dir)
+    if not results_dir.is_dir():
+        raise ReportError(f"{results_dir} is not a folder of results (run an experiment first: lbtrain run EXPERIMENT.yaml)")
+    if target is not None and not 0 < target <= 1:
+        raise ReportError(f"--target must be an accuracy in (0, 1], got {target!r}")
+    has_runs = (results_dir / SUMMARY_FILE).is_file()
+    if not has_runs and not (results_dir / SWEEP_SUMMARY_FILE).is_file():
+        raise ReportError(f"{results_dir} has neither {SUMMARY_FILE} nor {SWEEP_SUMMARY_FILE}: nothing to report")
+    damaged: list[str] = []
+    records = load_records(results_dir, on_damaged=damaged.append) if has_runs else []
+    if records:
+        metric = metric or curve_metric(records)
+        known = {key for r in records for row in r.result.history for key in row}
+        if metric not in known:
+            raise ReportError(f"--metric {metric!r} is not in the runs' history (have: {', '.join(sorted(known))})")
+    experiment_file = results_dir / EXPERIMENT_FILE
+    experiment = yaml.safe_load(experiment_file.read_text()) if experiment_file.is_file() else {}
+    report = _Report(results_dir, recipe_colors(recipes(records)))
+    name = str(experiment.get("name", results_dir.name))
+    report.summary["experiment"] = name
+    description = str(experiment.get("description") or "").strip()
+    report.add(f"# {name}", "\n".join(f"> {line}" for line in description.splitlines()))
+    sizing = str(experiment.get("sizing") or "").strip()
+    if sizing:
+        report.add("\n".join(f"> {line}" for line in f"Sizing: {sizing}".splitlines()))
+    minutes = machine_minutes(results_dir)
+    report.summary["machine_minutes"] = minutes
+    report.add(machine_time_sentence(minutes))
+    if damaged:
+        report.summary["damaged"] = damaged
+        report.add("Left out, damaged (a rerun of the experiment retrains or rebuilds them):",
+                   "\n".join(f"- {problem}" for problem in damaged))
+        for problem in damaged:
+            if on_damaged is not None:
+                on_damaged(problem)
+    if records:
+        _runs_section(report, records, metric, target)
+    _sweep_section(report)
+    write_json_atomic(results_dir / REPORT_JSON, finite_or_none(report.summary))
+    return write_atomic(results_dir / REPORT_FILE, "\n\n".join(report.sections) + "\n")

@@ -1,0 +1,33 @@
+"""results/README.md, rendered from the committed studies' data.
+
+Every number on that page comes from a study's ``report.json`` (``lbtrain report``),
+``protocol.json`` (``lbtrain sweep`` in protocol mode) or ``summary.csv``; the words around
+them are fixed here, one module per family of studies (``goyal``, ``keskar``, ``critical_batch``,
+``lr_scaling``, ``asynchrony``), each with the anchors judged on its studies (``anchors`` lists
+them), and a study that is not committed yet is named with the command that makes it. Headline
+numbers carry their 95% bootstrap interval and n (``lbtrain.reports.statistics``); differences
+between recipes resample each recipe's seeds on their own. ``tests/reports/test_results_page.py``
+checks that the committed page is what this renders.
+
+The README's quickstart table is rendered the same way, from ``make run``'s summary committed
+as ``results/quickstart_reference/summary.csv``.
+
+    lbtrain report --results-page            # print the page
+    lbtrain report --results-page --write    # write results/README.md and the README's quickstart table
+
+(``python scripts/render_results_readme.py [--write]`` does the same.) No TensorFlow is loaded.
+"""
+
+from lbtrain.reports.results_page.page import (
+    PAGE_FILE,
+    QUICKSTART_BEGIN,
+    QUICKSTART_END,
+    SECTIONS,
+    readme_with_quickstart,
+    render_quickstart,
+    render_results_page,
+    write_results_page,
+)
+
+__all__ = ["PAGE_FILE", "QUICKSTART_BEGIN", "QUICKSTART_END", "SECTIONS", "readme_with_quickstart", "render_quickstart",
+           "render_results_page", "write_results_page"]

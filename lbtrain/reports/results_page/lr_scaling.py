@@ -1,0 +1,86 @@
+"""The tuned LR against the batch: adam_scaling (Adam, tuned with equal budgets) and the first
+edition's goyal_sweep (momentum SGD, one sweep per world size), and the anchor judged on
+adam_scaling: Malladi et al. 2022 (Adam's LR should grow as the square root of the batch)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lbtrain.reports.results_page.arms import no_ok_seed, run_labels
+from lbtrain.reports.results_page.common import (
+    MIN_FIT_POINTS,
+    as_estimate,
+    figure_lines,
+    opening,
+    points_text,
+    study_json,
+    study_runs,
+)
+from lbtrain.reports.tables import markdown_table
+
+
+def section_adam_scaling(results: Path) -> list[str]:
+    lines, protocol = opening(results, "adam_scaling", "Adam's tuned LR against the batch", "protocol.json", "lbtrain sweep experiments/adam_scaling.yaml")
+    if protocol is None:
+        return lines
+    fit, runs = protocol["lr_fits"]["adam"], study_runs(results, "adam_scaling")
+
+    def rule_cell(row: dict[str, Any]) -> str:
+        if row["rule"]["mean"] is not None or row["rule_name"] == "reference":
+            return as_estimate(row["rule"]).describe()
+        return no_ok_seed({"run_labels": run_labels(row, "rule"), "world_size": row["world_size"]}, runs)
+
+    table = [[row["world_size"], row["global_batch"], row["rule_name"], rule_cell(row),
+              points_text(row["rule_minus_reference"]), as_estimate(row["tuned"]).describe(), points_text(row["cost_of_rule"])]
+             for row in protocol["rows"]]
+    tuned = markdown_table(["global batch", "ok trials", "tuned LR (geometric mean of the top 3)"],
+                           [[b["global_batch"], b["ok_trials"], "-" if b["learning_rate"] is None else f"{b['learning_rate']:.3g}"]
+                            for b in fit["batches"]])
+    verdict, evidence = anchor_malladi(results)
+    return lines + ["The MNIST-1D cnn with Adam (experiments/adam_scaling.yaml): each rule carries the LR tuned at batch 32; "
+                    "*cost of the rule* = tuned − rule, in points. [protocol](adam_scaling/protocol.md)", "",
+                    markdown_table(["world", "global batch", "rule", "rule: test acc", "rule − reference", "tuned: test acc",
+                                    "cost of the rule"], table), "", tuned, "", f"{evidence[0].upper()}{evidence[1:]}: **{verdict}**.", "",
+                    *figure_lines(results, "adam_scaling", "accuracy_vs_batch.png", "test accuracy against the global batch")]
+
+
+def anchor_malladi(results: Path) -> tuple[str, str]:
+    protocol = study_json(results, "adam_scaling", "protocol.json")
+    if protocol is None:
+        return "not measured yet", "adam_scaling is not committed"
+    fit = protocol["lr_fits"]["adam"]
+    if fit["alpha"] is None:
+        return "not measurable", f"Adam's tuned LR: {fit['note']}"
+    low, high = fit["alpha_95_low"], fit["alpha_95_high"]
+    interval = "" if low is None else f" (95% interval {low:.2f} to {high:.2f})"
+    if low is None:
+        verdict = "not measurable"
+    elif low <= 0.5 <= high and not low <= 1 <= high:
+        verdict = "reproduced"
+    elif low <= 0.5 <= high:
+        verdict = "reproduced with a caveat"
+    else:
+        verdict = "not reproduced"
+    caveat = " (the interval also holds the linear rule's 1)" if verdict == "reproduced with a caveat" else ""
+    return verdict, f"Adam's tuned LR grows as batch^{fit['alpha']:.2f}{interval} over {fit['points']} batch sizes{caveat}"
+
+
+def section_goyal_sweep(results: Path) -> list[str]:
+    lines, report = opening(results, "goyal_sweep", "the LR tuned per world size (one sweep per world size)", "report.json", "lbtrain sweep experiments/goyal_sweep.yaml")
+    if report is None:
+        return lines
+    sweep = report["sweep"]
+    table = [[row["world_size"], row["global_batch"], row["complete"] + row["pruned"], row["diverged"] + row["collapsed"],
+              f"{row['best_learning_rate']:.3g}", f"{row['best_validation_accuracy']:.3f}", f"{row['best_test_accuracy']:.3f}"]
+             for row in sweep["rows"]]
+    fit = sweep["fit"]
+    text = (f"Not enough batch sizes to fit the tuned LR against the batch ({len(sweep['rows'])}; a fit needs at least "
+            f"{MIN_FIT_POINTS})." if fit is None or fit.get("alpha") is None or fit["points"] < MIN_FIT_POINTS else
+            f"The tuned LR grows as batch^alpha with alpha = {fit['alpha']:.2f} (95% bootstrap interval {fit['alpha_95_low']:.2f} "
+            f"to {fit['alpha_95_high']:.2f} over the top {fit['top_k']} ok trials of each of {fit['points']} batch sizes). "
+            "One seed per trial: the protocol mode (goyal_bn) re-runs each arm's best with 3 seeds.")
+    return lines + ["[report](goyal_sweep/report.md)", "",
+                    markdown_table(["world", "global batch", "trials", "diverged or collapsed", "best LR", "best validation",
+                                    "its test accuracy (one seed)"], table), "", text, "",
+                    *figure_lines(results, "goyal_sweep", "sweep_lr_vs_batch.png", "tuned LR against the global batch")]

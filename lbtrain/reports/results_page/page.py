@@ -1,0 +1,121 @@
+"""The results page put together: its sections in order, the README's quickstart table, and
+writing both."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from pathlib import Path
+from typing import Any, Callable
+
+from lbtrain.reports.report import ReportError
+from lbtrain.reports.results_page.anchors import section_anchors
+from lbtrain.reports.results_page.asynchrony import section_staleness, section_sync_vs_async, staleness_figure
+from lbtrain.reports.results_page.critical_batch import section_critical_batch, section_steps_to_target
+from lbtrain.reports.results_page.goyal import goyal_figure, section_accuracy_study, section_goyal_bn, section_warmup_ablation
+from lbtrain.reports.results_page.keskar import section_keskar_gap, section_keskar_v2
+from lbtrain.reports.results_page.lr_scaling import section_adam_scaling, section_goyal_sweep
+from lbtrain.reports.tables import markdown_table, read_summary
+from lbtrain.results import RESULTS_PAGE as PAGE_FILE
+
+logger = logging.getLogger(__name__)
+
+
+# Each section: results folder -> its lines. Second edition first, then the first edition.
+SECTIONS: list[Callable[[Path], list[str]]] = [
+    section_anchors,
+    section_goyal_bn,
+    section_warmup_ablation,
+    section_keskar_v2,
+    section_adam_scaling,
+    section_steps_to_target,
+    section_staleness,
+    section_sync_vs_async,
+    functools.partial(section_accuracy_study, study="goyal_scaling", title="LR rules x world sizes (mlp 512-512, no batch norm)",
+                      note="Fashion-MNIST mlp, momentum SGD, fixed base LR, decay clocked after warmup (first edition)."),
+    functools.partial(section_accuracy_study, study="goyal_scaling_cnn", title="the same on a conv net",
+                      note="Fashion-MNIST cnn without batch norm, fixed base LR (first edition)."),
+    section_keskar_gap,
+    section_goyal_sweep,
+    section_critical_batch,
+]
+
+INTRODUCTION = [
+    "# Results of the canonical studies",
+    "",
+    "Rendered by `python scripts/render_results_readme.py --write` from each study's committed `report.json`, "
+    "`protocol.json` and `summary.csv` (a test keeps this page equal to what it renders): no number here is typed by "
+    "hand. Simulated worlds on 2 CPU cores, real Fashion-MNIST (MNIST-1D where said). Intervals are 95% bootstrap "
+    "intervals over seeds; n counts the seeds whose run was judged ok, and runs that diverged or collapsed are named, "
+    "never averaged in. Second-edition studies (tuned with equal budgets, decay clocked from step 0, precise batch-norm "
+    "statistics) come first; the first edition follows.",
+    "",
+]
+
+
+def render_results_page(results: Path) -> str:
+    """The results page (``results/README.md``) of the studies committed in ``results``."""
+    lines = list(INTRODUCTION)
+    for section in SECTIONS:
+        lines += section(results)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+QUICKSTART_REFERENCE = "quickstart_reference"
+QUICKSTART_BEGIN = "<!-- quickstart table: rendered by scripts/render_results_readme.py from results/quickstart_reference -->"
+QUICKSTART_END = "<!-- end of the quickstart table -->"
+
+
+def render_quickstart(results: Path) -> str:
+    """The README's quickstart table and the runs that were not ok, from ``make run``'s summary
+    as committed in ``results/quickstart_reference`` (``results/quickstart`` itself is each
+    user's own run). No recipe is called best: one seed, and the quickstart has no validation
+    split to choose on."""
+    rows = read_summary(results / QUICKSTART_REFERENCE / "summary.csv",
+                        required=("label", "status", "world_size", "global_batch", "test_accuracy"))
+    labels = list(dict.fromkeys(row["label"] for row in rows))
+    worlds = sorted({row["world_size"] for row in rows})
+    cell = {(row["label"], row["world_size"]): row for row in rows}
+    batch = {row["world_size"]: row["global_batch"] for row in rows}
+
+    def accuracy(row: dict[str, Any] | None) -> str:
+        if row is None:
+            return "-"
+        return f"{row['test_accuracy']:.3f}" if row["status"] == "ok" else str(row["status"])
+
+    table = markdown_table([f"world x {rows[0]['per_worker_batch']}", "global batch", *labels],
+                           [[world, batch[world], *[accuracy(cell.get((label, world))) for label in labels]] for world in worlds])
+    failed = [f"{row['label']} {row['status']} at {row['world_size']} workers (LR {row['learning_rate']:.4g}: {row['reason']})"
+              for row in rows if row["status"] != "ok"]
+    return "\n".join([
+        QUICKSTART_BEGIN, table, "",
+        f"(test accuracy after {rows[0]['budget']}, one seed: a first look, not a comparison; `lbtrain sweep` with a `protocol` "
+        "section makes the tuned, multi-seed one.) " + (f"Not ok: {'; '.join(failed)}." if failed else "Every run was ok."),
+        QUICKSTART_END])
+
+
+def readme_with_quickstart(readme: str, results: Path) -> str:
+    """``readme`` with the text between the quickstart markers replaced by ``render_quickstart``.
+
+    Raises:
+      ReportError: ``readme`` lacks the markers.
+    """
+    if QUICKSTART_BEGIN not in readme or QUICKSTART_END not in readme:
+        raise ReportError(f"the README has no quickstart table to replace (the lines {QUICKSTART_BEGIN} and {QUICKSTART_END})")
+    start, end = readme.index(QUICKSTART_BEGIN), readme.index(QUICKSTART_END) + len(QUICKSTART_END)
+    return readme[:start] + render_quickstart(results) + readme[end:]
+
+
+def write_results_page(results: Path, readme: Path) -> list[Path]:
+    """Draws the page's own figures (staleness's and goyal_bn's beside Goyal et al. 2017: the
+    page shows a figure only when its file exists), then writes ``results/README.md`` and the
+    quickstart table into ``readme``; returns the files written."""
+    from lbtrain.files import write_atomic
+
+    readme_text = readme_with_quickstart(readme.read_text(), results)  # a README without the table: nothing is written
+    figures = [path for path in (staleness_figure(results), goyal_figure(results)) if path is not None]
+    page = write_atomic(results / PAGE_FILE, render_results_page(results).encode())
+    write_atomic(readme, readme_text.encode())
+    for path in (*figures, page, readme):
+        logger.info("wrote %s", path)
+    return [*figures, page, readme]

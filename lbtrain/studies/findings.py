@@ -1,0 +1,117 @@
+"""What lbtrain's own committed studies found: per study and per multiple of the base batch,
+which LR recipe held best and which failed. The advisor (``lbtrain advise``) cites it.
+
+The findings ship with lbtrain as ``lbtrain/studies/findings.json``, rendered from the studies'
+``results/<study>/report.json`` and ``summary.csv`` by ``python -m lbtrain.studies.findings`` (a test
+checks the shipped file equals what the committed results render, so advice cannot drift from
+the data). Recipes are ranked by validation accuracy, never test (their test accuracy is what
+is reported); runs given another budget than the study's (goyal_bn's equal-steps re-runs) are
+listed apart, as what training longer gave.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lbtrain.results import EXPERIMENT_FILE, REPORT_JSON, SUMMARY_FILE
+
+FINDINGS_FILE = Path(__file__).with_name("findings.json")
+# The studies whose accuracy-by-recipe tables the advisor draws on, and the model each is about:
+# the second edition (tuned at equal budgets) first.
+STUDIES = {"goyal_bn": "resnet", "goyal_scaling": "mlp", "goyal_scaling_cnn": "cnn"}
+
+
+def _cell(record: dict[str, Any], validation: float | None, budget: str) -> dict[str, Any]:
+    return {"recipe": record["recipe"], "validation_accuracy": validation, "test_accuracy": record["test_accuracy"],
+            "low": record["low"], "high": record["high"], "n": record["ok_runs"], "budget": budget}
+
+
+def _runs_by_cell(summary: list[dict[str, str]]) -> dict[tuple[str, int], list[dict[str, str]]]:
+    cells: dict[tuple[str, int], list[dict[str, str]]] = {}
+    for row in summary:
+        cells.setdefault((row["label"], int(row["global_batch"])), []).append(row)
+    return cells
+
+
+def study_findings(report: dict[str, Any], summary: list[dict[str, str]], model: str, dataset: str) -> dict[str, Any]:
+    """One study's findings from its report.json and summary.csv rows: for each global batch (as a
+    multiple of the smallest), at the study's budget (its smallest batch's), the recipes whose
+    every run was ``ok`` ranked by mean validation accuracy (with their test accuracy's 95% CI
+    and n) and the recipes with a run that was not ok; ``longer``: recipes run there with
+    another budget, all seeds ok, ranked the same way."""
+    runs = _runs_by_cell(summary)
+    records = report["accuracy"]
+    base = min(record["global_batch"] for record in records)
+    budget = runs[next((r["recipe"], r["global_batch"]) for r in records if r["global_batch"] == base)][0]["budget"]
+    rows = []
+    for batch in sorted({record["global_batch"] for record in records}):
+        cells = [record for record in records if record["global_batch"] == batch]
+        ranked = []
+        for record in cells:
+            mine = runs[(record["recipe"], batch)]
+            if record["ok_runs"] == record["total"] and record["total"]:
+                validation = [float(row["validation_accuracy"]) for row in mine if row["validation_accuracy"]]
+                ranked.append(_cell(record, statistics.fmean(validation) if validation else None, mine[0]["budget"]))
+        ranked.sort(key=lambda cell: -(cell["validation_accuracy"] if cell["validation_accuracy"] is not None else -math.inf))
+        rows.append({"global_batch": batch, "multiple": batch // base,
+                     "held": [cell for cell in ranked if cell["budget"] == budget],
+                     "longer": [cell for cell in ranked if cell["budget"] != budget],
+                     "failed": sorted(record["recipe"] for record in cells
+                                      if record["ok_runs"] < record["total"] and runs[(record["recipe"], batch)][0]["budget"] == budget)})
+    return {"study": report["experiment"], "model": model, "dataset": dataset, "budget": budget, "base_batch": base,
+            "report": f"results/{report['experiment']}/report.md", "batches": rows}
+
+
+def advisor_calibration(validation: dict[str, Any]) -> dict[str, Any]:
+    """From results/advisor_validation/validation.json: per pair, the measured critical batch
+    as a multiple of the probe's B_simple, and their geometric mean."""
+    pairs = [{"pair": pair["pair"], "model": pair["model"], "dataset": pair["dataset"],
+              "multiple": pair["measured"]["b_crit"] / pair["predicted"]["b_simple"]} for pair in validation["pairs"]]
+    mean = math.exp(sum(math.log(pair["multiple"]) for pair in pairs) / len(pairs)) if pairs else None
+    return {"pairs": pairs, "geometric_mean": mean, "report": "results/advisor_validation/validation.md"}
+
+
+def render(results: Path) -> dict[str, Any]:
+    """The findings of every study in ``STUDIES`` found under ``results``, and the advisor's
+    calibration where its validation is there."""
+    findings: dict[str, Any] = {"studies": [
+        study_findings(json.loads((results / study / REPORT_JSON).read_text()),
+                       list(csv.DictReader((results / study / SUMMARY_FILE).read_text().splitlines())), model,
+                       yaml.safe_load((results / study / EXPERIMENT_FILE).read_text())["data"]["dataset"])
+        for study, model in STUDIES.items() if (results / study / REPORT_JSON).is_file()]}
+    validation = results / "advisor_validation" / "validation.json"
+    if validation.is_file():
+        findings["advisor_calibration"] = advisor_calibration(json.loads(validation.read_text()))
+    return findings
+
+
+def load_findings() -> dict[str, Any]:
+    """The findings shipped with lbtrain."""
+    return json.loads(FINDINGS_FILE.read_text())
+
+
+def recipe_advice(model: str, dataset: str, multiple: float) -> dict[str, Any] | None:
+    """The study row nearest (in log2) to ``multiple`` x the base batch, from the study of the
+    same model and dataset, else of the same model, else of the same dataset, else the first;
+    None without findings."""
+    studies = load_findings()["studies"]
+    if not studies:
+        return None
+    study = min(studies, key=lambda study: (study["model"] != model, study["dataset"] != dataset))
+    row = min(study["batches"], key=lambda row: (abs(math.log2(row["multiple"]) - math.log2(multiple)), row["multiple"]))
+    return {"study": study["study"], "model": study["model"], "dataset": study["dataset"], "budget": study["budget"],
+            "report": study["report"], **row}
+
+
+if __name__ == "__main__":
+    root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("results")
+    FINDINGS_FILE.write_text(json.dumps(render(root), indent=1) + "\n")
+    print(f"wrote {FINDINGS_FILE}")

@@ -1,0 +1,188 @@
+"""The plan of an experiment: its grid expanded into runs with stable ids, each checked before
+anything trains.
+
+``expand`` turns an ``ExperimentConfig`` into ``PlannedRun``s with stable ids (a hash of the
+resolved run config, after a readable prefix); ``check_runs`` checks every run against its data
+and model, and ``check_mode`` against the experiment's mode (``lbtrain.modes``), so a bad grid
+point is a one-line error before the first run trains.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.util
+import itertools
+import json
+import re
+from typing import Any
+
+from lbtrain.config import (
+    GRID_SHORTHANDS,
+    ConfigError,
+    ExperimentConfig,
+    RunConfig,
+    known_field_path,
+    run_config_from_dict,
+    with_overrides,
+)
+from lbtrain.modes import get_mode
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedRun:
+    """One grid point: its id, a human label and the resolved config."""
+
+    run_id: str
+    label: str
+    config: RunConfig
+
+
+def label_slug(label: str) -> str:
+    """The label as it appears in run ids: lower case, runs of other characters as ``-``.
+
+    >>> label_slug("Linear+WU 2")
+    'linear-wu-2'
+    """
+    return re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-") or "run"
+
+
+def run_id(config: RunConfig, label: str) -> str:
+    """``<label>-w<W>-s<seed>-<hash>``: the hash (10 hex digits of SHA-256 over the canonical
+    JSON of the resolved config, ``RunConfig.identity``) makes the id stable and unique; the
+    prefix makes it readable."""
+    digest = hashlib.sha256(json.dumps(config.identity(), sort_keys=True).encode()).hexdigest()[:10]
+    return f"{label_slug(label)}-w{config.training.world_size}-s{config.training.seed}-{digest}"
+
+
+def _check_labels(variants: list[dict[str, Any]]) -> None:
+    """Variant labels must differ as run ids show them: two variants labelled alike (or alike
+    but for case, spaces or punctuation) would be grouped as seeds of one recipe."""
+    seen: dict[str, tuple[int, str]] = {}
+    for index, variant in enumerate(variants):
+        if "label" not in variant:
+            continue
+        label = str(variant["label"])
+        slug = label_slug(label)
+        if slug in seen:
+            first, other = seen[slug]
+            raise ConfigError(f"grid.variants[{index}].label {label!r} is the same recipe name as grid.variants[{first}].label "
+                              f"{other!r} (labels must differ in letters or digits)")
+        seen[slug] = (index, label)
+
+
+def grid_axes(grid: dict[str, Any]) -> tuple[list[tuple[str, list[Any]]], list[dict[str, Any]]]:
+    """The crossed lists as (field path, values) and the variants (each with a label)."""
+    axes, variants = [], [{"label": ""}]
+    for key, values in grid.items():
+        if key == "variants":
+            if not isinstance(values, list) or not values or not all(isinstance(v, dict) for v in values):
+                raise ConfigError("grid.variants must be a non-empty list of mappings (label plus field paths)")
+            variants = values
+            continue
+        path = GRID_SHORTHANDS.get(key, key)
+        if not known_field_path(path) or "." not in path:
+            raise ConfigError(f"grid.{key}: no such field (use world_sizes, seeds, variants or a path such as lr.rule)")
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"grid.{key} must be a non-empty list, got {values!r}")
+        axes.append((path, values))
+    for index, variant in enumerate(variants):
+        for path in variant:
+            if path != "label" and (not known_field_path(path) or "." not in path):
+                raise ConfigError(f"grid.variants[{index}].{path}: no such field")
+    _check_labels(variants)
+    return axes, variants
+
+
+def _point_label(variant: dict[str, Any], point: dict[str, Any]) -> str:
+    if variant.get("label"):
+        return str(variant["label"])
+    shown = {path: value for path, value in point.items() if path not in ("training.world_size", "training.seed")}
+    return "-".join(f"{path.rsplit('.', 1)[-1]}={value}" for path, value in shown.items()) or "base"
+
+
+def expand(experiment: ExperimentConfig) -> list[PlannedRun]:
+    """Every run of the experiment, in grid order (variants outermost, then the lists in the
+    order written). Each is validated; a bad one is a ``ConfigError`` naming its grid point."""
+    axes, variants = grid_axes(experiment.grid)
+    planned, seen = [], set()
+    for variant in variants:
+        overrides = {path: value for path, value in variant.items() if path != "label"}
+        for values in itertools.product(*(values for _, values in axes)):
+            point = dict(zip((path for path, _ in axes), values))
+            data = with_overrides(experiment.base_run(), {**point, **overrides})
+            label = _point_label(variant, point)
+            where = ", ".join(f"{path}={value}" for path, value in point.items())
+            try:
+                config = run_config_from_dict(data)
+            except ConfigError as error:
+                raise ConfigError(f"{error} (grid point {label}{': ' + where if where else ''})") from None
+            identifier = run_id(config, label)
+            if identifier not in seen:
+                seen.add(identifier)
+                planned.append(PlannedRun(identifier, label, config))
+    return planned
+
+
+def check_runs(planned: list[PlannedRun]) -> None:
+    """Every run against its dataset, before anything trains: the data loads with its options
+    and subset, the global batch fits the training set, the warmup fits the budget, the schedule
+    builds at the real number of steps per epoch, and the model builds for the data's shape
+    (once per distinct data and model config, so a large grid is checked in seconds). A problem
+    is a ``ConfigError`` naming the run."""
+    from lbtrain.data import DatasetError, load_dataset, steps_per_epoch
+    from lbtrain.models import ModelError, build_model
+    from lbtrain.schedules import ScheduleError
+
+    if any(run.config.training.tensorboard for run in planned) and importlib.util.find_spec("tensorboard") is None:
+        raise ConfigError("training.tensorboard needs TensorBoard, which is not installed here (TensorFlow 2.21 no "
+                          "longer installs it): pip install 'lbtrain[tensorboard]', or set training.tensorboard: false")
+    datasets: dict[str, Any] = {}
+    models_built: set[str] = set()
+    for run in planned:
+        config = run.config
+        data_key = json.dumps(config.data.model_dump(mode="json"), sort_keys=True)
+        try:
+            if data_key not in datasets:
+                datasets[data_key] = load_dataset(config.data.dataset, train_subset=config.data.train_subset,
+                                                  validation_split=config.data.validation_split, **config.data.options)
+            data = datasets[data_key]
+            config.schedule(steps_per_epoch(len(data.x_train), config.training.update_batch, config.training.world_size))
+            model_key = json.dumps([config.model.model_dump(mode="json"), data.input_shape, data.num_classes], sort_keys=True)
+            if model_key not in models_built:
+                build_model(config.model.name, data.input_shape, data.num_classes, **config.model.options)
+                models_built.add(model_key)
+        except (ConfigError, DatasetError, ModelError, ScheduleError) as error:
+            raise ConfigError(f"{error} (run {run.label}, world size {config.training.world_size})") from None
+
+
+def check_mode(experiment: ExperimentConfig, planned: list[PlannedRun]) -> None:
+    """The experiment's mode against this machine and every run, before anything trains: its
+    launcher is here, this stack runs it, no run uses a setting the mode lacks, and fixed ports
+    leave the largest run its ports. A problem is a one-line ``ConfigError`` naming the run."""
+    from lbtrain.launch import launch_problem
+
+    mode = get_mode(experiment.mode)
+    problem = launch_problem(mode.launch)
+    if problem is not None:
+        raise ConfigError(f"mode: {mode.name}: {problem}")
+    problem = mode.launch_problem()
+    if problem is not None:
+        raise ConfigError(problem)
+    for run in planned:
+        problem = mode.unsupported_setting(run.config)
+        if problem is not None:
+            raise ConfigError(f"{problem} (run {run.label}, world size {run.config.training.world_size})")
+    if planned:
+        _check_ports(experiment, max(run.config.training.world_size for run in planned))
+
+
+def _check_ports(experiment: ExperimentConfig, world_size: int) -> None:
+    """The fixed ports of the experiment's launch settings, for its largest run."""
+    from lbtrain.launch.ports import job_ports
+
+    if experiment.multiworker.base_port is not None and get_mode(experiment.mode).launch == "tf_cluster":
+        job_ports(world_size, experiment.multiworker.base_port, "multiworker.base_port")
+    settings = experiment.parameter_server
+    if settings.base_port is not None and get_mode(experiment.mode).launch == "parameter_server_job":
+        job_ports(1 + world_size + settings.ps_tasks, settings.base_port, "parameter_server.base_port")

@@ -1,0 +1,391 @@
+"""The tuning protocol: what does a scaling rule cost, against tuning at the large batch?
+
+Shallue et al. 2018 ("Measuring the Effects of Data Parallelism on Neural Network Training")
+and Nado et al. 2021 ("A Large Batch Optimizer Reality Check") compare recipes only after
+tuning each one with the same budget; an untuned base LR makes any comparison a comparison of
+how lucky the base LR was. ``lbtrain sweep`` on an experiment with a ``protocol`` section runs:
+
+1. **Arms.** Each recipe (a ``grid.variants`` entry) at each world size W of
+   ``grid.world_sizes`` gives two arms:
+
+   - *tuned*: the recipe's searched fields (``search``) tuned at W, scored on validation;
+   - *rule*: the recipe's fields tuned at the reference world size (``protocol.
+     reference_world_size``, default the smallest), then carried to W unchanged, so the
+     recipe's ``lr.rule`` alone scales the LR. At the reference world size the two are one arm.
+     With ``protocol.rules[recipe]`` (several rules) the one reference tuning is carried by each
+     of them, one rule arm per rule (``"<recipe> <rule> rule"``): no scaling, sqrt and linear
+     compared on the same base-batch tuning.
+
+   Every tuned study gets ``sweep.trials`` trials, so every arm has the same tuning budget (a
+   rule arm's budget is its reference study's). A recipe without warmup does not search
+   ``lr.warmup_epochs``/``lr.warmup_start`` (nothing to tune there).
+2. **Finals.** The best ok trial of each arm's study (by validation accuracy; never test) is
+   re-run with each seed of ``protocol.seeds`` (>= 3) as ordinary runs of the experiment
+   (``results/<name>/runs``, ``summary.csv``, resumable), labelled ``"<recipe> tuned"`` and
+   ``"<recipe> rule"``.
+3. **Comparison.** ``protocol.json`` and ``protocol.md``: per recipe and world size, the test
+   accuracy of each arm (mean over its ok seeds with a 95% bootstrap interval and n), the
+   cost of the rule, tuned − rule, and each arm against the recipe's tuned arm at the
+   reference world size (arm − reference: what moving from the base batch costs), each with
+   its own interval; the trials each study had.
+4. **Equal steps** (``protocol.equal_steps``, optional). The finals compare world sizes at
+   equal epochs, so a world of W takes 1/W of the reference's updates. At each listed world
+   size the best arm (the highest mean validation accuracy among arms whose every seed was ok)
+   is re-run with its tuned parameters for the reference world size's number of updates
+   (Hoffer et al. 2017, "Train longer, generalize better": the regime adaptation), labelled
+   ``"<arm> equal steps"``; its decay follows the longer budget, its warmup stays in epochs.
+   The comparison gives its test accuracy against the same arm at equal epochs (what the
+   extra updates buy) and against the recipe's tuned reference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from pathlib import Path
+from typing import Any, Callable
+
+from lbtrain.config import ConfigError, ExperimentConfig, SearchParam, run_config_from_dict, with_overrides
+from lbtrain.files import write_atomic, write_json_atomic
+from lbtrain.results import PROTOCOL_FILE, PROTOCOL_REPORT, claim_folder
+from lbtrain.studies.plan import PlannedRun, grid_axes, label_slug, run_id
+from lbtrain.studies.runner import log_progress, run_planned
+from lbtrain.studies.sweep import (
+    FINISHED,
+    StudySpec,
+    best_ok_trial,
+    check_sweepable,
+    lr_points,
+    open_study,
+    optimize,
+    world_sizes,
+)
+
+ARM_KINDS = ("tuned", "rule")
+WARMUP_FIELDS = ("lr.warmup_epochs", "lr.warmup_start")
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    """One arm: ``recipe`` at ``world_size``, its fields tuned in ``study`` (at this world size
+    for a tuned arm, at the reference one for a rule arm) and applied to ``base``."""
+
+    recipe: str
+    kind: str
+    world_size: int
+    base: dict[str, Any]
+    study: StudySpec
+    rule: str | float | None = None
+
+    @property
+    def label(self) -> str:
+        """The label of its final runs: ``"<recipe> <kind>"``, or ``"<recipe> <rule> rule"`` for
+        a rule arm of a recipe carried by several rules (``protocol.rules``)."""
+        return f"{self.recipe} {self.kind}" if self.rule is None else f"{self.recipe} {self.rule} {self.kind}"
+
+
+def reference_world_size(experiment: ExperimentConfig) -> int:
+    """Where rule arms are tuned: ``protocol.reference_world_size``, default the smallest world size."""
+    sizes = world_sizes(experiment)
+    reference = experiment.protocol.reference_world_size or min(sizes)
+    if reference not in sizes:
+        raise ConfigError(f"protocol.reference_world_size {reference} is not one of grid.world_sizes {sizes}")
+    return reference
+
+
+def _recipe_search(search: dict[str, SearchParam], base: dict[str, Any]) -> dict[str, SearchParam]:
+    """The search space of a recipe: the warmup fields only where the recipe warms up."""
+    warms_up = (base.get("lr") or {}).get("warmup_epochs", 0) > 0
+    return {path: param for path, param in search.items() if warms_up or path not in WARMUP_FIELDS}
+
+
+def protocol_arms(experiment: ExperimentConfig) -> list[Arm]:
+    """Every arm, recipe by recipe, world size by world size (see the module doc)."""
+    axes, variants = grid_axes(experiment.grid)
+    crossed = [path for path, _ in axes if path != "training.world_size"]
+    if crossed:
+        raise ConfigError(f"grid: the protocol crosses grid.world_sizes with grid.variants only, not {', '.join(crossed)} "
+                          "(seeds come from protocol.seeds)")
+    sizes, reference = world_sizes(experiment), reference_world_size(experiment)
+    recipes = [str(variant.get("label") or "base") for variant in variants]
+    unknown_sizes = [size for size in experiment.protocol.equal_steps if size not in sizes or size == reference]
+    if unknown_sizes:
+        raise ConfigError(f"protocol.equal_steps: {unknown_sizes} must be world sizes of grid.world_sizes {sizes} "
+                          f"other than the reference world size {reference}")
+    for section in ("rules", "search"):
+        unknown = sorted(set(getattr(experiment.protocol, section)) - set(recipes))
+        if unknown:
+            raise ConfigError(f"protocol.{section}: {', '.join(map(repr, unknown))} is not a recipe "
+                              f"(labels of grid.variants: {', '.join(recipes)})")
+    arms = []
+    for recipe, variant in zip(recipes, variants):
+        base = with_overrides(experiment.base_run(), {path: value for path, value in variant.items() if path != "label"})
+        search = _recipe_search({**experiment.search, **experiment.protocol.search.get(recipe, {})}, base)
+        studies = {size: StudySpec(f"{experiment.name}-{label_slug(recipe)}-w{size}", size, base, search) for size in sizes}
+        rules = experiment.protocol.rules.get(recipe)
+        for size in sizes:
+            arms.append(Arm(recipe, "tuned", size, base, studies[size]))
+            if size != reference and rules is None:
+                arms.append(Arm(recipe, "rule", size, base, studies[reference]))
+            elif size != reference:
+                arms += [Arm(recipe, "rule", size, with_overrides(base, {"lr.rule": rule}), studies[reference], rule) for rule in rules]
+    return arms
+
+
+def tuned_studies(arms: list[Arm]) -> list[StudySpec]:
+    """The distinct studies the arms are tuned in, in order."""
+    return list({arm.study.name: arm.study for arm in arms}.values())
+
+
+def final_runs(experiment: ExperimentConfig, arm: Arm, params: dict[str, Any], label: str | None = None) -> list[PlannedRun]:
+    """The arm's best parameters re-run with every seed of ``protocol.seeds``, labelled
+    ``label`` (default the arm's)."""
+    label = label or arm.label
+    planned = []
+    for seed in experiment.protocol.seeds:
+        data = with_overrides(arm.base, {"training.world_size": arm.world_size, **params, "training.seed": seed})
+        try:
+            config = run_config_from_dict(data)
+        except ConfigError as error:
+            raise ConfigError(f"{error} (final run of arm {label}, world size {arm.world_size})") from None
+        planned.append(PlannedRun(run_id(config, label), label, config))
+    return planned
+
+
+def equal_steps_label(arm: Arm) -> str:
+    """The label of an arm's equal-steps re-runs."""
+    return f"{arm.label} equal steps"
+
+
+def best_arm(arms: list[Arm], summary: list[dict[str, Any]], world_size: int) -> Arm | None:
+    """The arm at ``world_size`` with the highest mean validation accuracy over its final runs,
+    among arms whose every final run was ok (never scored on test); None when none qualifies."""
+    scores = {}
+    for arm in (arm for arm in arms if arm.world_size == world_size):
+        runs = [row for row in summary if row["label"] == arm.label and row["world_size"] == world_size]
+        if runs and all(row["status"] == "ok" for row in runs):
+            scores[arm.label] = (statistics.fmean(row["validation_accuracy"] for row in runs), arm)
+    return max(scores.values(), key=lambda score: score[0])[1] if scores else None
+
+
+def reference_steps(summary: list[dict[str, Any]], recipe: str, reference: int) -> int | None:
+    """The updates the recipe's tuned runs took at the reference world size (the equal-steps
+    budget), or None when it has no ok run there."""
+    steps = [row["total_steps"] for row in summary
+             if row["label"] == f"{recipe} tuned" and row["world_size"] == reference and row["status"] == "ok"]
+    return max(steps) if steps else None
+
+
+def equal_steps_runs(experiment: ExperimentConfig, arms: list[Arm], best_params: dict[str, dict[str, Any]],
+                     summary: list[dict[str, Any]]) -> list[PlannedRun]:
+    """At each world size of ``protocol.equal_steps``, the best arm's parameters re-run with
+    every seed for the reference world size's number of updates (see the module doc)."""
+    reference = reference_world_size(experiment)
+    planned = []
+    for size in experiment.protocol.equal_steps:
+        arm = best_arm(arms, summary, size)
+        steps = None if arm is None else reference_steps(summary, arm.recipe, reference)
+        if arm is not None and steps is not None:
+            budget = {"training.epochs": None, "training.samples": None, "training.steps": steps}
+            planned += final_runs(experiment, arm, {**best_params[arm.study.name], **budget}, equal_steps_label(arm))
+    return planned
+
+
+def run_protocol(
+    experiment: ExperimentConfig,
+    *,
+    storage: str,
+    config_file: str | None = None,
+    progress: Callable[[str], None] = log_progress,
+) -> list[dict[str, Any]]:
+    """Tunes every study of the protocol to ``sweep.trials`` trials, re-runs each arm's best
+    with every seed, and writes ``protocol.json`` and ``protocol.md``; returns the comparison
+    rows (``comparison_rows``). Resumable: finished trials and runs are kept."""
+    arms = protocol_arms(experiment)
+    studies = tuned_studies(arms)
+    check_sweepable(experiment, studies)
+    claim_folder(experiment.results_dir, experiment.name, config_file, experiment.model_dump(mode="json"))
+    for study in studies:
+        optimize(experiment, study, experiment.sweep.trials, storage)
+    best = {study.name: best_ok_trial(open_study(experiment, study, storage)) for study in studies}
+    params = {name: trial.params for name, trial in best.items() if trial is not None}
+    planned = [run for arm in arms if arm.study.name in params for run in final_runs(experiment, arm, params[arm.study.name])]
+    summary = run_planned(experiment, planned, config_file=config_file, progress=progress)
+    longer = equal_steps_runs(experiment, arms, params, summary)
+    if longer:
+        summary = run_planned(experiment, planned + longer, config_file=config_file, progress=progress)
+    trials = {study.name: len(open_study(experiment, study, storage).get_trials(deepcopy=False, states=FINISHED))
+              for study in studies}
+    reference = reference_world_size(experiment)
+    rows = comparison_rows(arms, summary, trials, reference)
+    chosen = {size: arm.label for size in world_sizes(experiment) if (arm := best_arm(arms, summary, size)) is not None}
+    write_protocol(experiment, rows, trials, recipe_lr_fits(experiment, arms, storage), equal_steps_rows(arms, summary, reference), chosen)
+    return rows
+
+
+def recipe_lr_fits(experiment: ExperimentConfig, arms: list[Arm], storage: str) -> dict[str, dict[str, Any]]:
+    """Per recipe, the exponent of its tuned LR in the global batch over its tuned studies
+    (``lbtrain.reports.scaling_laws.lr_exponent``: the top 3 ok trials of each world size,
+    with a bootstrap interval over trials; "not enough points" below 4 batch sizes), as plain
+    data: how the LR that tuning finds grows with the batch, beside the rules' 0.5 and 1."""
+    from lbtrain.reports.scaling_laws import lr_exponent
+
+    fits = {}
+    for recipe in dict.fromkeys(arm.recipe for arm in arms):
+        tuned = [arm for arm in arms if arm.recipe == recipe and arm.kind == "tuned"]
+        trials_by_batch = {
+            run_config_from_dict(with_overrides(arm.base, {"training.world_size": arm.world_size})).global_batch:
+                lr_points(open_study(experiment, arm.study, storage))
+            for arm in tuned
+        }
+        fits[recipe] = lr_exponent(trials_by_batch).to_dict()
+    return fits
+
+
+def _test_accuracies(summary: list[dict[str, Any]], label: str, world_size: int) -> tuple[list[float], int]:
+    """The test accuracies of the ok final runs of one arm, and how many final runs it had."""
+    runs = [row for row in summary if row["label"] == label and row["world_size"] == world_size]
+    return [row["test_accuracy"] for row in runs if row["status"] == "ok"], len(runs)
+
+
+def comparison_rows(arms: list[Arm], summary: list[dict[str, Any]], trials: dict[str, int], reference: int) -> list[dict[str, Any]]:
+    """Per recipe, world size and rule: each arm's test accuracy (``Estimate`` as plain data),
+    the cost of the rule (tuned − rule), and each arm against the recipe's tuned arm at the
+    reference world size (arm − reference), with the trials behind each arm. At the reference
+    world size the rule arm is the tuned arm: one row, no differences."""
+    from lbtrain.reports.statistics import bootstrap_difference, bootstrap_mean
+
+    def difference(a: list[float], b: list[float], at_reference: bool) -> dict[str, Any] | None:
+        return None if at_reference else dataclasses.asdict(bootstrap_difference(a, b))
+
+    rows = []
+    for arm in (arm for arm in arms if arm.kind == "tuned"):
+        config = run_config_from_dict(with_overrides(arm.base, {"training.world_size": arm.world_size}))
+        at_reference = arm.world_size == reference
+        tuned, tuned_runs = _test_accuracies(summary, arm.label, arm.world_size)
+        base, _ = _test_accuracies(summary, arm.label, reference)
+        rule_arms = [a for a in arms if a.kind == "rule" and a.recipe == arm.recipe and a.world_size == arm.world_size]
+        reference_study = next(a.study.name for a in arms if a.recipe == arm.recipe and a.world_size == reference)
+        for rule_arm in rule_arms or [arm]:
+            rule, rule_runs = _test_accuracies(summary, rule_arm.label, arm.world_size)
+            rows.append({
+                "recipe": arm.recipe,
+                "rule_name": "reference" if at_reference else str(config.lr.rule if rule_arm.rule is None else rule_arm.rule),
+                "world_size": arm.world_size,
+                "global_batch": config.global_batch,
+                "tuned": dataclasses.asdict(bootstrap_mean(tuned)),
+                "tuned_runs": tuned_runs,
+                "tuned_trials": trials[arm.study.name],
+                "rule": dataclasses.asdict(bootstrap_mean(rule)),
+                "rule_runs": rule_runs,
+                "rule_trials": trials[reference_study],
+                "cost_of_rule": difference(tuned, rule, at_reference),
+                "rule_minus_reference": difference(rule, base, at_reference),
+                "tuned_minus_reference": difference(tuned, base, at_reference),
+            })
+    return rows
+
+
+def equal_steps_rows(arms: list[Arm], summary: list[dict[str, Any]], reference: int) -> list[dict[str, Any]]:
+    """Per arm re-run at equal steps: its test accuracy at equal steps and at equal epochs
+    (``Estimate`` as plain data), the gain from the extra updates (equal steps − equal epochs)
+    and equal steps against the recipe's tuned arm at the reference world size."""
+    from lbtrain.reports.statistics import bootstrap_difference, bootstrap_mean
+
+    rows = []
+    for arm in arms:
+        longer, longer_runs = _test_accuracies(summary, equal_steps_label(arm), arm.world_size)
+        if not longer_runs:
+            continue
+        shorter, _ = _test_accuracies(summary, arm.label, arm.world_size)
+        base, _ = _test_accuracies(summary, f"{arm.recipe} tuned", reference)
+        rows.append({
+            "arm": arm.label,
+            "recipe": arm.recipe,
+            "world_size": arm.world_size,
+            "global_batch": run_config_from_dict(with_overrides(arm.base, {"training.world_size": arm.world_size})).global_batch,
+            "steps": reference_steps(summary, arm.recipe, reference),
+            "equal_epochs": dataclasses.asdict(bootstrap_mean(shorter)),
+            "equal_steps": dataclasses.asdict(bootstrap_mean(longer)),
+            "equal_steps_runs": longer_runs,
+            "gain_of_steps": dataclasses.asdict(bootstrap_difference(longer, shorter)),
+            "equal_steps_minus_reference": dataclasses.asdict(bootstrap_difference(longer, base)),
+        })
+    return rows
+
+
+def _describe(record: dict[str, Any] | None, signed: bool = False) -> str:
+    from lbtrain.reports.statistics import Estimate
+
+    if record is None:
+        return "reference"
+    estimate = Estimate(**record)
+    if not signed or estimate.mean is None:
+        return estimate.describe()
+    return f"{estimate.mean:+.3f} [{estimate.low:+.3f}, {estimate.high:+.3f}] (n={estimate.n})"
+
+
+def protocol_markdown(experiment: ExperimentConfig, rows: list[dict[str, Any]], trials: dict[str, int],
+                      lr_fits: dict[str, dict[str, Any]] | None = None, steps_rows: list[dict[str, Any]] | None = None) -> str:
+    """``protocol.md``: the comparison table, the budgets, the tuned LR's exponent in the
+    batch per recipe and the equal-steps re-runs, every number from ``rows``, ``lr_fits`` and
+    ``steps_rows``."""
+    from lbtrain.reports.scaling_laws import LrExponentFit
+    from lbtrain.reports.tables import markdown_table
+
+    budgets = sorted(set(trials.values()))
+    budget_text = (f"{budgets[0]} finished trials per tuned study (equal for every arm)" if len(budgets) == 1
+                   else f"unequal tuning budgets: {', '.join(f'{name} {count}' for name, count in trials.items())}")
+    table = markdown_table(
+        ["recipe", "rule", "world", "global batch", "rule: test acc [95% CI]", "rule − reference", "tuned: test acc [95% CI]",
+         "tuned − reference", "cost of the rule (tuned − rule)"],
+        [[row["recipe"], row["rule_name"], row["world_size"], row["global_batch"], _describe(row["rule"]),
+          _describe(row["rule_minus_reference"], signed=True), _describe(row["tuned"]), _describe(row["tuned_minus_reference"], signed=True),
+          _describe(row["cost_of_rule"], signed=True)] for row in rows],
+    )
+    return "\n\n".join([
+        f"# {experiment.name}: scaling rule vs tuning at the batch",
+        f"Tuning budget: {budget_text}, scored on validation accuracy; each arm's best configuration re-run with seeds "
+        f"{', '.join(str(seed) for seed in experiment.protocol.seeds)} and tested. *rule*: the recipe's search tuned at world size "
+        f"{reference_world_size(experiment)} and carried by its LR rule; *tuned*: tuned at this world size; *reference*: the "
+        "recipe's tuned arm at that world size, so *− reference* is what the larger batch costs. "
+        "Means over the seeds whose run was judged ok, "
+        "95% bootstrap intervals, n = ok seeds.",
+        table,
+        *([] if not lr_fits else [
+            "Tuned LR against the global batch, per recipe (its tuned studies' top 3 ok trials per world size; "
+            "alpha = 0.5 is the sqrt rule, 1 the linear rule):\n\n"
+            + "\n".join(f"- {recipe}: {LrExponentFit.from_dict(fit).describe()}" for recipe, fit in lr_fits.items())]),
+        *([] if not steps_rows else [_equal_steps_markdown(steps_rows, reference_world_size(experiment))]),
+    ]) + "\n"
+
+
+def _equal_steps_markdown(steps_rows: list[dict[str, Any]], reference: int) -> str:
+    from lbtrain.reports.tables import markdown_table
+
+    table = markdown_table(
+        ["arm", "world", "global batch", "steps", "equal epochs: test acc [95% CI]", "equal steps: test acc [95% CI]",
+         "equal steps − equal epochs", "equal steps − reference"],
+        [[row["arm"], row["world_size"], row["global_batch"], row["steps"], _describe(row["equal_epochs"]),
+          _describe(row["equal_steps"]), _describe(row["gain_of_steps"], signed=True),
+          _describe(row["equal_steps_minus_reference"], signed=True)] for row in steps_rows],
+    )
+    return (f"Equal steps (Hoffer et al. 2017): the best arm of each listed world size (by validation accuracy, every seed ok) "
+            f"re-run with the same seeds for as many updates as world size {reference} took; *reference* is its recipe's tuned "
+            f"arm at world size {reference}.\n\n{table}")
+
+
+def write_protocol(experiment: ExperimentConfig, rows: list[dict[str, Any]], trials: dict[str, int],
+                   lr_fits: dict[str, dict[str, Any]] | None = None, steps_rows: list[dict[str, Any]] | None = None,
+                   best: dict[int, str] | None = None) -> Path:
+    """Writes ``protocol.json`` (rows, trial counts, the tuned LR's exponent per recipe, the
+    equal-steps rows, the best arm per world size on validation as ``best_arms``) and
+    ``protocol.md``; returns the latter."""
+    folder = experiment.results_dir
+    write_json_atomic(folder / PROTOCOL_FILE, {"rows": rows, "trials": trials, "lr_fits": lr_fits or {}, "equal_steps": steps_rows or [],
+                                               "best_arms": {str(size): label for size, label in (best or {}).items()}})
+    return write_atomic(folder / PROTOCOL_REPORT, protocol_markdown(experiment, rows, trials, lr_fits, steps_rows))
+
+
+__all__ = ["ARM_KINDS", "Arm", "best_arm", "comparison_rows", "equal_steps_rows", "equal_steps_runs", "final_runs", "protocol_arms",
+           "reference_world_size", "run_protocol", "tuned_studies", "write_protocol"]

@@ -1,0 +1,295 @@
+"""Where sweeps keep their Optuna studies, and how processes on many machines share them.
+
+``open_storage(url, ...)`` takes three kinds of URL:
+
+- ``sqlite:///path/optuna.db`` (the default, in the results folder): processes on one machine.
+  SQLite's file locks are unreliable on network filesystems (NFS, Lustre).
+- ``journal:///abs/path/sweep.log``: Optuna's ``JournalStorage`` on an append-only file with a
+  symlink lock (``JournalFileSymlinkLock``: NFSv2 or later, Lustre), for a shared filesystem and
+  no database server.
+- ``postgresql://user:password@host:port/database`` or any other SQLAlchemy URL: a database
+  server. ``postgresql://`` uses psycopg 3 (``pip install 'lbtrain[postgres]'``) unless psycopg2
+  is installed; ``postgresql+psycopg://`` names it explicitly (the form ``optuna-dashboard`` needs).
+
+Heartbeats: every running trial records one every ``heartbeat_seconds``; a RUNNING trial whose
+last one is older than ``grace_seconds`` belonged to a process that died, and the next worker to
+look fails it and queues a retry with the same parameters (at most 3 retries per trial). Optuna's
+RDB storages keep heartbeats in a table stamped with the database's clock. Optuna's journal
+storage has none, so ``HeartbeatJournalStorage`` adds them as a trial system attribute stamped
+with the writing node's clock (keep the nodes' clocks in sync, as NTP does).
+
+Exact budgets: ``claim_trial`` hands a process the next trial only while the study has fewer
+finished (complete or pruned) plus running trials than asked for, so any number of processes,
+started together or one by one, on one machine or many, finish exactly that many trials.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import optuna
+import sqlalchemy.exc
+from optuna.storages import BaseStorage, JournalStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
+from optuna.storages._heartbeat import BaseHeartbeat  # the interface Optuna's fail_stale_trials reads
+from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
+from optuna.trial import FrozenTrial, TrialState
+
+from lbtrain.storage_urls import JOURNAL, describe, local_path, sqlalchemy_url
+
+MAX_RETRIES = 3
+TAKEN = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
+# libpq waits for the operating system's TCP timeout (minutes) on a host that does not answer.
+POSTGRES_CONNECT_TIMEOUT = 10
+
+
+class HeartbeatJournalStorage(JournalStorage, BaseHeartbeat):
+    """Optuna's journal storage plus heartbeats: each one is the trial's system attribute
+    ``lbtrain:heartbeat`` (seconds since the epoch on the writing node), one journal line per
+    ``heartbeat_interval`` per running trial; a RUNNING trial whose last heartbeat is older than
+    ``grace_period`` is stale. A trial that never recorded one is never stale (as in Optuna's
+    RDB storages); ``claim_trial`` records the first before the trial starts running."""
+
+    KEY = "lbtrain:heartbeat"
+
+    def __init__(self, backend: JournalFileBackend, heartbeat_interval: int, grace_period: int,
+                 stale_trial_callback: Callable[[optuna.Study, FrozenTrial], None] | None = None) -> None:
+        super().__init__(backend)
+        self.heartbeat_interval, self.grace_period, self.stale_trial_callback = heartbeat_interval, grace_period, stale_trial_callback
+
+    def record_heartbeat(self, trial_id: int) -> None:
+        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+            self.set_trial_system_attr(trial_id, self.KEY, time.time())
+
+    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+        now = time.time()
+        return [trial._trial_id for trial in self.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
+                if self.KEY in trial.system_attrs and now - trial.system_attrs[self.KEY] > self.grace_period]
+
+    def get_heartbeat_interval(self) -> int | None:
+        return self.heartbeat_interval
+
+    def get_heartbeat_stale_trial_callback(self) -> Callable[[optuna.Study, FrozenTrial], None] | None:
+        return self.stale_trial_callback
+
+
+def _make_parents(path: Path) -> list[Path]:
+    """Creates the missing folders above ``path``; returns them, deepest last."""
+    missing = [folder for folder in reversed(path.parents) if not folder.exists()]
+    for folder in missing:
+        folder.mkdir()
+    return missing
+
+
+def _open_journal(path: str, heartbeat_seconds: int, grace_seconds: int) -> HeartbeatJournalStorage:
+    if not path.startswith("/"):
+        raise ValueError(f"a journal needs an absolute path, as in {JOURNAL}/shared/sweeps/name.log")
+    return HeartbeatJournalStorage(JournalFileBackend(path, lock_obj=JournalFileSymlinkLock(path)), heartbeat_seconds,
+                                   grace_seconds, RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES))
+
+
+def _open_rdb(url: str, heartbeat_seconds: int, grace_seconds: int) -> RDBStorage:
+    engine_kwargs: dict[str, Any] = {}
+    if not url.startswith("sqlite"):
+        engine_kwargs["pool_pre_ping"] = True  # a server may have dropped a connection left idle through a long trial
+    if url.startswith("postgresql") and "connect_timeout" not in url:
+        engine_kwargs["connect_args"] = {"connect_timeout": POSTGRES_CONNECT_TIMEOUT}
+    for attempt in range(4):
+        try:
+            return RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_seconds, grace_period=grace_seconds,
+                              heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES))
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
+            # Workers started together on an empty database race to create Optuna's tables.
+            if attempt == 3:
+                raise
+            time.sleep(random.uniform(0.2, 1.0))
+    raise AssertionError("unreachable")
+
+
+def _hint(url: str, error: BaseException) -> str:
+    if isinstance(error, ImportError):
+        return ("install the PostgreSQL driver: pip install 'lbtrain[postgres]' (psycopg 3, for postgresql:// "
+                "and postgresql+psycopg://)" if url.startswith("postgres") else "install the database driver that URL names")
+    if isinstance(error, (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.NoSuchModuleError)):
+        return ("give sqlite:///path/optuna.db, journal:///absolute/path/file.log or a database URL such as "
+                "postgresql://user:password@host:5432/database")
+    if url.startswith(JOURNAL):
+        return f"give {JOURNAL}/absolute/path/file.log in a writable folder (an Optuna journal file or a new one)"
+    if url.startswith("sqlite"):
+        return "give an SQLAlchemy URL such as sqlite:///path/optuna.db in a writable folder"
+    return ("check that the server runs and is reachable, and the user, password and database "
+            "(e.g. postgresql://user:password@host:5432/database)")
+
+
+def _quiet_optuna() -> None:
+    """Optuna's own log at warnings only, and its experimental warnings off: heartbeats and the
+    matplotlib plots are marked experimental, and lbtrain relies on them. Set when a storage is
+    opened (not when lbtrain is imported)."""
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def open_storage(url: str, heartbeat_seconds: int, grace_seconds: int) -> BaseStorage:
+    """The Optuna storage behind ``url`` (see the module's docstring), with heartbeats every
+    ``heartbeat_seconds`` and stale trials failed after ``grace_seconds`` and retried. A URL it
+    cannot open (malformed, no driver, a server it cannot reach or log in to, a file in a folder
+    it cannot write) is a one-line ``ConfigError`` naming the storage, and leaves nothing behind:
+    no file, no folder."""
+    _quiet_optuna()
+    created: list[Path] = []
+    try:
+        path = local_path(url)
+        if path is not None:
+            created = _make_parents(path)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            if url.startswith(JOURNAL):
+                return _open_journal(url.removeprefix(JOURNAL), heartbeat_seconds, grace_seconds)
+            return _open_rdb(sqlalchemy_url(url), heartbeat_seconds, grace_seconds)
+    except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.OperationalError, sqlalchemy.exc.NoSuchModuleError,
+            sqlalchemy.exc.InterfaceError, ImportError, OSError, ValueError) as error:
+        from lbtrain.config import ConfigError  # here: lbtrain.config loads TensorFlow, this module need not
+
+        for folder in reversed(created):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        if isinstance(error, ImportError) and error.__cause__ is not None:
+            error = error.__cause__  # Optuna's "Failed to import DB access module" hides which one
+        reason = " ".join(str(getattr(error, "orig", None) or getattr(error, "strerror", None) or error).split())
+        raise ConfigError(f"storage {describe(url)!r} cannot be opened ({type(error).__name__}: {reason}); {_hint(url, error)}") from None
+
+
+def heartbeats(storage: BaseStorage) -> bool:
+    return isinstance(storage, BaseHeartbeat) and storage.get_heartbeat_interval() is not None
+
+
+def _storage_of(study: optuna.Study) -> BaseStorage:
+    # The storage the study writes through (Optuna wraps an RDBStorage in a cache of finished
+    # trials); every call below is BaseStorage's public interface.
+    return study._storage
+
+
+def _pop(storage: BaseStorage, trial_id: int) -> bool:
+    """WAITING -> RUNNING; False when another process took the trial first (the storage
+    decides: a row lock in an RDB, the order of the journal's lines)."""
+    try:
+        return storage.set_trial_state_values(trial_id, state=TrialState.RUNNING)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return False
+
+
+def claim_trial(study: optuna.Study, trials: int) -> optuna.Trial | None:
+    """The next trial this process runs, or None once the study has ``trials`` finished
+    (complete or pruned) plus running trials.
+
+    Stale trials are failed first (their retries queued). The process takes a WAITING trial
+    (a retry, or one it queues itself) the way ``Study.ask`` does, recording its heartbeat
+    first so a kill at any instant leaves a trial that goes stale, then counts again: when
+    another process's trial took the last slot meanwhile, it puts its trial back (WAITING) and
+    looks again after a random pause. Of two processes racing for one slot, the one that took
+    its trial later sees the other's and backs off, so finished trials never exceed ``trials``.
+    (Two processes that both find the queue empty both queue a trial; the one left over waits,
+    without parameters, for the next top-up.)"""
+    storage = _storage_of(study)
+    study_id = storage.get_study_id_from_name(study.study_name)
+    beating = heartbeats(storage)
+    # Trials this process put back: it never takes them again (a journal remembers the last
+    # trial a process took, so racing for one it took before could look like winning).
+    put_back: set[int] = set()
+    while True:
+        if beating:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                optuna.storages.fail_stale_trials(study)
+        current = study.get_trials(deepcopy=False)
+        if sum(trial.state in TAKEN for trial in current) >= trials:
+            return None
+        waiting = [trial for trial in current if trial.state == TrialState.WAITING and trial.number not in put_back]
+        if not waiting:
+            study.enqueue_trial({})
+            continue
+        claimed = None
+        for candidate in waiting:
+            trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, candidate.number)
+            if beating:
+                storage.record_heartbeat(trial_id)
+            if _pop(storage, trial_id):
+                claimed = trial_id
+                break
+        if claimed is None:
+            continue
+        if len(study.get_trials(deepcopy=False, states=TAKEN)) <= trials:
+            return optuna.Trial(study, claimed)
+        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+            storage.set_trial_state_values(claimed, state=TrialState.WAITING)
+        put_back.add(storage.get_trial(claimed).number)
+        time.sleep(random.uniform(0.05, 0.5))
+
+
+@contextlib.contextmanager
+def heartbeat(study: optuna.Study, trial: optuna.Trial) -> Iterator[None]:
+    """Records the trial's heartbeat every interval while the block runs (nothing when the
+    storage has no heartbeats). A failed write (a database that blinked) is retried at the next
+    beat rather than ending the beats."""
+    storage = _storage_of(study)
+    if not heartbeats(storage):
+        yield
+        return
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(storage.get_heartbeat_interval()):
+            with contextlib.suppress(Exception):
+                storage.record_heartbeat(trial._trial_id)
+
+    thread = threading.Thread(target=beat, name=f"heartbeat-trial-{trial.number}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _stored(study: optuna.Study, trial: optuna.Trial) -> FrozenTrial:
+    """The trial as the storage holds it now (another process may have finished it)."""
+    return _storage_of(study).get_trial(trial._trial_id)
+
+
+def run_claimed(study: optuna.Study, trial: optuna.Trial, objective: Callable[[optuna.Trial], float]) -> FrozenTrial:
+    """Runs ``objective`` on a claimed trial with its heartbeat and tells the study the outcome:
+    its value, PRUNED on ``optuna.TrialPruned``, FAIL on any other exception (re-raised). A trial
+    another process finished meanwhile (failed it when its heartbeats stopped for longer than the
+    grace period, as on a machine too loaded to run the heartbeat thread) keeps that state: the
+    objective's own writes to it then fail, which is no error of this process, and its retry
+    runs it again."""
+    state, value = TrialState.COMPLETE, None
+    # Telling a trial another process finished raises one of these (Optuna's tell: ValueError).
+    finished_elsewhere = (optuna.exceptions.UpdateFinishedTrialError, ValueError)
+    with heartbeat(study, trial):
+        try:
+            value = objective(trial)
+        except optuna.TrialPruned:
+            state = TrialState.PRUNED
+        except optuna.exceptions.UpdateFinishedTrialError:
+            return _stored(study, trial)
+        except BaseException:
+            if not _stored(study, trial).state.is_finished():
+                with contextlib.suppress(*finished_elsewhere):
+                    study.tell(trial, state=TrialState.FAIL)
+            raise
+    if _stored(study, trial).state.is_finished():
+        return _stored(study, trial)
+    try:
+        return study.tell(trial, value) if state == TrialState.COMPLETE else study.tell(trial, state=state)
+    except finished_elsewhere:
+        return _stored(study, trial)
+
+
+__all__ = ["HeartbeatJournalStorage", "claim_trial", "describe", "heartbeat", "local_path", "open_storage", "run_claimed"]

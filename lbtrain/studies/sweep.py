@@ -1,0 +1,480 @@
+"""Optuna sweeps: one study per world size, tuning the recipe the experiment's ``search`` names.
+
+Each study (``<experiment>-w<W>``) maximizes the final *validation* accuracy (the test set is
+only read for the best trial's report), samples with a seeded TPE sampler, and prunes with a
+median pruner fed every epoch's validation accuracy, never before the trial's warmup has ended.
+Every trial carries its run's verdict (``lbtrain.verdict``) as the user attribute ``status``: a
+diverged trial is pruned with its reason (user attribute ``reason``); a collapsed one completes
+with its (chance-level) value, so the sampler learns from it, but "best" and the fits only ever
+take trials whose status is ``ok``. Studies live in SQLite (``results/<name>/optuna.db``), a
+journal file on a shared filesystem or a database server (``lbtrain.studies.storages``), so processes on
+one machine or many share them; every process (a rerun too) takes trials until its study has
+exactly ``trials`` finished ones, and heartbeats let a worker fail and retry trials a killed
+process left RUNNING. The summary fits the tuned learning rate against the global batch,
+``lr* ~ B ** alpha``: is the tuned LR linear (alpha 1) or sqrt (alpha 0.5) in the batch?
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import itertools
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+import tensorflow as tf
+
+from lbtrain.config import ConfigError, ExperimentConfig, SearchParam, run_config_from_dict, with_overrides
+from lbtrain.files import csv_text, write_atomic, write_json_atomic
+from lbtrain.modes import default_mode_name, get_mode
+from lbtrain.reports.scaling_laws import LrExponentFit, lr_exponent
+from lbtrain.results import OPTUNA_DATABASE, SWEEP_FIT_FILE, SWEEP_SUMMARY_FILE, claim_folder
+from lbtrain.storage_urls import local_path
+from lbtrain.studies.storages import claim_trial, open_storage, run_claimed
+from lbtrain.trainer import train
+from lbtrain.worlds.base import World
+from lbtrain.worlds.simulated import SimulatedWorld
+
+logger = logging.getLogger(__name__)
+
+OBJECTIVE = "validation_accuracy"
+FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+
+
+def study_name(experiment: ExperimentConfig, world_size: int) -> str:
+    return f"{experiment.name}-w{world_size}"
+
+
+@dataclasses.dataclass(frozen=True)
+class StudySpec:
+    """One Optuna study: its name, the world size its trials train at, the run every trial
+    starts from (plain data) and the fields it searches. A plain sweep has one per world size
+    (``world_study``); the tuning protocol (``lbtrain.studies.protocol``) one per arm it tunes."""
+
+    name: str
+    world_size: int
+    base: dict[str, Any]
+    search: dict[str, SearchParam]
+
+    def run(self, params: dict[str, Any]):
+        """The run config of one trial: the base run at the study's world size with ``params``."""
+        return run_config_from_dict(with_overrides(self.base, {"training.world_size": self.world_size, **params}))
+
+
+def world_study(experiment: ExperimentConfig, world_size: int) -> StudySpec:
+    """The study of a plain sweep at ``world_size``: the experiment's base run and search space."""
+    return StudySpec(study_name(experiment, world_size), world_size, experiment.base_run(), dict(experiment.search))
+
+
+def _spec(experiment: ExperimentConfig, study: int | StudySpec) -> StudySpec:
+    return study if isinstance(study, StudySpec) else world_study(experiment, study)
+
+
+def storage_url(experiment: ExperimentConfig) -> str:
+    """The experiment's storage: its ``sweep.storage`` (``sqlite:///``, ``journal:///``,
+    ``postgresql://``...: ``lbtrain.studies.storages``) or SQLite in its results folder."""
+    return experiment.sweep.storage or f"sqlite:///{(experiment.results_dir / OPTUNA_DATABASE).resolve()}"
+
+
+def world_sizes(experiment: ExperimentConfig) -> list[int]:
+    """The world sizes swept: ``grid.world_sizes``, else the base run's world size."""
+    sizes = experiment.grid.get("world_sizes", [experiment.training.get("world_size", 1)])
+    if not isinstance(sizes, list) or not all(isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in sizes):
+        raise ConfigError(f"grid.world_sizes must be a list of positive integers, got {sizes!r}")
+    return sizes
+
+
+def sampler_seed(experiment: ExperimentConfig, world_size: int, worker: int, finished: int) -> int:
+    """The TPE sampler's seed for one process: drawn from ``sweep.sampler_seed``, the world
+    size, the worker's index and the number of trials the study had finished when the process
+    joined, so parallel workers and reruns draw distinct trials (one seed for all makes them
+    repeat each other), while the same sweep launched the same way draws the same ones."""
+    entropy = [experiment.sweep.sampler_seed, world_size, worker, finished]
+    return int(np.random.SeedSequence(entropy).generate_state(1)[0])
+
+
+def _storage(url: str, settings) -> optuna.storages.BaseStorage:
+    """The Optuna storage behind ``url`` with the sweep's heartbeats (``lbtrain.studies.storages``); a
+    URL it cannot open is a one-line ``ConfigError`` naming the storage."""
+    return open_storage(url, settings.heartbeat_seconds, settings.grace_seconds)
+
+
+def open_study(experiment: ExperimentConfig, study: int | StudySpec, storage: str | None = None, worker: int = 0) -> optuna.Study:
+    """Creates or loads a study (a ``StudySpec``, or the plain sweep's study of a world size),
+    with this process's sampler (``sampler_seed``; worker ``worker`` of a parallel sweep)."""
+    spec = _spec(experiment, study)
+    settings = experiment.sweep
+    opened_storage = _storage(storage or storage_url(experiment), settings)
+    pruners = {
+        "median": lambda: optuna.pruners.MedianPruner(
+            n_startup_trials=settings.pruner_startup_trials, n_warmup_steps=settings.pruner_warmup_epochs),
+        "successive_halving": lambda: optuna.pruners.SuccessiveHalvingPruner(min_resource=settings.pruner_warmup_epochs + 1),
+        "none": optuna.pruners.NopPruner,
+    }
+    opened = optuna.create_study(
+        study_name=spec.name, storage=opened_storage, direction="maximize", pruner=pruners[settings.pruner](), load_if_exists=True,
+    )
+    # Constant liar: a worker treats the trials others are running as done and bad, so
+    # parallel workers spread out instead of sampling next to each other.
+    opened.sampler = optuna.samplers.TPESampler(
+        seed=sampler_seed(experiment, spec.world_size, worker, finished_trials(opened)), constant_liar=True)
+    return opened
+
+
+def suggest(trial: optuna.trial.BaseTrial, search: dict[str, SearchParam]) -> dict[str, Any]:
+    """One value per searched field path."""
+    values = {}
+    for path, param in search.items():
+        if param.type == "categorical":
+            values[path] = trial.suggest_categorical(path, param.choices)
+        elif param.type == "int":
+            values[path] = trial.suggest_int(path, int(param.low), int(param.high), step=int(param.step or 1), log=param.log)
+        else:
+            values[path] = trial.suggest_float(path, param.low, param.high, step=param.step, log=param.log)
+    return values
+
+
+def trial_run(experiment: ExperimentConfig, world_size: int, params: dict[str, Any]):
+    """The run config of one trial of the plain sweep at ``world_size``."""
+    return world_study(experiment, world_size).run(params)
+
+
+class _PruningCallback(tf.keras.callbacks.Callback):
+    """Each epoch, the rank holding the trial (rank 0; the only one in a simulated world)
+    reports the validation accuracy (rank-averaged under Horovod) and, once the trial's warmup
+    of ``warmup_epochs`` has ended, asks the pruner (a warming-up trial has not yet shown its
+    LR); the decision is broadcast so every rank stops together."""
+
+    def __init__(self, trial: optuna.trial.Trial | None, world: World, warmup_epochs: float = 0.0):
+        super().__init__()
+        self.trial, self.world, self.warmup_epochs, self.pruned_at = trial, world, warmup_epochs, None
+
+    def on_epoch_end(self, epoch, logs=None):
+        prune = False
+        value = (logs or {}).get("val_accuracy")
+        if self.trial is not None and value is not None and math.isfinite(value):
+            self.trial.report(float(value), epoch)
+            prune = epoch + 1 >= self.warmup_epochs and self.trial.should_prune()
+        if self.world.broadcast_object(prune):
+            self.pruned_at = epoch + 1
+            self.model.stop_training = True
+
+
+def _record_result(trial: optuna.trial.Trial, result, pruning: _PruningCallback, pruner: str) -> float | None:
+    """Stores what a trial's run produced as user attributes; returns the objective value, or
+    None when the trial is to be pruned (diverged, or stopped by the pruner: reason stored)."""
+    trial.set_user_attr("epochs_run", len(result.history))
+    trial.set_user_attr("test_accuracy", result.metrics.get("test_accuracy"))
+    trial.set_user_attr("learning_rate", result.learning_rate)
+    trial.set_user_attr("status", result.status)
+    if pruning.pruned_at is not None and result.status != "diverged":
+        trial.set_user_attr("reason", f"pruned by the {pruner} pruner after epoch {pruning.pruned_at}")
+        return None
+    if result.status != "ok":
+        trial.set_user_attr("reason", result.reason)
+    return None if result.status == "diverged" else float(result.metrics[OBJECTIVE])
+
+
+def search_corners(search: dict[str, SearchParam]) -> list[dict[str, Any]]:
+    """Every combination of each dimension's extremes (low and high, or every choice)."""
+    extremes = [[(path, value) for value in (param.choices if param.type == "categorical" else
+                                             [int(param.low), int(param.high)] if param.type == "int" else [param.low, param.high])]
+                for path, param in search.items()]
+    return [dict(corner) for corner in itertools.product(*extremes)]
+
+
+def check_sweepable(experiment: ExperimentConfig, studies: list[StudySpec] | None = None) -> None:
+    """A sweep needs something to search and a validation split to score on, and every corner
+    of each study's search space must give a valid run at its world size (checked before any
+    trial trains, so a bad space is an error now rather than a failed trial an hour in).
+    ``studies``: default the plain sweep's, one per world size."""
+    if not experiment.search:
+        raise ConfigError("search: name at least one field to tune, e.g. lr.base_lr: {type: float, low: 0.01, high: 1, log: true}")
+    if not get_mode(experiment.mode).sweepable:
+        raise ConfigError(f"mode: {experiment.mode} cannot be swept: trials train simulated worlds (synchronous, exact for "
+                          "the synchronous modes), which asynchronous training is not; tune a grid of LRs with lbtrain run instead")
+    if not experiment.data.get("validation_split"):
+        raise ConfigError("data.validation_split must be > 0 for a sweep: trials are scored on validation, never on test")
+    for spec in studies if studies is not None else [world_study(experiment, w) for w in world_sizes(experiment)]:
+        for corner in search_corners(spec.search):
+            try:
+                spec.run(corner)
+            except ConfigError as error:
+                where = ", ".join(f"{path}={value}" for path, value in corner.items())
+                raise ConfigError(f"search space corner {where} ({spec.name}, world size {spec.world_size}) is no valid run: {error}") from None
+
+
+def _objective_value(trial: optuna.trial.Trial, result, pruning: _PruningCallback, pruner: str) -> float:
+    """``_record_result``, raising ``optuna.TrialPruned`` (with the reason) for a pruned trial."""
+    value = _record_result(trial, result, pruning, pruner)
+    if value is None:
+        raise optuna.TrialPruned(trial.user_attrs["reason"])
+    return value
+
+
+def objective(experiment: ExperimentConfig, study: int | StudySpec):
+    """The function a study optimizes (a ``StudySpec``, or the plain sweep's world size)."""
+    spec = _spec(experiment, study)
+
+    def run_trial(trial: optuna.trial.Trial) -> float:
+        config = spec.run(suggest(trial, spec.search))
+        world = SimulatedWorld(spec.world_size, config.training.micro_batches)
+        pruning = _PruningCallback(trial, world, config.lr.warmup_epochs)
+        return _objective_value(trial, train(config, world, callbacks=[pruning]), pruning, experiment.sweep.pruner)
+
+    return run_trial
+
+
+def finished_trials(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=FINISHED))
+
+
+def _report_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+    outcome = f"validation {trial.value:.4f}" if trial.value is not None else trial.user_attrs.get("reason", trial.state.name.lower())
+    logger.info("[%s trial %d] %s: %s %s", study.study_name, trial.number, trial.state.name.lower(), outcome, trial.params)
+
+
+def optimize(experiment: ExperimentConfig, study: int | StudySpec, trials: int, storage: str | None = None,
+             worker: int = 0) -> optuna.Study:
+    """Runs trials of one study (a ``StudySpec``, or the plain sweep's world size), logging one
+    line per trial (INFO), while the study has fewer than ``trials`` finished plus running trials
+    (across every process sharing the storage: ``lbtrain.studies.storages.claim_trial``), so the
+    processes together finish exactly ``trials``. Trials a killed process left RUNNING are
+    failed first, even when the study has its trials already; their retries wait in the queue
+    for the next top-up."""
+    spec = _spec(experiment, study)
+    opened = open_study(experiment, spec, storage, worker)
+    run_trial = objective(experiment, spec)
+    while (trial := claim_trial(opened, trials)) is not None:
+        _report_trial(opened, run_claimed(opened, trial, run_trial))
+        gc.collect()
+    return opened
+
+
+def optimize_distributed(experiment: ExperimentConfig, world: World, trials: int, storage: str | None = None,
+                         worker: int = 0) -> optuna.Study | None:
+    """The sweep of a Horovod job (world size = the job's size): rank 0 alone talks to the
+    storage, claims each trial (``lbtrain.studies.storages.claim_trial``, as ``optimize``) and
+    broadcasts its parameters; every rank trains while rank 0 records the trial's heartbeat;
+    rank 0 tells the result. ``worker``: the job's index among Horovod jobs sweeping the same
+    study (it seeds the sampler). Returns the study on rank 0, None elsewhere."""
+    study = open_study(experiment, world.size, storage, worker) if world.is_root else None
+    while True:
+        trial = claim_trial(study, trials) if world.is_root else None
+        params = world.broadcast_object(None if trial is None else suggest(trial, experiment.search))
+        if params is None:
+            return study
+        config = trial_run(experiment, world.size, params)
+        pruning = _PruningCallback(trial, world, config.lr.warmup_epochs)
+        if not world.is_root:
+            train(config, world, callbacks=[pruning])
+            continue
+        _report_trial(study, run_claimed(study, trial, lambda claimed: _objective_value(
+            claimed, train(config, world, callbacks=[pruning]), pruning, experiment.sweep.pruner)))
+
+
+def _spawn_workers(experiment: ExperimentConfig, experiment_path: str, overrides: list[str], trials: int, storage: str,
+                   workers: int) -> None:
+    """``workers`` processes of ``lbtrain sweep --worker INDEX`` sharing the storage; the
+    studies are created first so the workers do not race to create them (or Optuna's tables).
+    Returns once every worker has ended; raises when any failed."""
+    import sys
+
+    from lbtrain.launch import run_side_by_side
+
+    for world_size in world_sizes(experiment):
+        open_study(experiment, world_size, storage)
+    command = [sys.executable, "-m", "lbtrain.cli", "sweep", experiment_path, "--trials", str(trials), "--storage", storage,
+               *(item for value in overrides for item in ("--set", value))]
+    # Every worker is waited for: the survivors finish the studies, retrying a dead worker's stale trial.
+    codes = run_side_by_side([[*command, "--worker", str(index)] for index in range(workers)])
+    failed = [index for index, code in enumerate(codes) if code]
+    if failed:
+        raise RuntimeError(f"sweep worker(s) {', '.join(map(str, failed))} failed (see the output above)")
+
+
+def _check_storage(experiment: ExperimentConfig, storage: str) -> None:
+    """Opens a storage that lives outside the results folder before the folder is claimed, so
+    one that cannot be opened (a server it cannot reach, a wrong password, a journal in a
+    folder it cannot write) is an error before anything is written. A storage inside the
+    results folder (the default SQLite file) is opened after the claim, which checks the folder."""
+    path = local_path(storage)
+    results = experiment.results_dir.resolve()
+    if path is None or not path.is_relative_to(results):
+        _storage(storage, experiment.sweep)
+
+
+def run_sweep(
+    experiment: ExperimentConfig,
+    *,
+    experiment_path: str,
+    overrides: list[str] = (),
+    trials: int | None = None,
+    storage: str | None = None,
+    workers: int = 1,
+    worker: int | None = None,
+) -> tuple[list[dict[str, Any]], LrExponentFit] | None:
+    """``lbtrain sweep``: checks the search space and claims the results folder, then runs the
+    trials the way the process was launched: every rank of a Horovod job trains each trial of
+    its one world size; ``workers > 1`` spawns that many processes sharing the storage (each
+    given its index ``worker``); otherwise this process tops up each world size's study in
+    turn. Then (except in a spawned worker or a non-root rank) writes the outputs and returns
+    their rows and fit. (Under ``horovodrun``, ``worker`` only seeds the sampler: Horovod jobs
+    launched side by side, a SLURM array of them, draw distinct trials.)
+
+    ``experiment_path`` and ``overrides`` are how spawned workers load the same experiment."""
+    from lbtrain.modes import launched_by_horovod
+
+    check_sweepable(experiment)
+    trials = trials or experiment.sweep.trials
+    storage = storage or storage_url(experiment)
+    sizes = world_sizes(experiment)
+    if launched_by_horovod():
+        world = get_mode(default_mode_name()).build_world(sizes[0])
+        if sizes != [world.size]:
+            raise ConfigError(f"grid.world_sizes is {sizes} but horovodrun started {world.size} processes: sweep one world size per job")
+        if world.is_root:
+            _check_storage(experiment, storage)
+            claim_folder(experiment.results_dir, experiment.name, str(Path(experiment_path).resolve()), experiment.model_dump(mode="json"))
+        study = optimize_distributed(experiment, world, trials, storage, worker or 0)
+        if not world.is_root:
+            return None
+        logger.info("%s: %d trials", study.study_name, len(study.trials))
+        return write_outputs(experiment, storage)
+    if worker is None:
+        _check_storage(experiment, storage)
+        claim_folder(experiment.results_dir, experiment.name, str(Path(experiment_path).resolve()), experiment.model_dump(mode="json"))
+    if workers > 1:
+        _spawn_workers(experiment, experiment_path, list(overrides), trials, storage, workers)
+    else:
+        for world_size in sizes:
+            study = optimize(experiment, world_size, trials, storage, worker or 0)
+            logger.info("%s: %d trials", study.study_name, len(study.trials))
+    return None if worker is not None else write_outputs(experiment, storage)
+
+
+def ok_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """The complete trials whose run was judged ok (trials recorded before verdicts existed
+    count as ok only if they carry no ``status``)."""
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    return [trial for trial in complete if trial.user_attrs.get("status", "ok") == "ok"]
+
+
+def best_ok_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
+    """The ok trial with the highest validation accuracy (the earliest among equals), or None."""
+    return max(ok_trials(study), key=lambda trial: (trial.value, -trial.number), default=None)
+
+
+def summary_rows(experiment: ExperimentConfig, storage: str | None = None) -> list[dict[str, Any]]:
+    """One row per world size: trial counts by state and verdict, the best ok trial's
+    validation accuracy, its test accuracy, its parameters and the learning rate it trained with."""
+    rows = []
+    for world_size in world_sizes(experiment):
+        study = open_study(experiment, world_size, storage)
+        trials = study.get_trials(deepcopy=False, states=FINISHED)
+        statuses = [trial.user_attrs.get("status") for trial in trials]
+        row = {
+            "world_size": world_size,
+            "study": study.study_name,
+            "complete": sum(trial.state == optuna.trial.TrialState.COMPLETE for trial in trials),
+            "pruned": sum(trial.state == optuna.trial.TrialState.PRUNED for trial in trials),
+            "diverged": statuses.count("diverged"),
+            "collapsed": statuses.count("collapsed"),
+        }
+        best = best_ok_trial(study)
+        if best is not None:
+            config = trial_run(experiment, world_size, best.params)
+            row.update({
+                "global_batch": config.global_batch,
+                "best_validation_accuracy": best.value,
+                "best_test_accuracy": best.user_attrs.get("test_accuracy"),
+                "best_learning_rate": best.user_attrs["learning_rate"],
+                **{f"param:{key}": value for key, value in best.params.items()},
+            })
+        rows.append(row)
+    return rows
+
+
+def write_summary(experiment: ExperimentConfig, rows: list[dict[str, Any]]) -> Path:
+    """``sweep_summary.csv``: the rows of ``summary_rows``, columns in first-seen order."""
+    return write_atomic(experiment.results_dir / SWEEP_SUMMARY_FILE, csv_text(rows))
+
+
+def lr_points(study: optuna.Study) -> list[dict[str, Any]]:
+    """The ok complete trials of a study as ``lr_exponent`` takes them: the learning rate each
+    trained with, its validation accuracy and its verdict."""
+    return [{"learning_rate": trial.user_attrs["learning_rate"], "validation_accuracy": trial.value,
+             "status": trial.user_attrs.get("status", "ok")} for trial in ok_trials(study)]
+
+
+def lr_fit(experiment: ExperimentConfig, storage: str | None = None, top_k: int = 3) -> LrExponentFit:
+    """The exponent of the tuned LR in the global batch over the sweep's world sizes, from the
+    ``top_k`` ok complete trials of each (``lbtrain.reports.scaling_laws.lr_exponent``: one
+    lucky best trial does not decide it), with a bootstrap interval over trials."""
+    trials_by_batch = {trial_run(experiment, world_size, {}).global_batch: lr_points(open_study(experiment, world_size, storage))
+                       for world_size in world_sizes(experiment)}
+    return lr_exponent(trials_by_batch, top_k)
+
+
+def write_figures(experiment: ExperimentConfig, storage: str | None = None) -> list[Path]:
+    """Optuna's optimization history and parameter importances per study, as PNG."""
+    import io
+
+    import matplotlib.pyplot as plt
+    from optuna.visualization import matplotlib as optuna_plots
+
+    written = []
+    for world_size in world_sizes(experiment):
+        study = open_study(experiment, world_size, storage)
+        complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        plots = [("history", optuna_plots.plot_optimization_history)]
+        if len(complete) >= 2 and len(experiment.search) >= 2:
+            plots.append(("importances", optuna_plots.plot_param_importances))
+        for label, plot in plots if complete else []:
+            axes = plot(study)
+            image = io.BytesIO()
+            axes.figure.savefig(image, format="png", dpi=90, bbox_inches="tight")
+            plt.close(axes.figure)
+            written.append(write_atomic(experiment.results_dir / "figures" / f"sweep_{label}_w{world_size}.png", image.getvalue()))
+    return written
+
+
+def write_outputs(experiment: ExperimentConfig, storage: str | None = None) -> tuple[list[dict[str, Any]], LrExponentFit]:
+    """Writes ``experiment.yaml``, ``sweep_summary.csv``, ``sweep_fit.json`` and the figures;
+    returns rows and fit."""
+    from lbtrain.studies.runner import write_experiment
+
+    write_experiment(experiment)
+    rows = summary_rows(experiment, storage)
+    write_summary(experiment, rows)
+    fit = lr_fit(experiment, storage)
+    write_json_atomic(experiment.results_dir / SWEEP_FIT_FILE, fit.to_dict())
+    write_figures(experiment, storage)
+    return rows, fit
+
+
+__all__ = [
+    "StudySpec",
+    "check_sweepable",
+    "lr_fit",
+    "best_ok_trial",
+    "ok_trials",
+    "open_study",
+    "optimize",
+    "optimize_distributed",
+    "run_sweep",
+    "storage_url",
+    "study_name",
+    "suggest",
+    "summary_rows",
+    "trial_run",
+    "world_sizes",
+    "world_study",
+    "write_figures",
+    "write_outputs",
+    "write_summary",
+]

@@ -1,0 +1,71 @@
+"""``mode: simulated``: W synchronous workers simulated exactly in one process.
+
+``SimulatedWorld(W)``: one process feeds the whole global batch ``W * per_worker_batch``;
+every BatchNormalization layer normalizes per worker's share (ghost BN, Hoffer et al.
+2017, with ``virtual_batch_size = per_worker_batch``), and the mean loss over the global
+batch has exactly the average of the W workers' gradients. One update therefore equals
+W-worker synchronous SGD (Goyal et al. 2017 sec. 3: the allreduce averages gradients). If
+the global batch does not fit in memory, ``micro_batches=k`` accumulates the gradient over k
+pieces, each holding W/k whole workers' batches, and applies their mean once
+(``lbtrain.train_step.GradientStepModel``). A simulated world also applies gradients
+``staleness=tau`` updates late (asynchronous SGD with a constant delay,
+``lbtrain.train_step.StaleGradients``).
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from lbtrain.layers import is_batch_norm
+from lbtrain.measures.noise_scale import NoiseScaleSettings, measurement_pieces
+from lbtrain.models import set_virtual_batch_size
+from lbtrain.train_step import GradientStepModel, NoiseScaleTracker
+from lbtrain.worlds.base import World
+
+
+class SimulatedWorld(World):
+    """``size`` synchronous workers simulated exactly in one process (see the module doc)."""
+
+    def __init__(self, size: int, micro_batches: int = 1):
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"world size must be a positive integer, got {size!r}")
+        if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1 or size % micro_batches:
+            raise ValueError(f"micro_batches must be a positive integer dividing the world size {size}, got {micro_batches!r}")
+        self.size, self.rank, self.local_rank = size, 0, 0
+        self.micro_batches = micro_batches
+
+    def __repr__(self) -> str:
+        return f"SimulatedWorld(size={self.size}, micro_batches={self.micro_batches})"
+
+    def input_shard(self) -> tuple[int, int]:
+        return 0, 1
+
+    def process_batch(self, per_worker_batch: int) -> int:
+        return self.size * per_worker_batch
+
+    def prepare_model(self, model: tf.keras.Model, per_worker_batch: int, noise_scale: NoiseScaleSettings | None = None,
+                      accumulation_steps: int = 1, staleness: int = 0) -> tf.keras.Model:
+        """Ghost batch norm at the per-worker batch; a ``GradientStepModel`` when the step runs
+        in micro-batches, accumulates batches, measures the noise scale or applies stale
+        gradients. The step then takes ``accumulation_steps * micro_batches`` pieces (each of
+        ``size / micro_batches`` workers' batches of one accumulated step) one after another.
+        The noise scale comes from those pieces if there are several, else from
+        ``noise_scale.pieces`` pieces; with one worker and batch norm (whose statistics a split
+        would change) this world cannot measure it in the step unless the pieces are the
+        worker's accumulated batches."""
+        has_batch_norm = any(is_batch_norm(layer) for layer in model.layers)
+        if self.size > 1 and has_batch_norm:
+            model = set_virtual_batch_size(model, per_worker_batch)
+        pieces, tracker = accumulation_steps * self.micro_batches, None
+        if noise_scale is not None and not (self.size == 1 and has_batch_norm and pieces == 1):
+            if pieces == 1:
+                pieces = measurement_pieces(self.size, per_worker_batch, noise_scale.pieces) or 1
+            if pieces > 1:
+                big_batch = self.size * per_worker_batch * accumulation_steps
+                tracker = NoiseScaleTracker(big_batch // pieces, big_batch, noise_scale.decay)
+        if pieces == 1 and not staleness:
+            return model
+        return GradientStepModel(model, world=self, per_worker_batch=per_worker_batch, pieces=pieces,
+                                 accumulation_steps=accumulation_steps, noise_scale=tracker,
+                                 sequential=self.micro_batches * accumulation_steps > 1, staleness=staleness)
+

@@ -1,0 +1,242 @@
+"""The command line as a user meets it: bad input is one line on stderr, exit code 2, no
+traceback and nothing written under results/."""
+
+import os
+import re
+
+import pytest
+import yaml
+
+from conftest import horovod_installed, run_cli, stderr_lines
+from lbtrain._keras import KERAS_3
+from lbtrain.cli import main
+
+GOOD = {
+    "name": "cli",
+    # Small enough to train in a second, large enough to learn above chance (the verdict's ok).
+    "data": {"dataset": "mnist1d", "train_subset": 256, "options": {"num_samples": 500}},
+    "model": {"name": "mlp", "options": {"widths": [16]}},
+    "lr": {"base_lr": 0.1, "base_batch": 16},
+    "training": {"per_worker_batch": 16, "epochs": 1},
+    "grid": {"world_sizes": [1, 2]},
+}
+
+
+def experiment_file(tmp_path, **changes):
+    data = {**GOOD, "output_dir": str(tmp_path / "results"), **changes}
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def merge(section, **values):
+    return {section: {**GOOD.get(section, {}), **values}}
+
+
+BAD_INPUTS = {
+    "missing file": (lambda tmp: [str(tmp / "nope.yaml")], r"nope.yaml: file not found"),
+    "invalid yaml": (lambda tmp: [str(_text(tmp, "name: [oops"))], r"exp.yaml: invalid YAML"),
+    "unknown key": (lambda tmp: [str(experiment_file(tmp, epochs=3))], r"epochs: unknown key"),
+    "wrong type": (lambda tmp: [str(experiment_file(tmp, **merge("training", epochs="two")))], r"training.epochs: Input should be a valid integer \(got 'two'\)"),
+    "zero lr": (lambda tmp: [str(experiment_file(tmp, lr={"base_lr": 0}))], r"lr.base_lr: Input should be greater than 0 \(got 0\)"),
+    "negative batch": (lambda tmp: [str(experiment_file(tmp, **merge("training", per_worker_batch=-4)))], r"training.per_worker_batch: Input should be greater than 0 \(got -4\)"),
+    "unknown rule": (lambda tmp: [str(experiment_file(tmp, lr={"rule": "cube"}))], r"lr.rule: rule must be one of 'linear', 'sqrt', 'none' or a float exponent, got 'cube'"),
+    "unknown optimizer": (lambda tmp: [str(experiment_file(tmp, optimizer={"name": "rmsprop"}))], r"optimizer.name: unknown optimizer 'rmsprop' \(allowed: sgd, momentum, adam, lars, lamb\)"),
+    "unknown dataset": (lambda tmp: [str(experiment_file(tmp, data={"dataset": "imagenet"}))], r"data.dataset: unknown dataset 'imagenet' \(allowed: fashion_mnist, mnist, mnist1d, synthetic\)"),
+    "unknown model": (lambda tmp: [str(experiment_file(tmp, model={"name": "vit"}))], r"model.name: unknown model 'vit' \(allowed: mlp, cnn, resnet\)"),
+    "world size zero": (lambda tmp: [str(experiment_file(tmp, grid={"world_sizes": [1, 0]}))], r"training.world_size: Input should be greater than 0 \(got 0\)"),
+    "world size fraction": (lambda tmp: [str(experiment_file(tmp, grid={"world_sizes": [2.5]}))], r"training.world_size: Input should be a valid integer \(got 2.5\)"),
+    "set unknown path": (lambda tmp: [str(experiment_file(tmp)), "--set", "training.epoch=2"], r"--set training.epoch: no such field"),
+    "empty file": (lambda tmp: [str(_text(tmp, "# nothing here\n"))], r"exp.yaml: the file is empty; expected a mapping"),
+    "duplicate key": (lambda tmp: [str(_text(tmp, "name: a\ntraining: {epochs: 1}\ntraining: {epochs: 2}\n"))],
+                      r"exp.yaml: invalid YAML \(.*duplicate key 'training'"),
+    "binary file": (lambda tmp: [str(_bytes(tmp, b"\x00\x01name: x"))], r"exp.yaml: a binary file, not YAML"),
+    "not utf-8": (lambda tmp: [str(_bytes(tmp, "name: caf\u00e9".encode("latin-1")))], r"exp.yaml: not UTF-8 text \(byte 9\)"),
+    "two budgets": (lambda tmp: [str(experiment_file(tmp, **merge("training", steps=10)))],
+                    r"training: give one budget, epochs, steps or samples, not epochs=1 and steps=10"),
+    "labels alike": (lambda tmp: [str(experiment_file(tmp, grid={"variants": [{"label": "a b", "lr.rule": "none"},
+                                                                               {"label": "A-B", "lr.rule": "sqrt"}]}))],
+                     r"grid.variants\[1\].label 'A-B' is the same recipe name as grid.variants\[0\].label 'a b'"),
+    # Once an abort inside oneDNN (exit 134) that took the whole grid down.
+    "impossible model option": (lambda tmp: [str(experiment_file(tmp, model={"name": "mlp", "options": {"widths": [0]}}))],
+                                r"model.options: widths must be a list of positive integers, got \[0\]"),
+    "model option typo": (lambda tmp: [str(experiment_file(tmp, model={"name": "mlp", "options": {"widht": [8]}}))],
+                          r"model.options: unknown option 'widht' for model 'mlp' \(did you mean 'widths'\? allowed: widths, "),
+    "option of another model": (lambda tmp: [str(experiment_file(tmp, grid={"variants": [{"label": "cnn", "model.name": "cnn"}]}))],
+                                r"model.options: unknown option 'widths' for model 'cnn'.*\(grid point cnn\)$"),
+    "data option typo": (lambda tmp: [str(experiment_file(tmp, **merge("data", options={"num_sample": 500})))],
+                         r"data.options: unknown option 'num_sample' for dataset 'mnist1d' \(did you mean 'num_samples'\?"),
+    "subset larger than the data": (lambda tmp: [str(experiment_file(tmp, **merge("data", train_subset=100000)))],
+                                    r"train_subset must be an integer in \[1, 400\] for mnist1d, got 100000 \(run base, world size 1\)"),
+    "absurd world size": (lambda tmp: [str(experiment_file(tmp, grid={"world_sizes": [1, 100000]}))],
+                          r"256 training samples are fewer than one global batch \(100000 workers x 16\).*\(run base, world size 100000\)"),
+}
+
+
+def _text(tmp, content):
+    path = tmp / "exp.yaml"
+    path.write_text(content)
+    return path
+
+
+def _bytes(tmp, content):
+    path = tmp / "exp.yaml"
+    path.write_bytes(content)
+    return path
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, case):
+    arguments, message = BAD_INPUTS[case]
+    assert main(["run", *arguments(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lbtrain: error: "), captured.err
+    assert re.search(message, lines[0]), lines[0]
+    assert not (tmp_path / "results").exists()
+
+
+def test_mode_horovod_without_horovodrun_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    launcher = str(tmp_path / "no-such-launcher")
+    monkeypatch.setenv("HOROVODRUN", launcher)
+    assert main(["run", str(experiment_file(tmp_path, mode="horovod"))]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"lbtrain: error: mode: horovod: $HOROVODRUN is {launcher!r}, which is not a file or command (use mode: simulated)")
+    assert not (tmp_path / "results").exists()
+
+
+def test_mode_horovod_on_a_stack_without_horovod_names_the_fix_before_anything_trains(tmp_path):
+    """On Keras 3 (TensorFlow 2.16+) Horovod cannot run at all; on TensorFlow 2.15 this venv has it."""
+    if horovod_installed():
+        pytest.skip("this stack has Horovod")
+    completed = run_cli("run", str(experiment_file(tmp_path, mode="horovod")))
+    assert completed.returncode == 2, completed.stderr[-2000:]
+    lines = stderr_lines(completed.stderr)
+    assert len(lines) == 1 and lines[0].startswith("lbtrain: error: mode: horovod: "), completed.stderr
+    if KERAS_3:
+        assert "Horovod runs on TensorFlow 2.15 only" in lines[0]
+    assert "pip install tensorflow-cpu==2.15.1" in lines[0] and "'lbtrain[horovod]'" in lines[0]
+    assert "use mode: simulated" in lines[0]
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_real_process_shows_no_traceback(tmp_path):
+    result = run_cli("run", str(experiment_file(tmp_path, lr={"rule": "cube"})))
+    assert result.returncode == 2
+    lines = stderr_lines(result.stderr)
+    assert len(lines) == 1 and lines[0].startswith("lbtrain: error: lr.rule:") and "Traceback" not in result.stderr
+
+
+def test_dry_run_lists_runs_and_writes_nothing(tmp_path, capsys):
+    assert main(["run", str(experiment_file(tmp_path)), "--dry-run", "--set", "grid.seeds=[0, 1]"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"cli: 4 runs (simulated) -> {tmp_path / 'results' / 'cli'}"
+    assert len(out) == 5 and "world 2 x 16" in out[-1]
+    assert not (tmp_path / "results").exists()
+
+
+def test_run_logs_progress_and_prints_the_summary_table(tmp_path, capsys):
+    assert main(["run", str(experiment_file(tmp_path))]) == 0
+    captured = capsys.readouterr()
+    assert "lbtrain: [1/2] base w1 x 16 seed 0: ok" in captured.err and "lbtrain: [2/2] base w2 x 16 seed 0: ok" in captured.err
+    assert captured.out.startswith("world  batch recipe") and "[1/2]" not in captured.out
+    assert (tmp_path / "results" / "cli" / "summary.csv").is_file()
+
+
+def test_train_command_writes_the_run_directory(tmp_path, capsys):
+    run = tmp_path / "run.yaml"
+    run.write_text(yaml.safe_dump({key: GOOD[key] for key in ("data", "model", "lr", "training")}))
+    assert main(["train", str(run), "--run-dir", str(tmp_path / "run")]) == 0
+    assert capsys.readouterr().out.startswith("ok: world 1 x 16 = batch 16")
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["checkpoints", "config.yaml", "history.csv", "metrics.json"]
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--trials", "0"], "argument --trials: expected a whole number >= 1, got 0"),
+    (["--trials", "-1"], "argument --trials: expected a whole number >= 1, got -1"),
+    (["--workers", "0"], "argument --workers: expected a whole number >= 1, got 0"),
+    (["--workers", "two"], "argument --workers: expected a whole number >= 1, got 'two'"),
+])
+def test_sweep_counts_must_be_positive(tmp_path, arguments, message):
+    result = run_cli("sweep", str(experiment_file(tmp_path)), *arguments)
+    assert result.returncode == 2
+    assert stderr_lines(result.stderr) == [f"lbtrain: error: {message}"]
+    assert not (tmp_path / "results").exists()
+
+
+def test_scientific_notation_reads_as_a_number(tmp_path):
+    spec = {key: value for key, value in GOOD.items() if key != "lr"}
+    path = _text(tmp_path, yaml.safe_dump({**spec, "output_dir": str(tmp_path / "results")}) + "lr: {base_lr: 1e-1}\n")
+    from lbtrain.config import load_experiment
+
+    assert load_experiment(path).lr == {"base_lr": 0.1}
+
+
+def test_run_exits_non_zero_when_a_run_failed_and_says_how_many(tmp_path, capsys):
+    # Passes every check, then raises after training: a sharpness subspace larger than the model.
+    spec = experiment_file(tmp_path, grid={"world_sizes": [1], "variants": [
+        {"label": "fine"}, {"label": "fails", "analysis.sharpness": True, "analysis.sharpness_subspace": 10**9}]})
+    assert main(["run", str(spec)]) == 1
+    captured = capsys.readouterr()
+    assert "fine w1 x 16 seed 0: ok" in captured.err and "fails w1 x 16 seed 0: failed" in captured.err
+    assert stderr_lines(captured.err)[-1].startswith("lbtrain: warning: 1 of 2 runs failed (reasons in ")
+
+
+def test_a_file_where_the_results_folder_should_be_is_refused_and_kept(tmp_path, capsys):
+    (tmp_path / "results").write_text("my notes\n")
+    assert main(["run", str(experiment_file(tmp_path))]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"lbtrain: error: {tmp_path / 'results' / 'cli'}: a file is where the results folder should be (set output_dir or name)")
+    assert (tmp_path / "results").read_text() == "my notes\n"
+
+
+def test_a_results_folder_that_cannot_be_created_is_one_line(tmp_path, capsys):
+    # /proc refuses new folders even to root, who can write anywhere else.
+    assert main(["run", str(experiment_file(tmp_path, output_dir="/proc/lbtrain-results"))]) == 2
+    assert capsys.readouterr().err.strip().startswith(
+        "lbtrain: error: /proc/lbtrain-results/cli: cannot create the results folder (")
+
+
+def test_two_experiments_with_one_name_do_not_share_a_folder(tmp_path, capsys):
+    first = experiment_file(tmp_path)
+    assert main(["run", str(first)]) == 0
+    runs = sorted(p.name for p in (tmp_path / "results" / "cli" / "runs").iterdir())
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump({**GOOD, "output_dir": str(tmp_path / "results"), "lr": {"base_lr": 0.2, "base_batch": 16}}))
+    capsys.readouterr()
+    for arguments in ([], ["--fresh"]):
+        assert main(["run", str(other), *arguments]) == 2
+        assert capsys.readouterr().err.strip() == (
+            f"lbtrain: error: {tmp_path / 'results' / 'cli'} holds experiment 'cli' from {first}; {other} has the same name "
+            "but another config (give it another name, or another output_dir)")
+    assert sorted(p.name for p in (tmp_path / "results" / "cli" / "runs").iterdir()) == runs
+    # The same experiment from another file agrees with the folder's: it may resume it.
+    copy = tmp_path / "copy.yaml"
+    copy.write_text(first.read_text())
+    assert main(["run", str(copy)]) == 0
+    assert capsys.readouterr().err.count("done before, skipped") == len(runs)
+
+
+def test_a_second_process_on_a_running_experiment_is_refused(tmp_path, capsys):
+    from lbtrain.results import folder_lock
+
+    folder = tmp_path / "results" / "cli"
+    folder.mkdir(parents=True)
+    with folder_lock(folder, "cli"):
+        assert main(["run", str(experiment_file(tmp_path))]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"lbtrain: error: experiment 'cli' is already running in {folder} (process {os.getpid()}); wait for it or stop it")
+    assert not (folder / "runs").exists()
+
+
+@pytest.mark.parametrize("storage, message", [
+    ("not-a-url", r"storage 'not-a-url' cannot be opened \(ArgumentError: "),
+    ("sqlite:////proc/lbtrain/optuna.db", r"storage 'sqlite:////proc/lbtrain/optuna.db' cannot be opened \("),
+])
+def test_a_storage_that_cannot_be_opened_is_one_line(tmp_path, storage, message):
+    spec = experiment_file(tmp_path, **merge("data", validation_split=0.25),
+                           search={"lr.base_lr": {"type": "float", "low": 0.01, "high": 0.1}})
+    result = run_cli("sweep", str(spec), "--storage", storage)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    lines = stderr_lines(result.stderr)
+    assert len(lines) == 1 and re.search(message, lines[0]), result.stderr

@@ -1,0 +1,42 @@
+"""lbtrain.reports.advisor_validation: the leave-one-out check of the advisor's calibrated B_crit,
+and that the committed validation files are what it renders from the committed results."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT
+from lbtrain.reports.advisor_validation import OUTPUT, leave_one_out, render_markdown, validation
+
+COMMITTED = Path(REPO_ROOT) / OUTPUT
+
+
+def pair(name, predicted, measured):
+    return {"pair": name, "predicted": {"b_simple": predicted}, "measured": {"b_crit": measured}}
+
+
+def test_each_pair_is_calibrated_by_the_geometric_mean_multiple_of_the_others_only():
+    rows = leave_one_out([pair("a", 100, 800), pair("b", 50, 200), pair("c", 10, 30)])
+    by_name = {row["pair"]: row for row in rows}
+    assert by_name["a"]["multiple"] == pytest.approx(math.sqrt(4 * 3))  # b: 4x, c: 3x
+    assert by_name["a"]["calibrated_b_crit"] == pytest.approx(100 * math.sqrt(12))
+    assert by_name["a"]["ratio"] == pytest.approx(100 * math.sqrt(12) / 800)  # 0.433: not within 2x
+    assert not by_name["a"]["within_2x"]
+    assert by_name["c"]["multiple"] == pytest.approx(math.sqrt(8 * 4)) and by_name["c"]["calibrated_from"] == ["a", "b"]
+    assert by_name["c"]["ratio"] == pytest.approx(10 * math.sqrt(32) / 30) and by_name["c"]["within_2x"]  # 1.89
+    assert leave_one_out([pair("alone", 100, 800)]) == []
+
+
+def test_the_committed_validation_holds_the_leave_one_out_rows_of_its_own_pairs():
+    committed = json.loads((COMMITTED / "validation.json").read_text())
+    assert committed["leave_one_out"] == json.loads(json.dumps(leave_one_out(committed["pairs"])))
+    assert "leaving one pair out" in (COMMITTED / "validation.md").read_text()
+
+
+def test_the_committed_validation_is_what_the_committed_results_render():
+    data = validation(Path(REPO_ROOT))
+    assert (COMMITTED / "validation.json").read_text() == json.dumps(data, indent=2, allow_nan=False) + "\n", (
+        "results/advisor_validation is stale: run python scripts/validate_advisor.py")
+    assert (COMMITTED / "validation.md").read_text() == render_markdown(data)

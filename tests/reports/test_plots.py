@@ -1,0 +1,113 @@
+import matplotlib.colors
+import matplotlib.image
+import pytest
+
+from conftest import run_python
+from lbtrain.reports.plots import EDGE_STRIP, OKABE_ITO, Line, Mark, draw_panels, plot_panels, plot_schedules, recipe_colors
+from lbtrain.schedules import Warmup, build_schedule
+
+
+def test_plot_schedules_writes_one_png_with_a_line_per_schedule(tmp_path):
+    schedules = {
+        "linear + warmup + cosine": build_schedule({"rule": "linear", "warmup_epochs": 1, "decay": {"type": "cosine"}},
+                                                   steps_per_epoch=10, base_lr=0.1, base_batch=128, global_batch=1024, total_epochs=5),
+        "sqrt": 0.1 * 8**0.5,
+        "warmup": Warmup(0.8, 20),
+    }
+    path = plot_schedules(schedules, 50, tmp_path / "figures" / "schedules.png")
+    assert path == tmp_path / "figures" / "schedules.png"
+    image = matplotlib.image.imread(path)
+    assert image.shape == (330, 680, 4)  # one 4.4 x 3.3 inch panel and the legend beside it, at 100 dpi
+    pixels = {tuple(pixel) for pixel in (image[..., :3] * 255).round().astype(int).reshape(-1, 3)}
+    assert all(tuple(round(255 * c) for c in matplotlib.colors.to_rgb(color)) in pixels for color in OKABE_ITO[:3])
+    assert sorted(p.name for p in path.parent.iterdir()) == ["schedules.png"]
+
+
+def test_plot_schedules_rejects_empty_input(tmp_path):
+    with pytest.raises(ValueError, match="schedules must name at least one schedule"):
+        plot_schedules({}, 10, tmp_path / "x.png")
+    with pytest.raises(ValueError, match="steps must be a positive integer, got 0"):
+        plot_schedules({"a": 0.1}, 0, tmp_path / "x.png")
+
+
+def test_recipe_colors_follow_recipe_order_through_the_okabe_ito_palette():
+    colors = recipe_colors([f"r{i}" for i in range(10)])
+    assert list(colors.values())[:8] == list(OKABE_ITO) and colors["r8"] == OKABE_ITO[0]
+    assert recipe_colors(["b", "a", "b"]) == {"b": OKABE_ITO[0], "a": OKABE_ITO[1]}
+
+
+BATCH_PANEL = {"test accuracy": [
+    Line("linear", [128, 1024, 8192], [0.90, 0.88, 0.80], low=[0.89, 0.87, None], high=[0.91, 0.89, None]),
+    Line("sqrt", [128, 1024], [0.90, 0.89]),
+    Line("perfect", [128, 8192], [0.9, 0.9], reference=True),
+    Mark("diverged", "sqrt", 8192, count=2),
+    Mark("collapsed", "linear", 8192),
+    Mark("upper bound", "sqrt", 128, 0.85),
+]}
+
+
+def test_batch_figures_use_a_log2_axis_ticked_at_the_batches_and_one_colour_per_recipe():
+    figure = draw_panels(BATCH_PANEL, xlabel="global batch", ylabel="accuracy", colors={"sqrt": OKABE_ITO[3], "linear": OKABE_ITO[0]},
+                         log2_x=True)
+    (axes,) = figure.axes
+    assert axes.get_xscale() == "log" and axes.xaxis.get_transform().base == 2
+    assert [label.get_text() for label in axes.get_xticklabels()] == ["128", "1024", "8192"]
+    lines = {line.get_label(): line for line in axes.get_lines()}
+    colors = [matplotlib.colors.to_hex(line.get_color()).upper() for line in axes.get_lines()]
+    assert colors[:2] == [OKABE_ITO[0], OKABE_ITO[3]]  # the mapping given, not the drawing order
+    assert len(lines) == len(axes.get_lines())
+    assert len(axes.collections) >= 2  # the band of "linear", and the shaded strip for marks
+
+
+def test_marks_sit_in_a_strip_clear_of_the_data_and_the_legend_outside_every_panel():
+    figure = draw_panels(BATCH_PANEL, xlabel="global batch", ylabel="accuracy", log2_x=True)
+    figure.draw_without_rendering()
+    (axes,) = figure.axes
+    low, high = axes.get_ylim()
+    strip_top = low + EDGE_STRIP * (high - low)
+    assert strip_top <= 0.80 - 1e-9  # the lowest value drawn stays above the strip
+    assert all(tick > strip_top for tick in axes.get_yticks())  # no value is read off the strip
+    edge_marks = [line for line in axes.get_lines() if line.get_marker() in ("x", "D")]
+    assert sorted(line.get_marker() for line in edge_marks) == ["D", "x"]
+    for line in edge_marks:
+        (y,) = line.get_ydata()
+        assert 0 < y < EDGE_STRIP  # axes fraction, at the bottom
+    (x_diverged,) = next(line for line in edge_marks if line.get_marker() == "x").get_xdata()
+    (x_collapsed,) = next(line for line in edge_marks if line.get_marker() == "D").get_xdata()
+    assert x_collapsed < 8192 < x_diverged  # recipe order, side by side at their batch
+    assert [text.get_text() for text in axes.texts] == ["2"]
+    (legend,) = figure.legends
+    legend_box = legend.get_window_extent()
+    assert not legend_box.overlaps(axes.get_window_extent())
+    assert [text.get_text() for text in legend.get_texts()] == [
+        "linear", "sqrt", "perfect", "95% CI (bootstrap over seeds)", "diverged run", "collapsed run",
+        "upper bound (reached in the first epoch)"]
+
+
+def test_thin_seed_lines_and_thick_means_have_legend_entries(tmp_path):
+    panels = {"world 1": [Line("a", [1, 2, 3], [0.5, 0.6, 0.7], thin=True), Line("a", [1, 2, 3], [0.6, 0.7, 0.8], thin=True),
+                          Line("a", [1, 2, 3], [0.55, 0.65, 0.75]), Mark("diverged", "b", 2, 0.1)],
+              "world 8": [Line("b", [1, 2], [0.4, 0.1], thin=True)]}
+    figure = draw_panels(panels, xlabel="epoch", ylabel="accuracy")
+    first = figure.axes[0]
+    widths = [line.get_linewidth() for line in first.get_lines()]
+    assert widths[:3] == [0.8, 0.8, 2.2]
+    assert [label.get_text() for label in first.get_xticklabels()] == [label.get_text() for label in first.get_xticklabels()
+                                                                       if "." not in label.get_text()]  # whole epochs
+    assert [text.get_text() for text in figure.legends[0].get_texts()] == ["a", "b", "one seed", "mean of ok seeds", "diverged run"]
+    path = plot_panels(panels, tmp_path / "curves.png", xlabel="epoch", ylabel="accuracy")
+    assert matplotlib.image.imread(path).shape == (330, 2 * 440 + 240, 4)
+
+
+def test_plot_panels_rejects_nothing_to_draw_and_unknown_marks(tmp_path):
+    with pytest.raises(ValueError, match="nothing to draw"):
+        plot_panels({"empty": []}, tmp_path / "x.png", xlabel="x", ylabel="y")
+    assert not (tmp_path / "x.png").exists()
+    with pytest.raises(ValueError, match="mark kind must be one of diverged, collapsed, failed, upper bound, not reached"):
+        Mark("exploded", "a", 1)
+
+
+def test_importing_the_plots_and_the_report_loads_no_matplotlib():
+    result = run_python("import sys, lbtrain.reports.plots, lbtrain.reports.report; print('matplotlib' in sys.modules)")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "False"

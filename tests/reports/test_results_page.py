@@ -1,0 +1,291 @@
+"""results/README.md is what lbtrain.reports.results_page renders from the committed data, and
+the goyal_bn section and its anchors are computed from a protocol.json and summary.csv."""
+
+import csv
+import dataclasses
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT, run_python
+from lbtrain.reports.report import ReportError
+from lbtrain.reports.results_page import (
+    QUICKSTART_BEGIN,
+    QUICKSTART_END,
+    readme_with_quickstart,
+    render_quickstart,
+    render_results_page,
+    write_results_page,
+)
+from lbtrain.reports.results_page.asynchrony import anchor_async_lr, anchor_staleness, anchor_staleness_damping, section_staleness
+from lbtrain.reports.results_page.common import machine_minutes, points_text, study_runs
+from lbtrain.reports.results_page.critical_batch import anchor_shallue, section_critical_batch, shallue_region
+from lbtrain.reports.results_page.goyal import (
+    anchor_goyal_linear_warmup,
+    anchor_goyal_no_warmup,
+    chosen_arms,
+    goyal_bn_arms,
+    goyal_figure,
+    goyal_figure_items,
+    section_goyal_bn,
+)
+from lbtrain.reports.results_page.keskar import anchor_hoffer, anchor_keskar, section_keskar_v2
+from lbtrain.reports.results_page.lr_scaling import anchor_malladi
+from lbtrain.reports.statistics import bootstrap_difference, bootstrap_mean
+
+RESULTS = Path(REPO_ROOT) / "results"
+
+
+def test_the_page_and_the_advisors_validation_load_no_tensorflow():
+    code = ("import sys, lbtrain.reports.results_page, lbtrain.reports.advisor_validation; "
+            "print('tensorflow' in sys.modules, 'keras' in sys.modules)")
+    assert run_python(code).stdout.split() == ["False", "False"]
+
+
+def test_the_committed_page_is_what_the_data_render():
+    committed = (RESULTS / "README.md").read_text()
+    assert committed == render_results_page(RESULTS), "results/README.md is stale: run python scripts/render_results_readme.py --write"
+
+
+def estimate(values):
+    return dataclasses.asdict(bootstrap_mean(values))
+
+
+def difference(a, b):
+    return dataclasses.asdict(bootstrap_difference(a, b))
+
+
+def test_goyal_bn_renders_the_best_arm_per_world_size_and_the_goyal_anchors(tmp_path):
+    """A synthetic goyal_bn: momentum+warmup carried by the linear rule holds at world 8 (-0.5
+    points) and breaks at 64 (-9 points); without warmup it is 20 points worse at 64."""
+    seeds = {("momentum+warmup tuned", 1): [0.90, 0.91, 0.92], ("momentum+warmup tuned", 8): [0.90, 0.90, 0.90],
+             ("momentum+warmup linear rule", 8): [0.905, 0.905, 0.905], ("momentum+warmup tuned", 64): [0.85, 0.86, 0.87],
+             ("momentum+warmup linear rule", 64): [0.82, 0.82, 0.82], ("momentum linear rule", 64): [0.62, 0.62, 0.62]}
+    folder = tmp_path / "goyal_bn"
+    folder.mkdir()
+    with open(folder / "summary.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, ["run_id", "label", "status", "world_size", "global_batch", "seed", "test_accuracy"])
+        writer.writeheader()
+        for (label, world), values in seeds.items():
+            for seed, value in enumerate(values):
+                writer.writerow({"run_id": f"{label}-{world}-{seed}", "label": label, "status": "ok", "world_size": world,
+                                 "global_batch": 16 * world, "seed": seed, "test_accuracy": value})
+    reference = seeds[("momentum+warmup tuned", 1)]
+
+    def row(world, rule):
+        tuned, rule_values = seeds[("momentum+warmup tuned", world)], seeds.get((f"momentum+warmup {rule} rule", world), reference)
+        at_reference = world == 1
+        return {"recipe": "momentum+warmup", "rule_name": "reference" if at_reference else rule, "world_size": world,
+                "global_batch": 16 * world, "tuned": estimate(tuned), "tuned_runs": 3, "tuned_trials": 5, "rule": estimate(rule_values),
+                "rule_runs": 3, "rule_trials": 5, "cost_of_rule": None if at_reference else difference(tuned, rule_values),
+                "rule_minus_reference": None if at_reference else difference(rule_values, reference),
+                "tuned_minus_reference": None if at_reference else difference(tuned, reference)}
+
+    longer = [0.88, 0.89, 0.90]
+    protocol = {"rows": [row(1, "linear"), row(8, "linear"), row(64, "linear")], "trials": {"a": 5, "b": 5, "c": 5},
+                # Chosen on validation: at 8 the rule arm, at 64 the tuned arm, re-run there at equal steps.
+                "best_arms": {"1": "momentum+warmup tuned", "8": "momentum+warmup linear rule", "64": "momentum+warmup tuned"},
+                "equal_steps": [{"arm": "momentum+warmup tuned", "recipe": "momentum+warmup", "world_size": 64, "global_batch": 1024,
+                                 "steps": 3000, "equal_steps": estimate(longer), "equal_steps_runs": 3,
+                                 "gain_of_steps": difference(longer, seeds[("momentum+warmup tuned", 64)]),
+                                 "equal_steps_minus_reference": difference(longer, reference)}]}
+    (folder / "protocol.json").write_text(json.dumps(protocol))
+
+    verdict, evidence = anchor_goyal_linear_warmup(tmp_path)
+    assert verdict == "reproduced up to batch 128"
+    assert "batch 128: -0.5" in evidence and "batch 1024: -9.0" in evidence
+    verdict, evidence = anchor_goyal_no_warmup(tmp_path)
+    assert verdict == "reproduced" and "at batch 1024: -20.0 [-20.0, -20.0] (n=3) points" in evidence
+
+    chosen = chosen_arms(protocol, goyal_bn_arms(protocol))
+    assert {size: arm["label"] for size, arm in chosen.items()} == {
+        1: "momentum+warmup, tuned", 8: "momentum+warmup, linear rule", 64: "momentum+warmup, tuned"}
+    text = "\n".join(section_goyal_bn(tmp_path))
+    assert "| 1 | 16 | momentum+warmup, tuned | 0.910 [0.900, 0.920] (n=3) | reference | the reference | reference |" in text
+    assert "| 8 | 128 | momentum+warmup, linear rule | 0.905 [0.905, 0.905] (n=3) | -0.5 [-1.5, +0.5] (n=3) | not run | - |" in text
+    at_epochs, at_steps = (points_text(difference(values, reference)) for values in (seeds[("momentum+warmup tuned", 64)], longer))
+    assert at_epochs.startswith("-5.0 [") and at_steps.startswith("-2.0 [")
+    assert (f"| 64 | 1024 | momentum+warmup, tuned | 0.860 [0.850, 0.870] (n=3) | {at_epochs} | "
+            f"0.890 [0.880, 0.900] (n=3), 3000 updates | {at_steps} |") in text
+    assert "every recipe tuned with 5 trials per study" in text
+
+    # The figure beside Goyal et al.'s Table 1: ours in points at 1x, 8x, 64x, theirs at 32x.
+    lines = {item.label: item for item in goyal_figure_items(protocol, study_runs(tmp_path, "goyal_bn"))}
+    warmup = lines["here: linear + gradual warmup"]
+    assert warmup.x == [1, 8, 64] and warmup.y == pytest.approx([0.0, -0.5, -9.0])
+    assert (lines["Goyal et al. 2017: linear + gradual warmup"].x, lines["Goyal et al. 2017: linear + gradual warmup"].y) == ([32], [pytest.approx(-0.14)])
+    assert lines["Goyal et al. 2017: linear, no warmup"].y == [pytest.approx(-1.24)]
+    assert lines["here: best arm, equal steps"].x == [64] and lines["here: best arm, equal steps"].y == pytest.approx([-2.0])
+    assert goyal_figure(tmp_path).is_file()
+
+
+def test_a_study_not_committed_is_named_with_the_command_that_makes_it(tmp_path):
+    assert anchor_keskar(tmp_path) == ("not measured yet", "neither keskar_v2 nor keskar_gap is committed")
+    assert "`lbtrain run experiments/critical_batch.yaml` makes it" in "\n".join(section_critical_batch(tmp_path))
+
+
+def test_shallues_regions_follow_the_fitted_critical_batch():
+    assert [shallue_region(batch, 100.0) for batch in (10, 11, 999, 1000)] == [
+        "perfect scaling", "diminishing returns", "diminishing returns", "no further gain"]
+
+
+@pytest.mark.parametrize("alpha, low, high, verdict", [
+    (0.5, 0.3, 0.7, "reproduced"), (0.6, 0.3, 1.2, "reproduced with a caveat"), (1.0, 0.8, 1.2, "not reproduced"),
+    (None, None, None, "not measurable"),
+])
+def test_malladis_sqrt_rule_is_judged_by_the_interval_of_adams_exponent(tmp_path, alpha, low, high, verdict):
+    (tmp_path / "adam_scaling").mkdir()
+    fit = {"alpha": alpha, "alpha_95_low": low, "alpha_95_high": high, "points": 7, "note": None if alpha else "not enough points"}
+    (tmp_path / "adam_scaling" / "protocol.json").write_text(json.dumps({"rows": [], "trials": {}, "lr_fits": {"adam": fit}}))
+    assert anchor_malladi(tmp_path)[0] == verdict
+
+
+def accuracy_row(recipe, batch, values):
+    summary = estimate(values)
+    return {"recipe": recipe, "global_batch": batch, "test_accuracy": summary["mean"], "low": summary["low"], "high": summary["high"],
+            "ok_runs": len(values), "total": len(values), "excluded": {}, "train_accuracy": estimate([v + 0.05 for v in values]),
+            "gap_accuracy": estimate([0.05] * len(values))}
+
+
+def test_keskar_v2_calls_a_gap_that_equal_steps_closes_under_training(tmp_path):
+    arms = {"SB": (32, [0.90, 0.91, 0.89]), "LB equal epochs": (256, [0.85, 0.86, 0.84]), "LB equal steps": (256, [0.90, 0.905, 0.895]),
+            "Hoffer": (256, [0.905, 0.91, 0.90]), "LB equal loss": (256, [0.89, 0.90, 0.88])}
+    folder = tmp_path / "keskar_v2"
+    folder.mkdir()
+    (folder / "report.json").write_text(json.dumps({"accuracy": [accuracy_row(label, batch, values) for label, (batch, values) in arms.items()]}))
+    with open(folder / "summary.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, ["run_id", "label", "status", "world_size", "global_batch", "seed", "test_accuracy",
+                                         "train_loss", "total_steps"])
+        writer.writeheader()
+        for label, (batch, values) in arms.items():
+            for seed, value in enumerate(values):
+                writer.writerow({"run_id": f"{label}-{seed}", "label": label, "status": "ok", "world_size": 1, "global_batch": batch,
+                                 "seed": seed, "test_accuracy": value, "train_loss": 0.3, "total_steps": 1500})
+    text = "\n".join(section_keskar_v2(tmp_path))
+    assert "**under-training**" in text and "| LB equal epochs | 256 | 1500 | 0.300 |" in text
+    verdict, evidence = anchor_hoffer(tmp_path)
+    assert verdict == "reproduced" and "equal epochs -5.0 [" in evidence
+
+    # goyal_bn's equal-steps re-runs: training longer holds at 8x the small batch, not at 64x.
+    reference = [0.90, 0.91, 0.92]
+    def longer(world, at_epochs, at_steps):
+        return {"world_size": world, "global_batch": 16 * world, "steps": 3000, "equal_steps": estimate(at_steps),
+                "gain_of_steps": difference(at_steps, at_epochs), "equal_steps_minus_reference": difference(at_steps, reference)}
+    (tmp_path / "goyal_bn").mkdir()
+    (tmp_path / "goyal_bn" / "protocol.json").write_text(json.dumps({"rows": [], "equal_steps": [
+        longer(64, [0.70, 0.71, 0.72], [0.80, 0.81, 0.82]), longer(8, [0.88, 0.89, 0.90], [0.91, 0.91, 0.91])]}))
+    verdict, evidence = anchor_hoffer(tmp_path)
+    assert verdict == "reproduced up to 8x the small batch"
+    assert "batch 128: +0.0 [" in evidence and "batch 1024: -10.0 [" in evidence and "(+10.0 [" in evidence
+
+
+def test_the_staleness_table_sets_each_damping_against_synchronous_sgd(tmp_path):
+    cells = {"tau0": [0.98, 0.98, 0.98], "tau15 none": [0.90, 0.91, 0.92], "tau15 sqrt": [0.96, 0.96, 0.96],
+             "tau15 linear": [0.95, 0.95, 0.95]}
+    folder = tmp_path / "staleness"
+    folder.mkdir()
+    (folder / "report.json").write_text("{}")
+    with open(folder / "summary.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, ["run_id", "label", "status", "world_size", "global_batch", "seed", "test_accuracy"])
+        writer.writeheader()
+        for label, values in cells.items():
+            for seed, value in enumerate(values):
+                writer.writerow({"run_id": f"{label}-{seed}", "label": label, "status": "ok", "world_size": 1, "global_batch": 32,
+                                 "seed": seed, "test_accuracy": value})
+        writer.writerow({"run_id": "x", "label": "tau15 none", "status": "diverged", "world_size": 1, "global_batch": 32, "seed": 3,
+                         "test_accuracy": 0.1})
+    text = "\n".join(section_staleness(tmp_path))
+    assert "| 15 | 0.910 [0.900, 0.920] (n=3); -7.0 [-8.0, -6.0] (n=3); 1 diverged | 0.960 [0.960, 0.960] (n=3); -2.0" in text
+    verdict, evidence = anchor_staleness(tmp_path)
+    assert verdict == "reproduced" and "staleness 15: -7.0 [-8.0, -6.0] (n=3) points (1 diverged)" in evidence
+    verdict, evidence = anchor_staleness_damping(tmp_path)
+    assert verdict == "reproduced" and "LR / (tau + 1) -3.0 [-3.0, -3.0] (n=3) points; undamped -7.0 [" in evidence
+
+
+@pytest.mark.parametrize("sync_lrs, async_lrs, verdict", [
+    # W = 2 and 4: the synchronous best divided by W against the asynchronous best (per sample).
+    ((0.1, 0.2), (0.025, 0.025), "reproduced"), ((0.1, 0.2), (0.025, 0.1), "mixed"),
+    ((0.1, 0.2), (0.05, 0.05), "not reproduced"),
+    ((0.1, 0.2), (0.0125, 0.025), "reproduced (parameter_server best at the grid's smallest LR at W=2)"),
+    ((0.1, 0.4), (0.05, 0.1), "not reproduced (simulated best at the grid's largest LR at W=4)"),
+    ((0.05, None), (0.025, 0.025), "not measured"),
+])
+def test_the_async_lr_anchor_compares_the_best_lrs_per_sample(tmp_path, sync_lrs, async_lrs, verdict):
+    def works(lr):
+        return {"best": None if lr is None else {"learning_rate": lr},
+                "edge": "smallest" if lr == 0.0125 else "largest" if lr == 0.4 else None, "largest_ok_lr": lr}
+
+    record = {"first": {"label": "simulated"}, "second": {"label": "parameter_server"},
+              "lr_that_works": {str(world): {"first": works(a), "second": works(b)} for world, a, b in zip((2, 4), sync_lrs, async_lrs)}}
+    (tmp_path / "sync_vs_async").mkdir()
+    (tmp_path / "sync_vs_async" / "compare.json").write_text(json.dumps(record))
+    found, evidence = anchor_async_lr(tmp_path)
+    assert found == verdict
+    if verdict == "not measured":
+        assert evidence == "a mode had no LR with every seed ok at W=4"
+    else:
+        assert evidence.startswith(f"W=2: best LR parameter_server {async_lrs[0]:.4g} against simulated 0.1 / 2 = 0.05; W=4")
+
+
+@pytest.mark.parametrize("rms, verdict", [(0.041, "reproduced"), (0.15, "reproduced"), (0.3, "not reproduced")])
+def test_shallues_curve_is_reproduced_only_by_a_fit_within_the_tolerance(tmp_path, rms, verdict):
+    (tmp_path / "steps_to_target").mkdir()
+    fit = {"b_crit": 500.0, "s_min": 300.0, "batches": 6, "min_batches": 4, "relative_rms": rms}
+    (tmp_path / "steps_to_target" / "report.json").write_text(json.dumps({"critical_batch": fit}))
+    found, evidence = anchor_shallue(tmp_path)
+    assert found == verdict and f"relative rms error {100 * rms:.1f}%" in evidence
+
+
+def test_machine_time_adds_the_runs_and_the_tuning_trials_of_a_real_optuna_study(tmp_path):
+    import optuna
+
+    folder = tmp_path / "study"
+    folder.mkdir()
+    (folder / "summary.csv").write_text("run_id,label,status,world_size,global_batch,wall_time_seconds\n"
+                                        "a,x,ok,1,32,90\nb,x,diverged,2,64,30\nc,x,failed,2,64,\n")
+    study = optuna.create_study(storage=f"sqlite:///{folder / 'optuna.db'}")
+    study.optimize(lambda trial: time.sleep(0.2) or trial.suggest_float("x", 0, 1), n_trials=3)
+    runs, tuning = machine_minutes(tmp_path, "study")
+    assert runs == pytest.approx(2.0)
+    expected = sum((trial.datetime_complete - trial.datetime_start).total_seconds() for trial in study.trials) / 60
+    assert expected > 0.01 and tuning == pytest.approx(expected)  # the trials' own times, through Optuna's API
+    (folder / "optuna.db").unlink()
+    assert machine_minutes(tmp_path, "study") == (pytest.approx(2.0), None)
+
+
+def test_the_readmes_quickstart_table_is_what_the_committed_run_renders():
+    readme = (RESULTS.parent / "README.md").read_text()
+    assert readme_with_quickstart(readme, RESULTS) == readme, "run python scripts/render_results_readme.py --write"
+    assert "| 32 | 4096 |" in readme.split(QUICKSTART_BEGIN)[1]
+
+
+def test_writing_puts_the_page_in_the_results_folder_and_the_table_in_the_readme(tmp_path):
+    results = tmp_path / "results"
+    (results / "quickstart_reference").mkdir(parents=True)
+    (results / "quickstart_reference" / "summary.csv").write_bytes((RESULTS / "quickstart_reference" / "summary.csv").read_bytes())
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# lbtrain\n\n{QUICKSTART_BEGIN}\nan old table\n{QUICKSTART_END}\n\nthe rest\n")
+
+    assert write_results_page(results, readme) == [results / "README.md", readme]  # no study: no figure of its own
+    assert (results / "README.md").read_text() == render_results_page(results)
+    assert "*Not committed yet*: `lbtrain sweep experiments/goyal_bn.yaml` makes it" in render_results_page(results)
+    written = readme.read_text()
+    assert written.startswith(f"# lbtrain\n\n{render_quickstart(results)}\n\nthe rest") and "an old table" not in written
+
+    readme.write_text("a README without the table")
+    (results / "README.md").unlink()
+    with pytest.raises(ReportError, match="no quickstart table"):
+        write_results_page(results, readme)
+    assert not (results / "README.md").exists() and readme.read_text() == "a README without the table"
+
+
+def test_every_committed_study_shows_a_figure_that_exists():
+    page = (RESULTS / "README.md").read_text()
+    shown = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", page)
+    assert shown and all((RESULTS / path).is_file() for path in shown)
+    committed = [path.parent.name for path in RESULTS.glob("*/report.json")
+                 if f"## {path.parent.name}:" in page]
+    assert committed and all(any(path.startswith(f"{study}/") for path in shown) for study in committed)

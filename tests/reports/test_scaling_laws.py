@@ -1,0 +1,151 @@
+import math
+
+import numpy as np
+import pytest
+
+from lbtrain.measures.noise_scale import UNDETERMINED_NORM, UNDETERMINED_TRACE, simple_noise_scale
+from lbtrain.measures.steps_to_target import steps_to_target
+from lbtrain.reports.scaling_laws import critical_batch, lr_exponent, reachable_target
+
+HISTORY = [{"epoch": 1, "val_accuracy": 0.70}, {"epoch": 2, "val_accuracy": 0.80}, {"epoch": 3, "val_accuracy": 0.85}]
+
+
+def test_steps_to_target_interpolates_between_epoch_ends():
+    assert steps_to_target(HISTORY, 100, 0.75) == pytest.approx(150)
+    assert steps_to_target(HISTORY, 100, 0.85) == pytest.approx(300)
+    assert steps_to_target(HISTORY, 100, 0.60) == 100  # reached by the first epoch's end
+    assert steps_to_target(HISTORY, 100, 0.90) is None
+    assert steps_to_target(HISTORY, 100, 0.75, metric="accuracy") is None
+
+
+def test_steps_to_target_skips_missing_and_nan_epochs():
+    history = [{"epoch": 1, "val_accuracy": float("nan")}, {"epoch": 2, "val_accuracy": 0.5}, {"epoch": 3}, {"epoch": 4, "val_accuracy": 0.9}]
+    assert steps_to_target(history, 10, 0.7) == pytest.approx(30)
+
+
+def test_reachable_target_is_the_lowest_best_rounded_down():
+    assert reachable_target([0.912, 0.874, 0.899]) == pytest.approx(0.870)
+    assert reachable_target([0.875]) == pytest.approx(0.875)
+    with pytest.raises(ValueError, match="no runs"):
+        reachable_target([])
+
+
+def test_critical_batch_recovers_the_model_it_was_generated_from():
+    s_min, b_crit = 200.0, 1000.0
+    rows = [{"global_batch": b, "steps_to_target": s_min * (1 + b_crit / b)} for b in (128, 256, 512, 1024, 2048, 4096, 8192)]
+    rows.append({"global_batch": 16384, "steps_to_target": None})
+    fit = critical_batch(rows, noise_scale=800.0)
+    assert fit.fitted and fit.note is None
+    assert fit.s_min == pytest.approx(s_min, rel=1e-6) and fit.b_crit == pytest.approx(b_crit, rel=1e-6)
+    assert fit.batches == 7 and fit.relative_rms < 1e-9 and fit.e_min == pytest.approx(200_000, rel=1e-6)
+    assert [point["global_batch"] for point in fit.residuals] == [128, 256, 512, 1024, 2048, 4096, 8192]
+    assert all(abs(point["relative_residual"]) < 1e-9 for point in fit.residuals)
+    assert fit.steps(1000) == pytest.approx(400) and fit.noise_scale_ratio == pytest.approx(0.8)
+    assert "critical batch B_crit = 1000" in fit.describe() and "(0.80 x B_crit)" in fit.describe()
+
+
+def test_critical_batch_reports_each_points_relative_residual():
+    # S = 100 (1 + 1000 / B) at 4 batches, each measured 10% high or low in turn.
+    batches, errors = (250, 500, 1000, 2000), (0.1, -0.1, 0.1, -0.1)
+    rows = [{"global_batch": b, "steps_to_target": 100 * (1 + 1000 / b) * (1 + e)} for b, e in zip(batches, errors)]
+    fit = critical_batch(rows)
+    relative = [point["relative_residual"] for point in fit.residuals]
+    for point, row in zip(fit.residuals, rows):
+        assert point["steps"] == row["steps_to_target"] and point["fitted_steps"] == pytest.approx(fit.steps(row["global_batch"]))
+        assert point["relative_residual"] == pytest.approx(point["fitted_steps"] / point["steps"] - 1)
+    assert fit.relative_rms == pytest.approx(math.sqrt(np.mean(np.square(relative))))
+    assert 0.05 < fit.relative_rms < 0.15 and fit.to_dict()["residuals"][0]["global_batch"] == 250
+    assert "relative rms error" in fit.describe() and "over 4 batch sizes" in fit.describe()
+
+
+def test_steps_that_do_not_fall_with_the_batch_give_a_zero_critical_batch():
+    fit = critical_batch([{"global_batch": b, "steps_to_target": 50.0} for b in (512, 1024, 2048, 4096)], noise_scale=300.0)
+    assert fit.s_min == pytest.approx(50.0) and fit.b_crit == 0.0 and fit.noise_scale_ratio is None
+    assert fit.describe().endswith("measured noise scale B_simple 300")
+
+
+@pytest.mark.parametrize("batches", [(128,), (128, 256), (128, 256, 512)])
+def test_fewer_than_four_batch_sizes_give_not_enough_points_and_no_number(batches):
+    rows = [{"global_batch": b, "steps_to_target": 1000.0 / b + 5} for b in batches] + [{"global_batch": 1024, "steps_to_target": None}]
+    fit = critical_batch(rows, noise_scale=90.0)
+    n = len(batches)
+    assert not fit.fitted and fit.note == f"not enough points (n = {n} batch size{'s' if n > 1 else ''} < 4)"
+    assert (fit.s_min, fit.b_crit, fit.relative_rms, fit.e_min, fit.residuals, fit.noise_scale_ratio) == (None, None, None, None, (), None)
+    assert fit.describe() == f"not fitted — {fit.note}; measured noise scale B_simple 90"
+    with pytest.raises(ValueError, match="no critical-batch fit: not enough points"):
+        fit.steps(256)
+
+
+def test_steps_that_keep_halving_have_no_critical_batch_in_range():
+    fit = critical_batch([{"global_batch": b, "steps_to_target": 12800 / b} for b in (128, 256, 512, 1024)])
+    assert not fit.fitted and fit.note == "steps keep halving with the batch: no critical batch within the measured range"
+    assert fit.b_crit is None and fit.residuals == ()
+
+
+def test_simple_noise_scale_is_undetermined_unless_both_estimates_allow_a_ratio():
+    assert simple_noise_scale(120.0, 2.0) == (60.0, None)
+    assert simple_noise_scale(0.0, 2.0) == (0.0, None)
+    for trace, norm_sq, reason in ((120.0, 0.0, UNDETERMINED_NORM), (120.0, -1e-5, UNDETERMINED_NORM), (-3.0, 2.0, UNDETERMINED_TRACE)):
+        scale, why = simple_noise_scale(trace, norm_sq)
+        assert math.isnan(scale) and why == reason
+    assert UNDETERMINED_NORM == "|G|^2 estimate <= 0"
+
+
+def trials(batch, rates_and_accuracies, status="ok"):
+    return [{"learning_rate": rate, "validation_accuracy": accuracy, "status": status} for rate, accuracy in rates_and_accuracies]
+
+
+def test_lr_exponent_fits_the_geometric_mean_of_the_top_k_trials():
+    """lr* = 0.1 (B / 128)^0.5 is the centre of each batch's top three (x1, x2, x0.5); a poor
+    trial at 30x and a diverged one with the best score never enter."""
+    by_batch = {}
+    for b in (128, 512, 2048, 8192):
+        centre = 0.1 * (b / 128) ** 0.5
+        by_batch[b] = (trials(b, [(centre, 0.90), (2 * centre, 0.89), (centre / 2, 0.88), (30 * centre, 0.2)])
+                       + trials(b, [(100 * centre, 0.95)], status="diverged"))
+    fit = lr_exponent(by_batch, top_k=3)
+    assert fit.alpha == pytest.approx(0.5) and math.exp(fit.intercept) * 128 ** 0.5 == pytest.approx(0.1)
+    assert [b["learning_rate"] for b in fit.batches] == pytest.approx([0.1 * (b / 128) ** 0.5 for b in (128, 512, 2048, 8192)])
+    assert [b["ok_trials"] for b in fit.batches] == [4] * 4 and all(abs(b["relative_residual"]) < 1e-9 for b in fit.batches)
+    assert fit.batches[0]["learning_rates"] == pytest.approx([0.1, 0.2, 0.05])
+    # Resamples that miss a good trial pull in the 30x one: the interval has width, around 0.5.
+    assert fit.low < 0.5 < fit.high and fit.note is None and fit.points == 4
+    assert fit.describe().startswith("tuned lr ~ global_batch^0.50 (95% CI ") and "top 3 ok trials at each of 4 batch sizes" in fit.describe()
+    assert fit.to_dict()["alpha_95_low"] == fit.low and fit.to_dict()["points"] == 4
+
+
+# results/goyal_sweep/optuna.db: the complete trials of each study (learning rate, validation accuracy, status).
+GOYAL_SWEEP = {
+    128: [(0.1782649715138695, 0.8931666612625122, "ok"), (0.010007903854383781, 0.8818333148956299, "ok"),
+          (0.027559267640273756, 0.8928333520889282, "ok"), (0.02637307779092461, 0.8928333520889282, "ok")],
+    1024: [(4.051199408968048, 0.10116666555404663, "collapsed"), (0.04990970282009201, 0.8691666722297668, "ok"),
+           (0.19561693722684295, 0.8896666765213013, "ok")],
+    8192: [(0.13718150915872548, 0.7919999957084656, "ok"), (0.6120368030601923, 0.5301666855812073, "ok"),
+           (0.23499546226895232, 0.8240000009536743, "ok"), (0.08709878235490454, 0.8043333292007446, "ok")],
+}
+
+
+def test_lr_exponent_on_the_goyal_sweeps_three_batch_sizes_is_not_a_fit():
+    """Through its single best trials the goyal sweep once gave alpha = 0.07, and through the
+    top three 0.25 with an interval from -0.02 to 0.63: three points, which any line fits. Now
+    no exponent is given; the top-3 centres of each batch are still reported."""
+    by_batch = {b: [{"learning_rate": r, "validation_accuracy": a, "status": s} for r, a, s in rows] for b, rows in GOYAL_SWEEP.items()}
+    top3 = lr_exponent(by_batch, top_k=3)
+    assert top3.alpha is None and top3.low is None and top3.note == "not enough points (n = 3 batch sizes < 4)"
+    centres = [np.mean(np.log([0.1782649715138695, 0.027559267640273756, 0.02637307779092461])),
+               np.mean(np.log([0.19561693722684295, 0.04990970282009201])),  # two ok trials only
+               np.mean(np.log([0.23499546226895232, 0.08709878235490454, 0.13718150915872548]))]
+    assert [math.log(b["learning_rate"]) for b in top3.batches] == pytest.approx(centres)
+    assert [b["ok_trials"] for b in top3.batches] == [4, 2, 4]
+
+
+def test_lr_exponent_needs_four_batch_sizes_for_a_fit():
+    three = lr_exponent({b: trials(b, [(0.1 * b / 128, 0.9), (0.2 * b / 128, 0.8)]) for b in (128, 256, 512)})
+    assert three.alpha is None and three.note == "not enough points (n = 3 batch sizes < 4)"
+    one = lr_exponent({128: trials(128, [(0.1, 0.9)]), 1024: trials(1024, [(0.8, 0.1)], status="diverged")})
+    assert one.alpha is None and one.note == "not enough points (n = 1 batch size < 4)"
+    assert one.batches[1] == {"global_batch": 1024, "ok_trials": 0, "learning_rates": [], "learning_rate": None}
+    single = lr_exponent({b: trials(b, [(0.1 * b / 128, 0.9)]) for b in (128, 256, 512, 1024)})
+    assert single.alpha == pytest.approx(1.0) and single.note == "no interval (one ok trial per batch: nothing to resample)"
+    with pytest.raises(ValueError, match="top_k must be a positive integer, got 0"):
+        lr_exponent({128: []}, top_k=0)

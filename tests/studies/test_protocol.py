@@ -1,0 +1,220 @@
+"""The tuning protocol: equal tuning budgets per arm from the Optuna storage, best of each arm
+re-run with three seeds, the cost of a rule with its interval."""
+
+import json
+import statistics
+
+import optuna
+import pytest
+import yaml
+
+from lbtrain.cli import main
+from lbtrain.config import ConfigError, ExperimentConfig
+from lbtrain.reports.tables import read_summary
+from lbtrain.studies.protocol import (
+    best_arm,
+    comparison_rows,
+    equal_steps_rows,
+    equal_steps_runs,
+    protocol_arms,
+    reference_world_size,
+    tuned_studies,
+)
+from lbtrain.studies.sweep import FINISHED, best_ok_trial, open_study
+
+
+def protocol_spec(tmp_path, **changes):
+    spec = {
+        "name": "proto",
+        "output_dir": str(tmp_path / "results"),
+        "data": {"dataset": "mnist1d", "train_subset": 320, "validation_split": 0.25, "options": {"num_samples": 500}},
+        "model": {"name": "mlp", "options": {"widths": [16]}},
+        "lr": {"base_batch": 16},
+        "training": {"per_worker_batch": 16, "epochs": 1},
+        "grid": {"world_sizes": [1, 2], "variants": [
+            {"label": "sqrt", "lr.rule": "sqrt"},
+            {"label": "linear+warmup", "lr.rule": "linear", "lr.warmup_epochs": 0.5}]},
+        "search": {"lr.base_lr": {"type": "float", "low": 0.02, "high": 0.2, "log": True},
+                   "lr.warmup_epochs": {"type": "categorical", "choices": [0.25, 0.5]}},
+        "sweep": {"trials": 2, "pruner": "none"},
+        "protocol": {"seeds": [0, 1, 2]},
+    }
+    spec.update(changes)
+    return spec
+
+
+def test_arms_pair_a_tuned_and_a_rule_arm_per_recipe_and_world_size(tmp_path):
+    experiment = ExperimentConfig.model_validate(protocol_spec(tmp_path))
+    arms = protocol_arms(experiment)
+    assert [(arm.label, arm.world_size, arm.study.name) for arm in arms] == [
+        ("sqrt tuned", 1, "proto-sqrt-w1"), ("sqrt tuned", 2, "proto-sqrt-w2"), ("sqrt rule", 2, "proto-sqrt-w1"),
+        ("linear+warmup tuned", 1, "proto-linear-warmup-w1"), ("linear+warmup tuned", 2, "proto-linear-warmup-w2"),
+        ("linear+warmup rule", 2, "proto-linear-warmup-w1"),
+    ]
+    assert reference_world_size(experiment) == 1 and len(tuned_studies(arms)) == 4
+    # A recipe without warmup does not search the warmup length.
+    assert set(arms[0].study.search) == {"lr.base_lr"} and set(arms[3].study.search) == {"lr.base_lr", "lr.warmup_epochs"}
+
+
+def test_protocol_rules_carry_one_reference_tuning_by_several_rules(tmp_path):
+    spec = protocol_spec(tmp_path, protocol={"seeds": [0, 1, 2], "rules": {"sqrt": ["none", "sqrt", 0.75]}})
+    spec["grid"]["world_sizes"] = [1, 2, 4]
+    arms = protocol_arms(ExperimentConfig.model_validate(spec))
+    sqrt_rule_arms = [(arm.label, arm.world_size, arm.study.name, arm.base["lr"]["rule"]) for arm in arms
+                      if arm.recipe == "sqrt" and arm.kind == "rule"]
+    assert sqrt_rule_arms == [(f"sqrt {rule} rule", size, "proto-sqrt-w1", rule) for size in (2, 4) for rule in ("none", "sqrt", 0.75)]
+    # A recipe without an entry keeps its one rule arm, labelled as before.
+    assert [arm.label for arm in arms if arm.recipe == "linear+warmup" and arm.kind == "rule"] == ["linear+warmup rule"] * 2
+    assert len(tuned_studies(arms)) == 6  # the extra rules cost no tuning
+
+
+def test_protocol_search_gives_a_recipe_its_own_ranges_with_the_same_budget(tmp_path):
+    adam_range = {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}
+    spec = protocol_spec(tmp_path, protocol={"seeds": [0, 1, 2], "search": {"linear+warmup": {"lr.base_lr": adam_range}}})
+    arms = protocol_arms(ExperimentConfig.model_validate(spec))
+    sqrt, linear = arms[0].study.search, arms[3].study.search
+    assert (sqrt["lr.base_lr"].low, sqrt["lr.base_lr"].high) == (0.02, 0.2)
+    assert (linear["lr.base_lr"].low, linear["lr.base_lr"].high) == (1e-4, 1e-2) and "lr.warmup_epochs" in linear
+
+
+def test_comparison_rows_set_each_arm_against_the_recipes_tuned_reference(tmp_path):
+    spec = protocol_spec(tmp_path, protocol={"seeds": [0, 1, 2], "rules": {"sqrt": ["none", "sqrt"]}})
+    arms = protocol_arms(ExperimentConfig.model_validate(spec))
+    accuracies = {("sqrt tuned", 1): [0.80, 0.82, 0.84], ("sqrt tuned", 2): [0.78, 0.80, 0.79],
+                  ("sqrt none rule", 2): [0.70, 0.72, None], ("sqrt sqrt rule", 2): [0.75, 0.77, 0.76],
+                  ("linear+warmup tuned", 1): [0.8] * 3, ("linear+warmup tuned", 2): [0.8] * 3, ("linear+warmup rule", 2): [0.1] * 3}
+    summary = [{"label": label, "world_size": world, "status": "ok" if value is not None else "diverged", "test_accuracy": value}
+               for (label, world), values in accuracies.items() for value in values]
+    trials = {study.name: 2 for study in tuned_studies(arms)}
+    rows = {(row["recipe"], row["rule_name"], row["world_size"]): row for row in comparison_rows(arms, summary, trials, 1)}
+    assert set(rows) == {("sqrt", "reference", 1), ("sqrt", "none", 2), ("sqrt", "sqrt", 2), ("linear+warmup", "reference", 1),
+                         ("linear+warmup", "linear", 2)}
+    none = rows[("sqrt", "none", 2)]
+    assert (none["rule"]["n"], none["rule_runs"]) == (2, 3)  # the diverged seed is counted, not averaged
+    assert none["rule_minus_reference"]["mean"] == pytest.approx(0.71 - 0.82)
+    assert none["tuned_minus_reference"]["mean"] == pytest.approx(0.79 - 0.82)
+    assert none["cost_of_rule"]["mean"] == pytest.approx(0.79 - 0.71)
+    assert rows[("sqrt", "sqrt", 2)]["rule_minus_reference"]["mean"] == pytest.approx(0.76 - 0.82)
+    assert rows[("sqrt", "reference", 1)]["cost_of_rule"] is None and rows[("sqrt", "reference", 1)]["rule_minus_reference"] is None
+
+
+def test_equal_steps_rerun_the_best_arm_on_validation_for_the_reference_updates(tmp_path):
+    spec = protocol_spec(tmp_path, protocol={"seeds": [0, 1, 2], "equal_steps": [2]})
+    experiment = ExperimentConfig.model_validate(spec)
+    arms = protocol_arms(experiment)
+    # linear+warmup rule has the best validation but a diverged seed; sqrt rule beats sqrt tuned on
+    # validation although its test accuracy is lower: validation decides.
+    runs = {("sqrt tuned", 1): [(0.80, 0.81, "ok")] * 3, ("sqrt tuned", 2): [(0.70, 0.79, "ok")] * 3,
+            ("sqrt rule", 2): [(0.75, 0.70, "ok")] * 3, ("linear+warmup tuned", 1): [(0.8, 0.8, "ok")] * 3,
+            ("linear+warmup tuned", 2): [(0.6, 0.6, "ok")] * 3, ("linear+warmup rule", 2): [(0.9, 0.9, "ok")] * 2 + [(0.1, 0.1, "diverged")]}
+    summary = [{"label": label, "world_size": world, "validation_accuracy": validation, "test_accuracy": test, "status": status,
+                "total_steps": 15 if world == 1 else 7} for (label, world), values in runs.items() for validation, test, status in values]
+    assert best_arm(arms, summary, 2).label == "sqrt rule"
+    params = {"proto-sqrt-w1": {"lr.base_lr": 0.05}, "proto-sqrt-w2": {"lr.base_lr": 0.2}}
+    planned = equal_steps_runs(experiment, arms, params, summary)
+    assert [(run.label, run.config.training.seed) for run in planned] == [("sqrt rule equal steps", seed) for seed in (0, 1, 2)]
+    config = planned[0].config
+    assert (config.training.steps, config.training.epochs, config.training.world_size) == (15, None, 2)
+    assert (config.lr.base_lr, config.lr.rule) == (0.05, "sqrt")  # the reference tuning, carried by the rule
+
+    summary += [{"label": "sqrt rule equal steps", "world_size": 2, "validation_accuracy": 0.8, "test_accuracy": test, "status": "ok",
+                 "total_steps": 15} for test in (0.76, 0.78, 0.77)]
+    [row] = equal_steps_rows(arms, summary, 1)
+    assert (row["arm"], row["world_size"], row["global_batch"], row["steps"], row["equal_steps_runs"]) == ("sqrt rule", 2, 32, 15, 3)
+    assert row["gain_of_steps"]["mean"] == pytest.approx(0.77 - 0.70)
+    assert row["equal_steps_minus_reference"]["mean"] == pytest.approx(0.77 - 0.81)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"grid": {"world_sizes": [1, 2], "seeds": [0, 1]}}, r"the protocol crosses grid.world_sizes with grid.variants only, not training.seed"),
+    ({"protocol": {"reference_world_size": 4}}, r"protocol.reference_world_size 4 is not one of grid.world_sizes \[1, 2\]"),
+    ({"protocol": {"rules": {"linear": ["sqrt"]}}}, r"protocol.rules: 'linear' is not a recipe \(labels of grid.variants: sqrt, linear\+warmup\)"),
+    ({"protocol": {"search": {"adam": {}}}}, r"protocol.search: 'adam' is not a recipe"),
+    ({"protocol": {"equal_steps": [1, 4]}},
+     r"protocol.equal_steps: \[1, 4\] must be world sizes of grid.world_sizes \[1, 2\] other than the reference world size 1"),
+])
+def test_protocol_grid_errors(tmp_path, changes, message):
+    with pytest.raises(ConfigError, match=message):
+        protocol_arms(ExperimentConfig.model_validate(protocol_spec(tmp_path, **changes)))
+
+
+def test_fewer_than_three_seeds_is_a_config_error(tmp_path, capsys):
+    path = tmp_path / "proto.yaml"
+    path.write_text(yaml.safe_dump(protocol_spec(tmp_path, protocol={"seeds": [0, 1]})))
+    assert main(["sweep", str(path)]) == 2
+    assert capsys.readouterr().err.startswith("lbtrain: error: protocol.seeds: List should have at least 3 items")
+
+
+@pytest.mark.slow
+def test_a_tuned_study_from_one_yaml_equal_budgets_three_seeds_and_the_cost_of_the_rule(tmp_path, capsys):
+    spec = protocol_spec(tmp_path, protocol={"seeds": [0, 1, 2], "equal_steps": [2]})
+    path = tmp_path / "proto.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["sweep", str(path)]) == 0
+    results = tmp_path / "results" / "proto"
+    experiment = ExperimentConfig.model_validate(spec)
+
+    # Equal tuning budgets, read back from the Optuna storage.
+    studies = tuned_studies(protocol_arms(experiment))
+    storage = f"sqlite:///{results / 'optuna.db'}"
+    for study in studies:
+        assert len(optuna.load_study(study_name=study.name, storage=storage).get_trials(states=FINISHED)) == 2
+
+    # Every arm's best re-run with three seeds; the rule arm at world 2 carries world 1's best LR.
+    everything = read_summary(results / "summary.csv")
+    longer = [row for row in everything if row["label"].endswith(" equal steps")]
+    summary = [row for row in everything if row not in longer]
+    arms = {(row["label"], row["world_size"]) for row in summary}
+    assert arms == {(f"{recipe} {kind}", world) for recipe in ("sqrt", "linear+warmup")
+                    for kind, world in (("tuned", 1), ("tuned", 2), ("rule", 2))}
+    for label, world in arms:
+        assert sorted(row["seed"] for row in summary if (row["label"], row["world_size"]) == (label, world)) == [0, 1, 2]
+    best_reference = best_ok_trial(open_study(experiment, studies[0]))
+    rule_runs = [row for row in summary if row["label"] == "sqrt rule"]
+    for row in rule_runs:
+        config = yaml.safe_load((results / "runs" / row["run_id"] / "config.yaml").read_text())
+        assert config["lr"]["base_lr"] == best_reference.params["lr.base_lr"]
+        assert row["learning_rate"] == pytest.approx(best_reference.params["lr.base_lr"] * 2 ** 0.5)
+
+    # The comparison: means of the ok seeds' test accuracy, and tuned − rule.
+    rows = json.loads((results / "protocol.json").read_text())["rows"]
+    row = next(r for r in rows if (r["recipe"], r["world_size"]) == ("sqrt", 2))
+    tuned = [r["test_accuracy"] for r in summary if r["label"] == "sqrt tuned" and r["world_size"] == 2 and r["status"] == "ok"]
+    rule = [r["test_accuracy"] for r in rule_runs if r["status"] == "ok"]
+    assert row["tuned"]["n"] == len(tuned) and row["tuned"]["mean"] == pytest.approx(statistics.fmean(tuned))
+    assert row["cost_of_rule"]["mean"] == pytest.approx(statistics.fmean(tuned) - statistics.fmean(rule))
+    assert row["tuned_trials"] == row["rule_trials"] == 2
+    text = (results / "protocol.md").read_text()
+    assert "2 finished trials per tuned study (equal for every arm)" in text and "| sqrt | sqrt | 2 | 32 |" in text
+    # The tuned LR per recipe is reported against the batch, never fitted through two world sizes.
+    fits = json.loads((results / "protocol.json").read_text())["lr_fits"]
+    assert set(fits) == {"sqrt", "linear+warmup"} and fits["sqrt"]["note"] == "not enough points (n = 2 batch sizes < 4)"
+    assert [batch["global_batch"] for batch in fits["sqrt"]["batches"]] == [16, 32]
+    assert "- sqrt: tuned lr vs global batch: not enough points (n = 2 batch sizes < 4)" in text
+
+    # Equal steps: world 2's best arm on validation, re-run with the three seeds for world 1's updates.
+    best = best_arm(protocol_arms(experiment), summary, 2)
+    assert sorted((row["label"], row["world_size"], row["seed"]) for row in longer) == [(f"{best.label} equal steps", 2, seed) for seed in (0, 1, 2)]
+    reference_steps = {row["total_steps"] for row in summary if row["world_size"] == 1}
+    assert reference_steps == {15} and {row["total_steps"] for row in longer} == {15} and {row["budget"] for row in longer} == {"15 steps"}
+    assert json.loads((results / "protocol.json").read_text())["best_arms"] == {
+        str(size): best_arm(protocol_arms(experiment), summary, size).label for size in (1, 2)}
+    [steps_row] = json.loads((results / "protocol.json").read_text())["equal_steps"]
+    ok_longer = [row["test_accuracy"] for row in longer if row["status"] == "ok"]
+    assert steps_row["arm"] == best.label and steps_row["equal_steps"]["n"] == len(ok_longer)
+    assert steps_row["equal_steps"]["mean"] == pytest.approx(statistics.fmean(ok_longer))
+    assert f"| {best.label} | 2 | 32 | 15 |" in text
+
+    # Resumable: a rerun trains nothing new.
+    capsys.readouterr()
+    assert main(["sweep", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert err.count("done before, skipped") >= len(everything) and "ETA" not in err
+
+
+def test_a_rule_that_does_not_exist_in_protocol_rules_is_a_one_line_error(tmp_path, capsys):
+    path = tmp_path / "proto.yaml"
+    path.write_text(yaml.safe_dump(protocol_spec(tmp_path, protocol={"seeds": [0, 1, 2], "rules": {"sqrt": ["none", "cube"]}})))
+    assert main(["sweep", str(path)]) == 2
+    assert capsys.readouterr().err == ("lbtrain: error: protocol.rules: rules of 'sqrt': 'cube' is not a rule "
+                                       "(allowed: linear, sqrt, none or a float exponent)\n")
