@@ -1,6 +1,7 @@
 # Two commands do everything: `make run` and `make test`. Both bootstrap .venv (TensorFlow
 # 2.15 + Horovod, the main stack) idempotently; `make test` also .venv-keras3 (TensorFlow 2.21,
-# Keras 3, no Horovod). Each step leaves a stamp so an already set-up machine skips it.
+# Keras 3, no Horovod), lints (ruff) and builds the docs (mkdocs --strict) before the tests. Each step leaves
+# a stamp so an already set-up machine skips it.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -10,7 +11,7 @@ VENV_KERAS3 := .venv-keras3
 BIN_KERAS3 := $(VENV_KERAS3)/bin
 TENSORFLOW_KERAS3 := tensorflow-cpu==2.21.0
 
-.PHONY: setup setup-keras3 run test test-keras3 test-fast bench study data clean-venv
+.PHONY: setup setup-keras3 run test test-keras3 test-fast docs lint bench study data clean-venv
 
 setup: $(VENV)/.lbtrain-installed data
 
@@ -31,7 +32,7 @@ $(VENV)/.horovod: $(VENV)/.tensorflow scripts/install_horovod.py
 	touch $@
 
 $(VENV)/.lbtrain-installed: $(VENV)/.horovod pyproject.toml
-	$(BIN)/pip install --quiet -e '.[dev,postgres]'
+	$(BIN)/pip install --quiet -e '.[dev,postgres,docs]'
 	touch $@
 
 data:
@@ -57,7 +58,7 @@ $(VENV_KERAS3)/.lbtrain-installed: $(BIN_KERAS3)/python pyproject.toml
 
 setup-keras3: $(VENV_KERAS3)/.lbtrain-installed data
 
-test: setup setup-keras3
+test: setup setup-keras3 lint docs
 	$(BIN)/python -m pytest -q
 	$(BIN_KERAS3)/python -m pytest -q
 
@@ -66,6 +67,16 @@ test-keras3: setup-keras3
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# The documentation site (mkdocs.yml, docs/): a broken link, anchor, snippet or API reference
+# fails the build. The API reference reads lbtrain's source (griffe), importing no TensorFlow.
+# NO_MKDOCS_2_WARNING silences mkdocs-material's banner about MkDocs 2.0, which is not a warning
+# of this site's.
+docs: $(VENV)/.lbtrain-installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+lint: $(VENV)/.lbtrain-installed
+	$(BIN)/ruff check lbtrain tests scripts benchmarks
 
 # Throughput (lbtrain bench: CSV, JSON and plot in results/benchmarks/bench/), Horovod against the
 # independent pair (results/benchmarks/horovod.json), then README's performance table from the JSON.
