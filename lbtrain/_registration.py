@@ -6,7 +6,9 @@ with no ``custom_objects``: Keras finds the classes in its registry, which the m
 fill when they are imported. ``import lbtrain`` must stay free of TensorFlow (reports and
 result files are read without it), so instead of importing those modules it waits for
 TensorFlow: if it is already loaded they are imported at once, else a finder on
-``sys.meta_path`` imports them right after ``tensorflow`` finishes loading.
+``sys.meta_path`` imports them right after ``tensorflow`` finishes loading, or after ``keras``
+(or ``tf_keras``) when that is what loads TensorFlow: ``import lbtrain; import keras`` must not
+register while Keras is half-loaded, since the classes subclass Keras's.
 
 Each class is registered twice (``keras_serializable``): as ``lbtrain>Name``, the name Keras
 writes into saved models, and under its bare class name, which two paths look up instead:
@@ -59,39 +61,64 @@ def register_keras_objects(keras_module_loaded: bool = False) -> None:
             importlib.import_module(name)
 
 
-class _ThenRegister(importlib.abc.Loader):
-    """Loads ``tensorflow`` with its own loader, then registers lbtrain's objects."""
+# Keras loads TensorFlow while it is itself loading (and TensorFlow 2.16+ loads tf_keras): the
+# classes are registered once the outermost of them has finished, never while Keras is half-loaded.
+WATCHED = ("tensorflow", "keras", "tf_keras")
 
-    def __init__(self, loader: importlib.abc.Loader):
-        self.loader = loader
+
+def _loading(name: str) -> bool:
+    """Whether ``name`` is being imported right now (its module exists but has not finished)."""
+    module = sys.modules.get(name)
+    return module is not None and getattr(getattr(module, "__spec__", None), "_initializing", False)
+
+
+class _ThenRegister(importlib.abc.Loader):
+    """Loads a watched module with its own loader, then registers lbtrain's objects unless
+    another watched module is still loading around it (that one registers when it is done)."""
+
+    def __init__(self, loader: importlib.abc.Loader, name: str):
+        self.loader, self.name = loader, name
 
     def create_module(self, spec):
         return self.loader.create_module(spec)
 
     def exec_module(self, module) -> None:
         self.loader.exec_module(module)
-        register_keras_objects()
+        if "tensorflow" in sys.modules and not any(_loading(other) for other in WATCHED if other != self.name):
+            _remove_watcher()
+            register_keras_objects()
 
 
-class _TensorFlowWatcher(importlib.abc.MetaPathFinder):
-    """Finds ``tensorflow`` through the other finders and wraps its loader, once."""
+class _ImportWatcher(importlib.abc.MetaPathFinder):
+    """Finds ``tensorflow``, ``keras`` and ``tf_keras`` through the other finders and wraps
+    their loaders (each once), until lbtrain's objects are registered."""
+
+    def __init__(self) -> None:
+        self.wrapped: set[str] = set()
 
     def find_spec(self, fullname, path, target=None):
-        if fullname != "tensorflow":
+        if fullname not in WATCHED or fullname in self.wrapped:
             return None
-        sys.meta_path.remove(self)
         for finder in sys.meta_path:
-            spec = finder.find_spec(fullname, path, target) if hasattr(finder, "find_spec") else None
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
             if spec is not None:
                 if spec.loader is not None:
-                    spec.loader = _ThenRegister(spec.loader)
+                    spec.loader = _ThenRegister(spec.loader, fullname)
+                self.wrapped.add(fullname)
                 return spec
         return None
 
 
+def _remove_watcher() -> None:
+    sys.meta_path[:] = [finder for finder in sys.meta_path if not isinstance(finder, _ImportWatcher)]
+
+
 def register_when_tensorflow_loads() -> None:
-    """Registers now if TensorFlow is loaded, else right after it is."""
-    if "tensorflow" in sys.modules:
+    """Registers now if TensorFlow is loaded (and Keras is not half-loaded), else right after
+    the outermost of TensorFlow and Keras has finished loading."""
+    if "tensorflow" in sys.modules and not any(_loading(name) for name in WATCHED):
         register_keras_objects()
-    elif not any(isinstance(finder, _TensorFlowWatcher) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _TensorFlowWatcher())
+    elif not any(isinstance(finder, _ImportWatcher) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _ImportWatcher())

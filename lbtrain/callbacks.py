@@ -11,6 +11,7 @@ norm, whose batch a split would change.
 
 from __future__ import annotations
 
+import logging
 import math
 import sys
 import time
@@ -20,8 +21,10 @@ import tensorflow as tf
 
 from lbtrain._keras import applied_learning_rate, optimizer_step, set_learning_rate
 from lbtrain.measures.noise_scale import simple_noise_scale, two_batch_estimates
-from lbtrain.schedules import warmup_lr
+from lbtrain.schedules import epochs_to_steps, warmup_lr
 from lbtrain.verdict import DEFAULT_FACTOR, step_divergence
+
+logger = logging.getLogger(__name__)
 
 
 def _horovod_size() -> int:
@@ -48,11 +51,17 @@ class LearningRateWarmup(tf.keras.callbacks.Callback):
     ``initial_lr / world_size * (e * (world_size - 1) / warmup_epochs + 1)``, which is
     ``start + (initial_lr - start) * e / warmup_epochs`` since ``initial_lr - start =
     initial_lr * (world_size - 1) / world_size``. So training starts just above ``start`` (the
-    unscaled LR) and reaches ``initial_lr`` (the scaled LR) at the last batch of warmup; after
-    warmup the rate is left alone. As Horovod's callback, the world size defaults to
+    unscaled LR) and reaches ``initial_lr`` (the scaled LR) at the last batch of warmup. The
+    warmup lasts ``warmup_epochs * S`` steps rounded to whole steps, as the schedules round them
+    (``lbtrain.schedules.epochs_to_steps``): a fractional number of epochs ends mid-epoch, where
+    Horovod's callback warms up to the end of the epoch, past the target. The first batch after
+    warmup gets exactly ``initial_lr`` (also when ``steps_per_execution`` makes Keras call batch
+    hooks every k steps), and then the rate is left alone; every epoch's logs get ``lr``, as
+    Horovod's do. As Horovod's callback, ``warmup_epochs`` defaults to 5 and the world size to
     ``hvd.size()`` when Horovod is initialized; unlike it, this one also runs without Horovod
     (pass ``world_size``, so simulated worlds warm up too) and applies no momentum correction:
-    Keras 2.15's optimizers hold ``momentum`` as a Python float compiled into the train step.
+    Keras 2.15's optimizers hold ``momentum`` as a Python float compiled into the train step, so
+    ``momentum_correction=True`` is refused with that reason.
 
     The optimizer's learning rate must be a float (a variable this callback sets): with a
     ``LearningRateSchedule`` Keras recomputes the rate every step and would undo the warmup,
@@ -60,37 +69,51 @@ class LearningRateWarmup(tf.keras.callbacks.Callback):
 
     Args:
       initial_lr: the scaled learning rate reached at the end of warmup.
-      warmup_epochs: length of the warmup in epochs.
+      warmup_epochs: length of the warmup in epochs (default 5, as Horovod's).
       world_size: the number of workers the rate was scaled for; None means ``hvd.size()``,
         which needs ``hvd.init()`` to have been called.
       steps_per_epoch: batches per epoch; by default read from ``fit``'s parameters.
+      momentum_correction: Horovod's argument; only False is possible here (see above).
+      verbose: 1 logs the end of warmup (an INFO record of the ``lbtrain`` logger), as Horovod's prints it.
     """
 
-    def __init__(self, initial_lr: float, warmup_epochs: float, world_size: int | None = None,
-                 steps_per_epoch: int | None = None):
+    def __init__(self, initial_lr: float, warmup_epochs: float = 5, world_size: int | None = None,
+                 steps_per_epoch: int | None = None, *, momentum_correction: bool = False, verbose: int = 0):
         super().__init__()
         if not initial_lr > 0:
             raise ValueError(f"initial_lr must be positive, got {initial_lr!r}")
         if not warmup_epochs > 0:
             raise ValueError(f"warmup_epochs must be positive, got {warmup_epochs!r}")
+        if momentum_correction:
+            raise ValueError("LearningRateWarmup applies no momentum correction (Keras 2.15's optimizers compile momentum "
+                             "into the train step as a float): pass momentum_correction=False")
+        if isinstance(world_size, bool):
+            raise ValueError(f"world_size must be a positive integer, got {world_size!r} (Horovod's third argument is "
+                             "momentum_correction: pass it by keyword)")
         if world_size is None:
             world_size = _horovod_size()
-        if isinstance(world_size, bool) or not isinstance(world_size, (int, np.integer)) or world_size < 1:
+        if not isinstance(world_size, (int, np.integer)) or world_size < 1:
             raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
         self.initial_lr = float(initial_lr)
         self.warmup_epochs = warmup_epochs
         self.world_size = int(world_size)
         self.steps_per_epoch = steps_per_epoch
-        self._epoch = 0
+        self.verbose = verbose
+        self._epoch, self._warmed_up = 0, False
 
     def learning_rate(self, epoch: int, batch: int) -> float:
         """The warmup rate for ``batch`` of ``epoch`` (the formula above)."""
         return warmup_lr(
             epoch * self.steps_per_epoch + batch,
-            self.warmup_epochs * self.steps_per_epoch,
+            self.warmup_steps,
             self.initial_lr / self.world_size,
             self.initial_lr,
         )
+
+    @property
+    def warmup_steps(self) -> int:
+        """``warmup_epochs * S`` in whole steps (``lbtrain.schedules.epochs_to_steps``), at least one."""
+        return max(1, epochs_to_steps(self.warmup_epochs, self.steps_per_epoch))
 
     def on_train_begin(self, logs=None):
         if isinstance(self.model.optimizer.get_config()["learning_rate"], dict):
@@ -102,13 +125,29 @@ class LearningRateWarmup(tf.keras.callbacks.Callback):
             if not self.params.get("steps"):
                 raise ValueError("LearningRateWarmup: pass steps_per_epoch, fit() did not report its steps")
             self.steps_per_epoch = self.params["steps"]
+        self._warmed_up = False
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
 
     def on_train_batch_begin(self, batch, logs=None):
-        if self._epoch < self.warmup_epochs:
+        """Sets the warmup rate while the step is within the warmup's ``warmup_epochs * S``
+        steps (a fractional last epoch ends mid-epoch), and ``initial_lr`` at the first batch
+        after it: with ``steps_per_execution = k`` Keras calls this every k steps, so the last
+        warmup rate would otherwise stay below the target."""
+        if self._warmed_up:
+            return
+        if self._epoch * self.steps_per_epoch + batch < self.warmup_steps:
             set_learning_rate(self.model.optimizer, self.learning_rate(self._epoch, batch))
+        else:
+            set_learning_rate(self.model.optimizer, self.initial_lr)
+            self._warmed_up = True
+            if self.verbose:
+                logger.info("epoch %d: finished gradual learning rate warmup to %g", self._epoch + 1, self.initial_lr)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            logs["lr"] = applied_learning_rate(self.model.optimizer)
 
 
 class LearningRateLogger(tf.keras.callbacks.Callback):

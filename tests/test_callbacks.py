@@ -40,6 +40,56 @@ def test_warmup_callback_sets_the_horovod_formula_each_batch_then_stops():
     assert warmup.steps_per_epoch == 3
 
 
+class _RateAtEachStep(tf.keras.callbacks.Callback):
+    """The rate the optimizer applies at every step (read after the step, as it was applied)."""
+
+    def __init__(self):
+        super().__init__()
+        self.rates = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.rates.append(float(tf.keras.backend.get_value(self.model.optimizer.learning_rate)))
+
+
+def test_warmup_callback_reaches_the_target_with_steps_per_execution():
+    """2 warmup epochs of 5 steps, Keras running 5 steps per call: the batch hooks come once an
+    epoch, and the rate must still be the target after warmup (it stayed at 0.28)."""
+    warmup = LearningRateWarmup(0.4, warmup_epochs=2, world_size=4)
+    model = build_model("mlp", (4,), 3, widths=[5], seed=0)
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.4), loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  steps_per_execution=5)
+    rng = np.random.default_rng(0)
+    model.fit(rng.standard_normal((40, 4)), rng.integers(0, 3, 40), batch_size=8, epochs=4, verbose=0, callbacks=[warmup])
+    assert float(tf.keras.backend.get_value(model.optimizer.learning_rate)) == pytest.approx(0.4)
+
+
+def test_warmup_callback_with_a_fractional_warmup_stops_at_the_target():
+    """1.5 warmup epochs of 3 steps are round(4.5) = 4 steps (as the schedules count them): the
+    rate ramps from 0.1 to 0.4 in 4 steps and stays there (it climbed past 0.4 through the rest
+    of the second epoch)."""
+    warmup, rates = LearningRateWarmup(0.4, warmup_epochs=1.5, world_size=4), _RateAtEachStep()
+    fit_with(0.4, [warmup, rates], epochs=3)
+    assert warmup.warmup_steps == 4
+    np.testing.assert_allclose(rates.rates, [0.175, 0.25, 0.325, 0.4] + [0.4] * 5, rtol=1e-6)
+
+
+def test_warmup_callback_takes_horovods_signature_and_writes_lr_into_the_logs(caplog):
+    """``LearningRateWarmup(initial_lr=..., warmup_epochs=3, verbose=1)`` as Horovod's callback is
+    called; ``warmup_epochs`` defaults to Horovod's 5; each epoch's logs carry ``lr``."""
+    import logging
+
+    assert LearningRateWarmup(0.4, world_size=2).warmup_epochs == 5
+    warmup = LearningRateWarmup(initial_lr=0.8, warmup_epochs=1, world_size=4, verbose=1, momentum_correction=False)
+    with caplog.at_level(logging.INFO, logger="lbtrain"):
+        history = fit_with(0.8, [warmup], epochs=2)
+    np.testing.assert_allclose(history.history["lr"], [0.8, 0.8], rtol=1e-6)
+    assert "epoch 2: finished gradual learning rate warmup to 0.8" in caplog.text
+    with pytest.raises(ValueError, match=r"applies no momentum correction .*pass momentum_correction=False"):
+        LearningRateWarmup(0.4, 3, world_size=2, momentum_correction=True)
+    with pytest.raises(ValueError, match=r"got True \(Horovod's third argument is momentum_correction: pass it by keyword\)"):
+        LearningRateWarmup(0.4, 3, True)
+
+
 def test_warmup_callback_rejects_bad_arguments():
     with pytest.raises(ValueError, match="world_size must be a positive integer, got 0"):
         LearningRateWarmup(0.1, 1, world_size=0)

@@ -32,6 +32,13 @@ FOREIGN_NAMES: dict[str, tuple[str, str]] = {
                          "lbtrain takes regexes of the names that do not"),
 }
 
+# Names with no counterpart in lbtrain's optimizers, and what to use instead.
+RETIRED_NAMES: dict[str, str] = {
+    "decay": ("Keras's legacy optimizers decayed the rate as lr / (1 + decay * step); tf.keras 2.11+ and Keras 3 "
+              "dropped it: pass a schedule as learning_rate, e.g. tf.keras.optimizers.schedules.InverseTimeDecay, "
+              "or lbtrain.schedules.build_schedule"),
+}
+
 # What an optimizer passes on to Keras's base ``Optimizer.__init__`` (per Keras line), and
 # what Keras writes into configs without being an argument (Keras 2's ``is_legacy_optimizer``).
 BASE_ARGUMENTS = BASE_OPTIMIZER_ARGUMENTS
@@ -50,7 +57,12 @@ def accepted_arguments(factory: Callable[..., Any]) -> list[str]:
 
 
 def _hint(name: str, accepted: list[str]) -> str:
-    if name in FOREIGN_NAMES and FOREIGN_NAMES[name][0] in accepted:
+    """`` (did you mean ...?)`` for another implementation's name of an argument (the learning
+    rate, which every optimizer takes first, included) or a close spelling; for a retired Keras
+    argument, what replaces it."""
+    if name in RETIRED_NAMES:
+        return f" ({RETIRED_NAMES[name]})"
+    if name in FOREIGN_NAMES and FOREIGN_NAMES[name][0] in (*accepted, "learning_rate"):
         ours, note = FOREIGN_NAMES[name]
         return f" (did you mean {ours!r}? {note})"
     close = difflib.get_close_matches(name, accepted, n=2)

@@ -61,6 +61,18 @@ def test_another_librarys_name_says_which_argument_it_is(optimizer, foreign):
             CLASSES[optimizer](**{foreign: 0.5})
 
 
+@pytest.mark.parametrize("cls", [LARS, LAMB])
+def test_pytorchs_lr_and_keras_legacy_decay_get_their_hints(cls):
+    """The calls users make: ``LARS(lr=0.1)`` (the learning rate is every optimizer's first
+    argument, so it is not among the accepted keywords the hint looked in) and ``decay=``."""
+    with pytest.raises(ValueError, match=re.escape(f"{cls.__name__}: unknown argument 'lr' (did you mean 'learning_rate'? "
+                                                   "PyTorch optimizers call it lr); accepted: ")):
+        cls(lr=0.1)
+    with pytest.raises(ValueError, match=re.escape(f"{cls.__name__}: unknown argument 'decay' (Keras's legacy optimizers "
+                                                   "decayed the rate as lr / (1 + decay * step);")):
+        cls(0.1, decay=0.01)
+
+
 @pytest.mark.parametrize(
     "optimizer, params, described",
     [
