@@ -38,6 +38,7 @@ import yaml  # noqa: E402
 from lbtrain.config import run_config_from_dict  # noqa: E402
 from lbtrain.data import load_dataset, make_input_pipeline, steps_per_epoch  # noqa: E402
 from lbtrain.files import write_json_atomic  # noqa: E402
+from lbtrain.launch.horovodrun import horovodrun_command  # noqa: E402
 from lbtrain.models import build_model  # noqa: E402
 from lbtrain.optimizers import build_optimizer  # noqa: E402
 from lbtrain.schedules import build_schedule  # noqa: E402
@@ -107,7 +108,7 @@ def cli_samples_per_second(spec: dict, processes: int) -> float:
         config_path.write_text(yaml.safe_dump(spec))
         command = [str(Path(sys.executable).parent / "lbtrain"), "train", str(config_path), "--run-dir", str(run_dir), "--threads", "1"]
         if processes > 1:
-            command = [str(Path(sys.executable).parent / "horovodrun"), "-np", str(processes), "-H", f"localhost:{processes}", "--gloo", *command]
+            command = horovodrun_command(processes, command, args=["--gloo"])
         subprocess.run(command, check=True, capture_output=True, text=True)
         history = json.loads((run_dir / "metrics.json").read_text())["history"]
     return statistics.mean(row["samples_per_second"] for row in history[1:])

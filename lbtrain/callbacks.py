@@ -99,7 +99,7 @@ class LearningRateWarmup(tf.keras.callbacks.Callback):
         self.world_size = int(world_size)
         self.steps_per_epoch = steps_per_epoch
         self.verbose = verbose
-        self._epoch, self._warmed_up = 0, False
+        self._epoch, self._warmed_up, self._last_warmup_step = 0, False, None
 
     def learning_rate(self, epoch: int, batch: int) -> float:
         """The warmup rate for ``batch`` of ``epoch`` (the formula above)."""
@@ -125,7 +125,7 @@ class LearningRateWarmup(tf.keras.callbacks.Callback):
             if not self.params.get("steps"):
                 raise ValueError("LearningRateWarmup: pass steps_per_epoch, fit() did not report its steps")
             self.steps_per_epoch = self.params["steps"]
-        self._warmed_up = False
+        self._warmed_up, self._last_warmup_step = False, None
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
@@ -137,13 +137,21 @@ class LearningRateWarmup(tf.keras.callbacks.Callback):
         warmup rate would otherwise stay below the target."""
         if self._warmed_up:
             return
-        if self._epoch * self.steps_per_epoch + batch < self.warmup_steps:
+        step = self._epoch * self.steps_per_epoch + batch
+        if step < self.warmup_steps:
             set_learning_rate(self.model.optimizer, self.learning_rate(self._epoch, batch))
-        else:
+            self._last_warmup_step = step
+            return
+        self._warmed_up = True
+        # The last warmup step sets the target itself; only a warmup whose last steps were skipped
+        # (steps_per_execution) ends here. A fit resumed after warmup, and a rate another callback
+        # set at this epoch's start, are left alone.
+        if self._last_warmup_step is None:
+            return
+        if self._last_warmup_step < self.warmup_steps - 1:
             set_learning_rate(self.model.optimizer, self.initial_lr)
-            self._warmed_up = True
-            if self.verbose:
-                logger.info("epoch %d: finished gradual learning rate warmup to %g", self._epoch + 1, self.initial_lr)
+        if self.verbose:
+            logger.info("epoch %d: finished gradual learning rate warmup to %g", self._epoch + 1, self.initial_lr)
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:

@@ -50,15 +50,28 @@ PROTOCOL_FILE = "protocol.json"
 PROTOCOL_REPORT = "protocol.md"
 REPORT_FILE = "report.md"
 REPORT_JSON = "report.json"
-FIGURES_FOLDER = "figures"  # the report's (and a comparison's) figures, named by the figure drawn
+FIGURES_FOLDER = "figures"  # the report's and a comparison's figures:
+FIGURE_ACCURACY_VS_BATCH = "accuracy_vs_batch.png"
+FIGURE_GAP_VS_BATCH = "gap_vs_batch.png"
+FIGURE_STEPS_TO_TARGET = "steps_to_target.png"
+FIGURE_SHARPNESS_VS_BATCH = "sharpness_vs_batch.png"
+FIGURE_SWEEP_LR_VS_BATCH = "sweep_lr_vs_batch.png"
+FIGURE_LEARNING_CURVES = "learning_curves.png"
+FIGURE_LR_SCHEDULES = "lr_schedules.png"
+FIGURE_ACCURACY_VS_LR = "accuracy_vs_lr.png"
+FIGURE_UPDATES_TO_TARGET_VS_LR = "updates_to_target_vs_lr.png"
 ADVICE_FOLDER = "advice"  # lbtrain advise: ADVICE_FILE and ADVICE_FIGURE
 ADVICE_FILE = "advice.json"
 ADVICE_FIGURE = "advice.png"
 # In the --output folder of lbtrain compare.
 COMPARE_FILE = "compare.md"
 COMPARE_JSON = "compare.json"
-# The results folder of the committed studies: its page (lbtrain report --results-page --write).
+# The results folder of the committed studies: its page (lbtrain report --results-page --write),
+# and the advisor's validation against them (scripts/validate_advisor.py, in advisor_validation/).
 RESULTS_PAGE = "README.md"
+ADVISOR_VALIDATION_FILE = "validation.json"
+ADVISOR_VALIDATION_REPORT = "validation.md"
+ADVISOR_VALIDATION_FIGURE = "validation.png"
 # In the --output folder of lbtrain bench.
 BENCH_CSV = "bench.csv"
 BENCH_JSON = "bench.json"

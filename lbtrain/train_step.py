@@ -28,7 +28,7 @@ gradient of the mean loss, since pieces are equal), and every batch-norm layer's
 statistics move once, by the mean of what each piece would have moved them (exact, since the
 update ``m * v + (1 - m) * batch_statistic`` is affine in the batch statistic).
 
-The same step carries two more ways of training (``lbtrain.worlds.base`` builds it for them):
+The same step carries two more ways of training (``lbtrain.worlds.simulated`` and ``lbtrain.worlds.horovod`` build it for them):
 
 - gradient accumulation (Goyal et al. 2017 sec. 2: the minibatch of ``k n`` samples gives the
   update ``w_{t+1} = w_t - eta / (k n) sum_{x in B} grad l(x, w_t)``): every worker feeds ``k``

@@ -34,9 +34,9 @@ from lbtrain.data import load_dataset
 from lbtrain.files import write_atomic
 from lbtrain.reports.tuning import read_only_storage, results_storage
 from lbtrain.results import EXPERIMENT_FILE, METRICS_FILE, RUNS_FOLDER, SUMMARY_FILE, RunResult, write_run
+from lbtrain.storage_urls import JOURNAL, sqlalchemy_url
 from lbtrain.studies.plan import PlannedRun
 from lbtrain.studies.runner import summary_csv, summary_row
-from lbtrain.studies.storages import JOURNAL, _sqlalchemy_url
 from lbtrain.verdict import DEFAULT_MARGIN, chance_accuracy, judge_recorded
 
 OLD_CLOCK = {True: "after_warmup", False: "from_step_0"}
@@ -105,7 +105,7 @@ def set_user_attrs(storage: str, study_name: str, number: int, attrs: dict) -> N
         raise SystemExit(f"{storage}: a journal storage cannot change a finished trial's user attributes")
     reader = read_only_storage(storage)
     trial_id = reader.get_trial_id_from_study_id_trial_number(reader.get_study_id_from_name(study_name), number)
-    engine = sqlalchemy.create_engine(_sqlalchemy_url(storage))
+    engine = sqlalchemy.create_engine(sqlalchemy_url(storage))
     try:
         with engine.begin() as connection:
             for key, value in attrs.items():

@@ -73,6 +73,15 @@ def test_warmup_callback_with_a_fractional_warmup_stops_at_the_target():
     np.testing.assert_allclose(rates.rates, [0.175, 0.25, 0.325, 0.4] + [0.4] * 5, rtol=1e-6)
 
 
+def test_warmup_callback_leaves_a_rate_set_after_warmup_alone():
+    """A scheduler that sets the rate at each epoch's start keeps it once warmup is over (the
+    last warmup step set the target itself, nothing is forced afterwards)."""
+    warmup, rates = LearningRateWarmup(0.8, warmup_epochs=1, world_size=4), _RateAtEachStep()
+    halve = tf.keras.callbacks.LearningRateScheduler(lambda epoch, lr: lr if epoch == 0 else 0.8 / 2 ** epoch)
+    fit_with(0.8, [halve, warmup, rates], epochs=3)
+    np.testing.assert_allclose(rates.rates, [0.4, 0.6, 0.8, 0.4, 0.4, 0.4, 0.2, 0.2, 0.2], rtol=1e-6)
+
+
 def test_warmup_callback_takes_horovods_signature_and_writes_lr_into_the_logs(caplog):
     """``LearningRateWarmup(initial_lr=..., warmup_epochs=3, verbose=1)`` as Horovod's callback is
     called; ``warmup_epochs`` defaults to Horovod's 5; each epoch's logs carry ``lr``."""

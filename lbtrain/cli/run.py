@@ -6,6 +6,8 @@ import argparse
 import logging
 from pathlib import Path
 
+from lbtrain.results import SUMMARY_FILE
+
 logger = logging.getLogger(__name__)
 
 
@@ -35,10 +37,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     rows = run_experiment(experiment, config_file=str(Path(args.experiment).resolve()), fresh=args.fresh)
     print(summary_table(rows))
-    print(f"wrote {experiment.results_dir / 'summary.csv'}")
+    print(f"wrote {experiment.results_dir / SUMMARY_FILE}")
     failed = sum(row["status"] == "failed" for row in rows)
     if failed:
         logger.warning("%d of %d runs failed (reasons in %s); a rerun retries them", failed, len(rows),
-                       experiment.results_dir / "summary.csv")
+                       experiment.results_dir / SUMMARY_FILE)
         return 1
     return 0

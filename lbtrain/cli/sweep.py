@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from lbtrain.cli import arguments
+from lbtrain.results import SWEEP_SUMMARY_FILE
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -44,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
               + (f", best ok validation {best:.4f} (test {row['best_test_accuracy']:.4f}) at lr {row['best_learning_rate']:.4g}"
                  if best is not None else ", no ok trial"))
     print(fit.describe())
-    print(f"wrote {experiment.results_dir / 'sweep_summary.csv'} (studies in {args.storage or storage_url(experiment)})")
+    print(f"wrote {experiment.results_dir / SWEEP_SUMMARY_FILE} (studies in {args.storage or storage_url(experiment)})")
     return 0
 
 

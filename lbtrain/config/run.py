@@ -241,6 +241,16 @@ class TrainingConfig(_Strict):
         return budget
 
 
+def check_micro_batches(settings: TrainingConfig) -> None:
+    """ValueError unless ``micro_batches`` divides ``world_size`` (each micro-batch holds whole
+    workers' batches)."""
+    if settings.world_size % settings.micro_batches:
+        raise ValueError(
+            f"training.micro_batches ({settings.micro_batches}) must divide training.world_size "
+            f"({settings.world_size}): each micro-batch holds whole workers' batches"
+        )
+
+
 class AnalysisConfig(_Strict):
     """Measurements a run takes besides its metrics (see ``lbtrain.reports``).
 
@@ -294,11 +304,7 @@ class RunConfig(_Strict):
         from lbtrain.schedules import build_schedule
 
         settings = self.training
-        if settings.world_size % settings.micro_batches:
-            raise ValueError(
-                f"training.micro_batches ({settings.micro_batches}) must divide training.world_size "
-                f"({settings.world_size}): each micro-batch holds whole workers' batches"
-            )
+        check_micro_batches(settings)
         pieces_requested = self.analysis.noise_scale and self.analysis.noise_scale_pieces is not None
         if pieces_requested and settings.micro_batches == settings.accumulation_steps == 1:
             from lbtrain.measures.noise_scale import measurement_pieces

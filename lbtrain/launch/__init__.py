@@ -23,21 +23,21 @@ def launch_problem(kind: str) -> str | None:
     return horovod_launch_problem() if kind == "horovodrun" else None
 
 
-def run_fresh_process(program: Sequence[str]) -> JobExit:
+def run_fresh_process(program: Sequence[str], task: str) -> JobExit:
     """Runs ``program`` once in a fresh process (whose TensorFlow has not yet started, so it can
-    set devices up) and waits for it."""
-    completed = subprocess.run(list(program), capture_output=True, text=True)
-    return JobExit(completed.returncode, output=completed.stdout + completed.stderr, task=Path(program[0]).name)
+    set devices up) and waits for it; ``task`` names it in a failure."""
+    completed = subprocess.run(list(program), capture_output=True, text=True, env=child_environment())
+    return JobExit(completed.returncode, output=completed.stdout + completed.stderr, task=task)
 
 
 def start_run(kind: str, program: Sequence[str], world_size: int, experiment: ExperimentConfig, run_dir: Path) -> JobExit:
-    """Runs ``program`` (one run's ``lbtrain train``) as launch ``kind`` says, for ``world_size``
-    workers, with the experiment's launch settings; returns how the job ended. A launch setting
-    that cannot be met (a port in use) is a ``ConfigError``."""
+    """Runs ``program`` (one run's ``lbtrain train ... --mode M``) as launch ``kind`` says, for
+    ``world_size`` workers, with the experiment's launch settings; returns how the job ended. A
+    launch setting that cannot be met (a port in use) is a ``ConfigError``."""
     if kind == "horovodrun":
         return launch_horovod(experiment.horovod, world_size, program, run_dir)
     if kind == "fresh_process":
-        return run_fresh_process(program)
+        return run_fresh_process(program, task=f"lbtrain train --mode {experiment.mode}")
     if kind == "tf_cluster":
         return launch_multiworker(world_size, program, base_port=experiment.multiworker.base_port)
     if kind == "parameter_server_job":

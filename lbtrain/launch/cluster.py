@@ -18,6 +18,7 @@ from typing import Sequence
 from lbtrain.config import ConfigError
 from lbtrain.launch.error_line import error_line
 from lbtrain.launch.ports import job_ports
+from lbtrain.logs import child_environment
 
 # Seconds a launched task gets to exit after SIGTERM before it is killed.
 TERMINATE_GRACE_SECONDS = 5.0
@@ -103,7 +104,7 @@ def supervise(tasks: Sequence[tuple[str, str]], program: Sequence[str], *, finis
         for path, (_, config) in zip(paths, tasks):
             with open(path, "w") as log:
                 processes.append(subprocess.Popen(list(program), stdout=log, stderr=subprocess.STDOUT,
-                                                  env={**os.environ, **(env or {}), "TF_CONFIG": config}))
+                                                  env={**child_environment(), **(env or {}), "TF_CONFIG": config}))
         try:
             while True:
                 codes = [process.poll() for process in processes]

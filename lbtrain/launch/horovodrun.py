@@ -12,6 +12,7 @@ from typing import Sequence
 
 from lbtrain.config import HorovodLaunchConfig
 from lbtrain.launch.cluster import JobExit
+from lbtrain.logs import child_environment
 
 
 def horovodrun_path() -> str | None:
@@ -56,5 +57,5 @@ def launch_horovod(settings: HorovodLaunchConfig, world_size: int, program: Sequ
     own variables, which horovodrun's flags only set for it, and which a ``$HOROVODRUN`` wrapper
     or mpirun pass on as well)."""
     command = horovodrun_command(world_size, program, settings.hosts, settings.args)
-    completed = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **settings.environment(run_dir)})
+    completed = subprocess.run(command, capture_output=True, text=True, env={**child_environment(), **settings.environment(run_dir)})
     return JobExit(completed.returncode, output=completed.stdout + completed.stderr, task="horovodrun")

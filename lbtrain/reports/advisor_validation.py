@@ -32,6 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from lbtrain.reports.tables import markdown_table
+from lbtrain.results import (
+    ADVISOR_VALIDATION_FIGURE,
+    ADVISOR_VALIDATION_FILE,
+    ADVISOR_VALIDATION_REPORT,
+    HISTORY_FILE,
+    METRICS_FILE,
+    SUMMARY_FILE,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -60,13 +68,13 @@ def _float(value: Any) -> float | None:
 
 
 def _read_history(run_dir: Path) -> list[dict[str, Any]]:
-    with open(run_dir / "history.csv", newline="") as handle:
+    with open(run_dir / HISTORY_FILE, newline="") as handle:
         return list(csv.DictReader(handle))
 
 
 def _study_wall_seconds(report_path: Path) -> float | None:
     """The summed wall time of the study's runs (its ``summary.csv``), when recorded."""
-    summary = report_path.parent / "summary.csv"
+    summary = report_path.parent / SUMMARY_FILE
     if not summary.is_file():
         return None
     with open(summary, newline="") as handle:
@@ -100,7 +108,7 @@ def tracking(root: Path, run_dir: str, target: float, metric: str, b_crit: float
     ``B_simple`` is at least ``b_crit``."""
     from lbtrain.measures.steps_to_target import steps_to_target
 
-    metrics = json.loads((root / run_dir / "metrics.json").read_text())
+    metrics = json.loads((root / run_dir / METRICS_FILE).read_text())
     config = metrics["config"]
     steps_per_epoch = int(metrics["steps_per_epoch"])
     epochs = _epochs(_read_history(root / run_dir), steps_per_epoch, metric, b_crit)
@@ -437,10 +445,10 @@ def write_validation(root: Path) -> dict[str, Any]:
     data = validation(root)
     output = root / OUTPUT
     output.mkdir(parents=True, exist_ok=True)
-    write_atomic(output / "validation.json", (json.dumps(data, indent=2, allow_nan=False) + "\n").encode())
-    write_atomic(output / "validation.md", render_markdown(data).encode())
-    plot(data, output / "validation.png")
-    logger.info("wrote %s, validation.md, validation.png", output / "validation.json")
+    write_atomic(output / ADVISOR_VALIDATION_FILE, (json.dumps(data, indent=2, allow_nan=False) + "\n").encode())
+    write_atomic(output / ADVISOR_VALIDATION_REPORT, render_markdown(data).encode())
+    plot(data, output / ADVISOR_VALIDATION_FIGURE)
+    logger.info("wrote %s, %s, %s", output / ADVISOR_VALIDATION_FILE, ADVISOR_VALIDATION_REPORT, ADVISOR_VALIDATION_FIGURE)
     return data
 
 

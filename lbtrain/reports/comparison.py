@@ -46,7 +46,16 @@ from lbtrain.reports.report import ReportError, budgets_text
 from lbtrain.reports.scaling_laws import reachable_target
 from lbtrain.reports.statistics import DEFAULT_LEVEL, Estimate, bootstrap_difference
 from lbtrain.reports.tables import Aggregate, RunRecord, aggregate, column, load_records, markdown_table, peak_values
-from lbtrain.results import COMPARE_FILE, COMPARE_JSON, EXPERIMENT_FILE, FIGURES_FOLDER, SUMMARY_FILE, finite_or_none
+from lbtrain.results import (
+    COMPARE_FILE,
+    COMPARE_JSON,
+    EXPERIMENT_FILE,
+    FIGURE_ACCURACY_VS_LR,
+    FIGURE_UPDATES_TO_TARGET_VS_LR,
+    FIGURES_FOLDER,
+    SUMMARY_FILE,
+    finite_or_none,
+)
 
 METRIC = "val_accuracy"
 SIDES = ("first", "second")
@@ -317,10 +326,10 @@ def write_comparison(first_dir: str | Path, second_dir: str | Path, output: str 
     record = compare(first, second, target)
     output = Path(output)
     colors = recipe_colors([first.label, second.label])
-    plot_panels(_panels(record, "test accuracy", "test_accuracy"), output / FIGURES_FOLDER / "accuracy_vs_lr.png",
+    plot_panels(_panels(record, "test accuracy", "test_accuracy"), output / FIGURES_FOLDER / FIGURE_ACCURACY_VS_LR,
                 xlabel="learning rate", ylabel="test accuracy", log2_x=True, colors=colors)
     plot_panels(_panels(record, f"updates to {METRIC} >= {record['target']:.3f}", "updates_to_target"),
-                output / FIGURES_FOLDER / "updates_to_target_vs_lr.png", xlabel="learning rate", ylabel="updates",
+                output / FIGURES_FOLDER / FIGURE_UPDATES_TO_TARGET_VS_LR, xlabel="learning rate", ylabel="updates",
                 log2_x=True, log_y=True, colors=colors)
     write_json_atomic(output / COMPARE_JSON, finite_or_none(record))
     return write_atomic(output / COMPARE_FILE, _markdown(record))

@@ -48,6 +48,13 @@ from lbtrain.reports.tables import (
 )
 from lbtrain.results import (
     EXPERIMENT_FILE,
+    FIGURE_ACCURACY_VS_BATCH,
+    FIGURE_GAP_VS_BATCH,
+    FIGURE_LEARNING_CURVES,
+    FIGURE_LR_SCHEDULES,
+    FIGURE_SHARPNESS_VS_BATCH,
+    FIGURE_STEPS_TO_TARGET,
+    FIGURE_SWEEP_LR_VS_BATCH,
     FIGURES_FOLDER,
     REPORT_FILE,
     REPORT_JSON,
@@ -415,9 +422,9 @@ def _accuracy_section(report: _Report, records: Sequence[RunRecord]) -> list[Agg
                markdown_table(["recipe", "world", "global batch", "lr", "train acc", "test acc", "gap", "large-batch gap", "runs"], rows))
     names, marks = recipes(records), status_marks(records)
     panels, axis = comparison_axis(records, {"test accuracy": [*batch_lines(test, names), *marks]})
-    report.figure("accuracy_vs_batch.png", panels, "test accuracy vs global batch", ylabel="test accuracy", **axis)
+    report.figure(FIGURE_ACCURACY_VS_BATCH, panels, "test accuracy vs global batch", ylabel="test accuracy", **axis)
     panels, axis = comparison_axis(records, {"generalization gap (train - test accuracy)": [*batch_lines(list(gap.values()), names), *marks]})
-    report.figure("gap_vs_batch.png", panels, "generalization gap vs global batch", ylabel="train - test accuracy", **axis)
+    report.figure(FIGURE_GAP_VS_BATCH, panels, "generalization gap vs global batch", ylabel="train - test accuracy", **axis)
     return test
 
 
@@ -455,7 +462,7 @@ def _steps_section(report: _Report, records: Sequence[RunRecord], target: float 
             ["global batch", "best recipe", "measured steps", "fitted steps", "residual"],
             [[point["global_batch"], recipe_of[point["global_batch"]], f"{point['steps']:.0f}", f"{point['fitted_steps']:.0f}",
               f"{100 * point['relative_residual']:+.1f}%"] for point in fit.residuals]))
-    report.figure("steps_to_target.png", {f"steps to {metric} >= {target:.3f}": steps_panel(rows, records, fit)},
+    report.figure(FIGURE_STEPS_TO_TARGET, {f"steps to {metric} >= {target:.3f}": steps_panel(rows, records, fit)},
                   "steps to target vs global batch", ylabel="steps", log_y=True, **BATCH_AXIS)
 
 
@@ -518,7 +525,7 @@ def _flatness_section(report: _Report, records: Sequence[RunRecord]) -> None:
     )
     panels, axis = comparison_axis(records, {measure.header: [*batch_lines(values[measure.key], recipes(records)), *status_marks(records)]
                                              for measure in measures})
-    report.figure("sharpness_vs_batch.png", panels, f"{', '.join(panels)} vs global batch",
+    report.figure(FIGURE_SHARPNESS_VS_BATCH, panels, f"{', '.join(panels)} vs global batch",
                   ylabel=measures[0].header if len(measures) == 1 else "value", share_y=len(measures) == 1, **axis)
 
 
@@ -573,7 +580,7 @@ def _sweep_section(report: _Report) -> None:
                          _cell(row.get("best_test_accuracy"), ".4f"), *[_cell(row[p]) for p in params]] for row in rows]),
         lr_exponent_sentence(fit) if fit else "",
     )
-    report.figure("sweep_lr_vs_batch.png", {"tuned learning rate": sweep_panel(rows)}, "tuned learning rate vs global batch",
+    report.figure(FIGURE_SWEEP_LR_VS_BATCH, {"tuned learning rate": sweep_panel(rows)}, "tuned learning rate vs global batch",
                   ylabel="learning rate", log_y=True, **BATCH_AXIS)
 
 
@@ -585,9 +592,9 @@ def _runs_section(report: _Report, records: Sequence[RunRecord], metric: str, ta
     test = _accuracy_section(report, records)
     report.add("## Learning curves", "One panel per world size: thin lines are single seeds, thick lines the mean over a "
                "recipe's ok seeds, marks where a run that was not ok ended.")
-    report.figure("learning_curves.png", learning_curves(records, metric), f"{metric} per epoch", xlabel="epoch", ylabel=metric)
+    report.figure(FIGURE_LEARNING_CURVES, learning_curves(records, metric), f"{metric} per epoch", xlabel="epoch", ylabel=metric)
     report.add("## Learning-rate schedules applied")
-    report.figure("lr_schedules.png", applied_schedules(records), "learning rate per step", xlabel="epoch",
+    report.figure(FIGURE_LR_SCHEDULES, applied_schedules(records), "learning rate per step", xlabel="epoch",
                   ylabel="learning rate", share_y=False)
     _steps_section(report, records, target, metric)
     _flatness_section(report, records)

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from lbtrain.results import EXPERIMENT_FILE, REPORT_JSON, SUMMARY_FILE
+from lbtrain.results import ADVISOR_VALIDATION_FILE, EXPERIMENT_FILE, REPORT_JSON, SUMMARY_FILE
 
 FINDINGS_FILE = Path(__file__).with_name("findings.json")
 # The studies whose accuracy-by-recipe tables the advisor draws on, and the model each is about:
@@ -87,7 +87,7 @@ def render(results: Path) -> dict[str, Any]:
                        list(csv.DictReader((results / study / SUMMARY_FILE).read_text().splitlines())), model,
                        yaml.safe_load((results / study / EXPERIMENT_FILE).read_text())["data"]["dataset"])
         for study, model in STUDIES.items() if (results / study / REPORT_JSON).is_file()]}
-    validation = results / "advisor_validation" / "validation.json"
+    validation = results / "advisor_validation" / ADVISOR_VALIDATION_FILE
     if validation.is_file():
         findings["advisor_calibration"] = advisor_calibration(json.loads(validation.read_text()))
     return findings

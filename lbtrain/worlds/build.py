@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from lbtrain.config import ConfigError, RunConfig, TrainingConfig, run_config_from_dict
+from lbtrain.config.run import check_micro_batches
 from lbtrain.modes import default_mode_name, get_mode
 from lbtrain.worlds.base import World
 
@@ -26,8 +27,10 @@ def _training_section(run: dict[str, Any]) -> TrainingConfig:
     """The ``training`` section of a run config, validated alone (or the ``ConfigError`` of the
     whole config, which names the field)."""
     try:
-        return TrainingConfig.model_validate(run.get("training") or {})
-    except ValidationError:
+        training = TrainingConfig.model_validate(run.get("training") or {})
+        check_micro_batches(training)
+        return training
+    except (ValidationError, ValueError):
         return run_config_from_dict(run).training
 
 

@@ -1,5 +1,5 @@
 """One process of a tf.distribute world (``mirrored``, or one worker of ``multiworker`` with
-``$TF_CONFIG`` set), for tests/test_tf_distribute.py.
+``$TF_CONFIG`` set), for tests/worlds/test_strategy.py.
 
 ``batches MODE W B OUTPUT``: the first two training batches of lbtrain's global stream (W x B
 samples each) as the world distributes them; writes ``OUTPUT-<rank>.npz`` with the samples each

@@ -21,6 +21,7 @@ from lbtrain.reports.results_page.common import (
 )
 from lbtrain.reports.statistics import bootstrap_difference, bootstrap_mean
 from lbtrain.reports.tables import markdown_table
+from lbtrain.results import COMPARE_JSON, FIGURE_ACCURACY_VS_LR, REPORT_JSON
 
 STALENESS_DAMPINGS = ("none", "sqrt", "linear")
 STALENESS_LABELS = {"none": "LR undamped", "sqrt": "LR / sqrt(tau + 1)", "linear": "LR / (tau + 1)"}
@@ -43,7 +44,7 @@ def staleness_cells(results: Path) -> tuple[list[int], dict[tuple[int, str], lis
 
 
 def section_staleness(results: Path) -> list[str]:
-    lines, report = opening(results, "staleness", "asynchronous SGD simulated exactly: accuracy against the staleness", "report.json",
+    lines, report = opening(results, "staleness", "asynchronous SGD simulated exactly: accuracy against the staleness", REPORT_JSON,
                              "lbtrain run experiments/staleness.yaml")
     if report is None:
         return lines
@@ -75,7 +76,7 @@ def staleness_figure(results: Path) -> Path | None:
     were not ok marked at their staleness; None when the study is not committed."""
     from lbtrain.reports.plots import Line, Mark, plot_panels
 
-    if study_json(results, "staleness", "report.json") is None:
+    if study_json(results, "staleness", REPORT_JSON) is None:
         return None
     taus, accuracies, statuses = staleness_cells(results)
     items: list[Line | Mark] = []
@@ -102,7 +103,7 @@ def _staleness_effect(accuracies: dict[tuple[int, str], list[float]], statuses: 
 
 
 def anchor_staleness(results: Path) -> tuple[str, str]:
-    if study_json(results, "staleness", "report.json") is None:
+    if study_json(results, "staleness", REPORT_JSON) is None:
         return "not measured yet", "staleness is not committed"
     taus, accuracies, statuses = staleness_cells(results)
     synchronous = accuracies.get((0, "none"), [])
@@ -120,7 +121,7 @@ def anchor_staleness(results: Path) -> tuple[str, str]:
 
 
 def anchor_staleness_damping(results: Path) -> tuple[str, str]:
-    if study_json(results, "staleness", "report.json") is None:
+    if study_json(results, "staleness", REPORT_JSON) is None:
         return "not measured yet", "staleness is not committed"
     taus, accuracies, statuses = staleness_cells(results)
     largest = max(tau for tau in taus if tau > 0)
@@ -136,7 +137,7 @@ def anchor_staleness_damping(results: Path) -> tuple[str, str]:
 
 
 def section_sync_vs_async(results: Path) -> list[str]:
-    lines, record = opening(results, "sync_vs_async", "synchronous against asynchronous SGD at the same world size", "compare.json",
+    lines, record = opening(results, "sync_vs_async", "synchronous against asynchronous SGD at the same world size", COMPARE_JSON,
                              "lbtrain run experiments/sync_vs_async_sync.yaml; lbtrain run experiments/sync_vs_async_async.yaml; "
                              "lbtrain compare results/sync_vs_async_sync results/sync_vs_async_async --output results/sync_vs_async")
     if record is None:
@@ -168,7 +169,7 @@ def section_sync_vs_async(results: Path) -> list[str]:
                     markdown_table(["world", "lr", f"{first}: test acc", f"{second}: test acc", f"{second} − {first}",
                                     f"{first}: updates to target", f"{second}: updates to target", "staleness"], table), "",
                     "The learning rate that works (the best mean validation accuracy among LRs whose every seed was ok):", "",
-                    *works, "", *figure_lines(results, "sync_vs_async", "accuracy_vs_lr.png", "test accuracy against the learning rate, both modes")]
+                    *works, "", *figure_lines(results, "sync_vs_async", FIGURE_ACCURACY_VS_LR, "test accuracy against the learning rate, both modes")]
 
 
 def anchor_async_lr(results: Path) -> tuple[str, str]:
@@ -176,7 +177,7 @@ def anchor_async_lr(results: Path) -> tuple[str, str]:
     smaller than synchronous SGD's best at the same world size carried to one worker batch by
     the linear rule (divided by W: a synchronous update averages W worker batches, an
     asynchronous one applies each), so the comparison is per sample, not per nominal LR."""
-    record = study_json(results, "sync_vs_async", "compare.json")
+    record = study_json(results, "sync_vs_async", COMPARE_JSON)
     if record is None:
         return "not measured yet", "sync_vs_async is not committed"
     first, second = record["first"]["label"], record["second"]["label"]

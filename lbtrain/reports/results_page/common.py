@@ -13,6 +13,7 @@ import yaml
 from lbtrain.reports.report import machine_minutes as folder_minutes
 from lbtrain.reports.statistics import Estimate
 from lbtrain.reports.tables import markdown_table, read_summary
+from lbtrain.results import COMPARE_JSON, EXPERIMENT_FILE, SUMMARY_FILE
 
 # A difference whose interval lies within this many points of 0 counts as "matches".
 MATCH_POINTS = 0.01
@@ -33,7 +34,7 @@ def study_json(results: Path, study: str, name: str) -> dict[str, Any] | None:
 
 def study_runs(results: Path, study: str) -> list[dict[str, Any]]:
     """The rows of the study's ``summary.csv`` (empty when it has none)."""
-    path = results / study / "summary.csv"
+    path = results / study / SUMMARY_FILE
     return read_summary(path) if path.is_file() else []
 
 
@@ -41,7 +42,7 @@ def machine_minutes(results: Path, study: str) -> tuple[float, float | None]:
     """The study's machine time in minutes (``lbtrain.reports.report.machine_minutes``): its
     runs' wall times (for a comparison, both compared experiments') and its tuning trials'
     (None without a storage)."""
-    compared = study_json(results, study, "compare.json")
+    compared = study_json(results, study, COMPARE_JSON)
     folders = [compared["first"]["name"], compared["second"]["name"]] if compared else [study]
     runs = sum(folder_minutes(results / folder)["runs"] or 0.0 for folder in folders)
     return runs, folder_minutes(results / study)["tuning_trials"]
@@ -58,7 +59,7 @@ def opening(results: Path, study: str, title: str, file: str, command: str) -> t
         runs, tuning = machine_minutes(results, study)
         lines += [f"Machine time on 2 cores: {runs:.0f} minutes of runs" +
                   ("" if tuning is None else f" and {tuning:.0f} minutes of tuning trials") + ".", ""]
-        experiment = results / study / "experiment.yaml"
+        experiment = results / study / EXPERIMENT_FILE
         sizing = str(yaml.safe_load(experiment.read_text()).get("sizing") or "") if experiment.is_file() else ""
         lines += [f"Sized {sizing}", ""] if sizing else []
     return lines, data

@@ -10,6 +10,7 @@ from typing import Any
 from lbtrain.reports.results_page.common import FIT_RMS_TOLERANCE, MIN_FIT_POINTS, figure_lines, opening, study_json
 from lbtrain.reports.statistics import Estimate
 from lbtrain.reports.tables import markdown_table
+from lbtrain.results import FIGURE_STEPS_TO_TARGET, REPORT_JSON
 
 
 def shallue_region(batch: int, b_crit: float) -> str:
@@ -22,7 +23,7 @@ def shallue_region(batch: int, b_crit: float) -> str:
 
 
 def section_steps_to_target(results: Path) -> list[str]:
-    lines, report = opening(results, "steps_to_target", "steps to a target against the batch, with the LR chosen per batch", "report.json", "lbtrain run experiments/steps_to_target.yaml")
+    lines, report = opening(results, "steps_to_target", "steps to a target against the batch, with the LR chosen per batch", REPORT_JSON, "lbtrain run experiments/steps_to_target.yaml")
     if report is None:
         return lines
     rows = [row for row in report["steps_to_target"] if row["steps_to_target"] is not None]
@@ -48,11 +49,11 @@ def section_steps_to_target(results: Path) -> list[str]:
                     "with the fewest mean steps (selected on validation), with its interval over the seeds that reached the "
                     "target. [report](steps_to_target/report.md)", "",
                     markdown_table(["global batch", "best recipe", "steps [95% CI] (n)", "seeds reaching", "fit", "region"], table),
-                    "", text, "", *figure_lines(results, "steps_to_target", "steps_to_target.png", "steps to the target against the global batch")]
+                    "", text, "", *figure_lines(results, "steps_to_target", FIGURE_STEPS_TO_TARGET, "steps to the target against the global batch")]
 
 
 def section_critical_batch(results: Path) -> list[str]:
-    lines, report = opening(results, "critical_batch", "measured vs predicted critical batch", "report.json", "lbtrain run experiments/critical_batch.yaml")
+    lines, report = opening(results, "critical_batch", "measured vs predicted critical batch", REPORT_JSON, "lbtrain run experiments/critical_batch.yaml")
     if report is None:
         return lines
     fit = report["critical_batch"]
@@ -67,13 +68,13 @@ def section_critical_batch(results: Path) -> list[str]:
     return lines + [f"Steps to {report['metric']} {report['target']}. [report](critical_batch/report.md)", "", table, "",
                     f"Measured critical batch B_crit = {fit['b_crit']:.0f}, S_min = {fit['s_min']:.1f} steps, fitted on "
                     f"{fit['batches']} batch sizes (relative rms error {100 * fit['relative_rms']:.1f}%)." + noise, "",
-                    *figure_lines(results, "critical_batch", "steps_to_target.png", "steps to the target against the global batch")]
+                    *figure_lines(results, "critical_batch", FIGURE_STEPS_TO_TARGET, "steps to the target against the global batch")]
 
 
 def _steps_study(results: Path) -> tuple[str, dict[str, Any] | None]:
     """The steps-to-target study to judge by: the second edition where committed, else the first."""
     for study in ("steps_to_target", "critical_batch"):
-        report = study_json(results, study, "report.json")
+        report = study_json(results, study, REPORT_JSON)
         if report is not None:
             return study, report
     return "steps_to_target", None

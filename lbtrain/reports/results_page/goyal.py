@@ -25,6 +25,7 @@ from lbtrain.reports.results_page.common import (
 )
 from lbtrain.reports.statistics import Estimate, bootstrap_difference, bootstrap_mean
 from lbtrain.reports.tables import markdown_table
+from lbtrain.results import FIGURE_ACCURACY_VS_BATCH, PROTOCOL_FILE, REPORT_JSON
 
 # Goyal et al. 2017, Table 1: ResNet-50 on ImageNet, top-1 error (%) at kn = 256 and at kn = 8k = 32x.
 GOYAL_2017_BASE_ERROR = 23.60
@@ -93,7 +94,7 @@ def _arm_cell(arm: dict[str, Any] | None, runs: list[dict[str, Any]]) -> str:
 
 
 def section_goyal_bn(results: Path) -> list[str]:
-    lines, protocol = opening(results, "goyal_bn", "which recipe at which world size (batch norm, tuned, equal budgets)", "protocol.json", "lbtrain sweep experiments/goyal_bn.yaml")
+    lines, protocol = opening(results, "goyal_bn", "which recipe at which world size (batch norm, tuned, equal budgets)", PROTOCOL_FILE, "lbtrain sweep experiments/goyal_bn.yaml")
     if protocol is None:
         return lines
     references = [row for row in protocol["rows"] if row["rule_name"] == "reference"]
@@ -121,13 +122,13 @@ def section_goyal_bn(results: Path) -> list[str]:
                                   for size in sorted({a['world_size'] for a in arms})]]
                         for label in dict.fromkeys(a["label"] for a in arms)]),
         "",
-        *figure_lines(results, "goyal_bn", "accuracy_vs_batch.png", "test accuracy against the global batch, every arm"),
+        *figure_lines(results, "goyal_bn", FIGURE_ACCURACY_VS_BATCH, "test accuracy against the global batch, every arm"),
     ]
     return lines
 
 
 def section_warmup_ablation(results: Path) -> list[str]:
-    lines, report = opening(results, "warmup_ablation", "how much warmup does linear scaling need?", "report.json", "lbtrain run experiments/warmup_ablation.yaml")
+    lines, report = opening(results, "warmup_ablation", "how much warmup does linear scaling need?", REPORT_JSON, "lbtrain run experiments/warmup_ablation.yaml")
     if report is None:
         return lines
     runs = study_runs(results, "warmup_ablation")
@@ -143,7 +144,7 @@ def section_warmup_ablation(results: Path) -> list[str]:
                     "in points. [report](warmup_ablation/report.md)", "", accuracy_table(report), "",
                     markdown_table(["warmup", *[f"world {size} − reference" for size in sizes]], table), "",
                     f"Against {baseline} at world size {largest}, in points: " + "; ".join(against) + ".", "",
-                    *figure_lines(results, "warmup_ablation", "accuracy_vs_batch.png", "test accuracy against the global batch")]
+                    *figure_lines(results, "warmup_ablation", FIGURE_ACCURACY_VS_BATCH, "test accuracy against the global batch")]
 
 
 def best_per_batch_sentences(results: Path, study: str, report: dict[str, Any]) -> str:
@@ -163,13 +164,13 @@ def best_per_batch_sentences(results: Path, study: str, report: dict[str, Any]) 
 
 
 def section_accuracy_study(results: Path, study: str, title: str, note: str) -> list[str]:
-    lines, report = opening(results, study, title, "report.json", f"lbtrain run experiments/{study}.yaml")
+    lines, report = opening(results, study, title, REPORT_JSON, f"lbtrain run experiments/{study}.yaml")
     if report is None:
         return lines
     return lines + [f"{note} Budget: {report['budget']}. Test accuracy, mean over ok seeds [95% interval] (n); runs that "
                     f"were not ok named. [report]({study}/report.md)", "", accuracy_table(report), "",
                     best_per_batch_sentences(results, study, report), "",
-                    *figure_lines(results, study, "accuracy_vs_batch.png", "test accuracy against the global batch")]
+                    *figure_lines(results, study, FIGURE_ACCURACY_VS_BATCH, "test accuracy against the global batch")]
 
 
 def goyal_figure(results: Path) -> Path | None:
@@ -180,7 +181,7 @@ def goyal_figure(results: Path) -> Path | None:
     committed."""
     from lbtrain.reports.plots import plot_panels
 
-    protocol = study_json(results, "goyal_bn", "protocol.json")
+    protocol = study_json(results, "goyal_bn", PROTOCOL_FILE)
     if protocol is None:
         return None
     return plot_panels({"large batch minus base batch": goyal_figure_items(protocol, study_runs(results, "goyal_bn"))},
@@ -216,7 +217,7 @@ def goyal_figure_items(protocol: dict[str, Any], runs: list[dict[str, Any]]) -> 
 
 
 def anchor_goyal_linear_warmup(results: Path) -> tuple[str, str]:
-    protocol = study_json(results, "goyal_bn", "protocol.json")
+    protocol = study_json(results, "goyal_bn", PROTOCOL_FILE)
     if protocol is None:
         return "not measured yet", "goyal_bn is not committed"
     rows = sorted((r for r in protocol["rows"] if r["recipe"] == "momentum+warmup" and r["rule_name"] == "linear"),
@@ -232,7 +233,7 @@ def anchor_goyal_linear_warmup(results: Path) -> tuple[str, str]:
 
 
 def anchor_goyal_no_warmup(results: Path) -> tuple[str, str]:
-    protocol = study_json(results, "goyal_bn", "protocol.json")
+    protocol = study_json(results, "goyal_bn", PROTOCOL_FILE)
     if protocol is None:
         return "not measured yet", "goyal_bn is not committed"
     runs, largest = study_runs(results, "goyal_bn"), max(r["world_size"] for r in protocol["rows"])
@@ -246,7 +247,7 @@ def anchor_goyal_no_warmup(results: Path) -> tuple[str, str]:
 
 def _largest_rows(results: Path, recipe: str) -> list[dict[str, Any]]:
     """goyal_bn's protocol rows of ``recipe`` at its largest world size (empty when absent)."""
-    protocol = study_json(results, "goyal_bn", "protocol.json")
+    protocol = study_json(results, "goyal_bn", PROTOCOL_FILE)
     if protocol is None:
         return []
     largest = max(r["world_size"] for r in protocol["rows"])

@@ -20,6 +20,7 @@ from lbtrain.reports.results_page.common import (
 )
 from lbtrain.reports.statistics import Estimate, bootstrap_difference
 from lbtrain.reports.tables import markdown_table
+from lbtrain.results import FIGURE_SHARPNESS_VS_BATCH, PROTOCOL_FILE, REPORT_JSON
 
 
 def keskar_v2_differences(results: Path) -> dict[str, Estimate]:
@@ -38,7 +39,7 @@ def _mean_of(runs: list[dict[str, Any]], label: str, key: str, digits: int) -> s
 
 
 def section_keskar_v2(results: Path) -> list[str]:
-    lines, report = opening(results, "keskar_v2", "generalization gap or under-training?", "report.json", "lbtrain run experiments/keskar_v2.yaml")
+    lines, report = opening(results, "keskar_v2", "generalization gap or under-training?", REPORT_JSON, "lbtrain run experiments/keskar_v2.yaml")
     if report is None:
         return lines
     runs, differences = study_runs(results, "keskar_v2"), keskar_v2_differences(results)
@@ -70,11 +71,11 @@ def section_keskar_v2(results: Path) -> list[str]:
                     "means over ok seeds; *− SB*: test accuracy minus the small batch's, in points. [report](keskar_v2/report.md)", "",
                     markdown_table(["arm", "global batch", "steps", "train loss", "train acc", "test acc", "− SB (points)",
                                     "train − test", "sharpness", "top Hessian eigenvalue"], table), "", verdict, "",
-                    *figure_lines(results, "keskar_v2", "sharpness_vs_batch.png", "flatness against the global batch")]
+                    *figure_lines(results, "keskar_v2", FIGURE_SHARPNESS_VS_BATCH, "flatness against the global batch")]
 
 
 def section_keskar_gap(results: Path) -> list[str]:
-    lines, report = opening(results, "keskar_gap", "small vs large batch, Adam, with sharpness", "report.json", "lbtrain run experiments/keskar_gap.yaml")
+    lines, report = opening(results, "keskar_gap", "small vs large batch, Adam, with sharpness", REPORT_JSON, "lbtrain run experiments/keskar_gap.yaml")
     if report is None:
         return lines
     sharp = {row["recipe"]: row for row in report["sharpness"]}
@@ -94,7 +95,7 @@ def section_keskar_gap(results: Path) -> list[str]:
                     f"The large batch ({large['recipe']}) tests {points_text(difference)} points against the small batch "
                     f"({small['recipe']})" + ("" if ratio is None else f" and sits in a minimum {ratio:.1f}x as sharp (means)")
                     + f"; its train − test gap is {large['gap_accuracy']['mean']:.3f} against {small['gap_accuracy']['mean']:.3f}.", "",
-                    *figure_lines(results, "keskar_gap", "sharpness_vs_batch.png", "sharpness against the global batch")]
+                    *figure_lines(results, "keskar_gap", FIGURE_SHARPNESS_VS_BATCH, "sharpness against the global batch")]
 
 
 def _keskar_judgement(small: dict[str, Any], large: dict[str, Any], sharp: dict[str, dict[str, Any]],
@@ -119,13 +120,13 @@ def anchor_keskar(results: Path) -> tuple[str, str]:
     """Judged on each edition committed: keskar_v2 (small batch 32 against 256 at equal epochs)
     and the first edition's keskar_gap (its smallest against its largest batch)."""
     judgements = []
-    v2 = study_json(results, "keskar_v2", "report.json")
+    v2 = study_json(results, "keskar_v2", REPORT_JSON)
     if v2 is not None:
         rows = {row["recipe"]: row for row in v2["accuracy"]}
         differences = keskar_v2_differences(results)
         judgements.append(("second edition",) + _keskar_judgement(
             rows["SB"], rows["LB equal epochs"], {row["recipe"]: row for row in v2["sharpness"]}, differences["LB equal epochs"]))
-    v1 = study_json(results, "keskar_gap", "report.json")
+    v1 = study_json(results, "keskar_gap", REPORT_JSON)
     if v1 is not None:
         small, large = v1["accuracy"][0], v1["accuracy"][-1]
         seeds = seed_accuracies(results, "keskar_gap")
@@ -142,7 +143,7 @@ def anchor_keskar(results: Path) -> tuple[str, str]:
 
 
 def anchor_hoffer(results: Path) -> tuple[str, str]:
-    report = study_json(results, "keskar_v2", "report.json")
+    report = study_json(results, "keskar_v2", REPORT_JSON)
     if report is None:
         return "not measured yet", "keskar_v2 is not committed"
     differences = keskar_v2_differences(results)
@@ -153,7 +154,7 @@ def anchor_hoffer(results: Path) -> tuple[str, str]:
         "no gap to close" if matches(epochs) else "not reproduced")
     evidence = (f"keskar_v2, batch 256 against 32: large batch at equal epochs {points_text(epochs)} points, with ghost batch norm "
                 f"and equal steps {points_text(hoffer)} points")
-    longer = sorted((study_json(results, "goyal_bn", "protocol.json") or {}).get("equal_steps", []), key=lambda row: row["world_size"])
+    longer = sorted((study_json(results, "goyal_bn", PROTOCOL_FILE) or {}).get("equal_steps", []), key=lambda row: row["world_size"])
     if not longer:
         return verdict, evidence
     held = [row for row in longer if matches(as_estimate(row["equal_steps_minus_reference"]))]

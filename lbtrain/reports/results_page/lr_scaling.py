@@ -18,10 +18,11 @@ from lbtrain.reports.results_page.common import (
     study_runs,
 )
 from lbtrain.reports.tables import markdown_table
+from lbtrain.results import FIGURE_ACCURACY_VS_BATCH, FIGURE_SWEEP_LR_VS_BATCH, PROTOCOL_FILE, REPORT_JSON
 
 
 def section_adam_scaling(results: Path) -> list[str]:
-    lines, protocol = opening(results, "adam_scaling", "Adam's tuned LR against the batch", "protocol.json", "lbtrain sweep experiments/adam_scaling.yaml")
+    lines, protocol = opening(results, "adam_scaling", "Adam's tuned LR against the batch", PROTOCOL_FILE, "lbtrain sweep experiments/adam_scaling.yaml")
     if protocol is None:
         return lines
     fit, runs = protocol["lr_fits"]["adam"], study_runs(results, "adam_scaling")
@@ -42,11 +43,11 @@ def section_adam_scaling(results: Path) -> list[str]:
                     "*cost of the rule* = tuned − rule, in points. [protocol](adam_scaling/protocol.md)", "",
                     markdown_table(["world", "global batch", "rule", "rule: test acc", "rule − reference", "tuned: test acc",
                                     "cost of the rule"], table), "", tuned, "", f"{evidence[0].upper()}{evidence[1:]}: **{verdict}**.", "",
-                    *figure_lines(results, "adam_scaling", "accuracy_vs_batch.png", "test accuracy against the global batch")]
+                    *figure_lines(results, "adam_scaling", FIGURE_ACCURACY_VS_BATCH, "test accuracy against the global batch")]
 
 
 def anchor_malladi(results: Path) -> tuple[str, str]:
-    protocol = study_json(results, "adam_scaling", "protocol.json")
+    protocol = study_json(results, "adam_scaling", PROTOCOL_FILE)
     if protocol is None:
         return "not measured yet", "adam_scaling is not committed"
     fit = protocol["lr_fits"]["adam"]
@@ -67,7 +68,7 @@ def anchor_malladi(results: Path) -> tuple[str, str]:
 
 
 def section_goyal_sweep(results: Path) -> list[str]:
-    lines, report = opening(results, "goyal_sweep", "the LR tuned per world size (one sweep per world size)", "report.json", "lbtrain sweep experiments/goyal_sweep.yaml")
+    lines, report = opening(results, "goyal_sweep", "the LR tuned per world size (one sweep per world size)", REPORT_JSON, "lbtrain sweep experiments/goyal_sweep.yaml")
     if report is None:
         return lines
     sweep = report["sweep"]
@@ -83,4 +84,4 @@ def section_goyal_sweep(results: Path) -> list[str]:
     return lines + ["[report](goyal_sweep/report.md)", "",
                     markdown_table(["world", "global batch", "trials", "diverged or collapsed", "best LR", "best validation",
                                     "its test accuracy (one seed)"], table), "", text, "",
-                    *figure_lines(results, "goyal_sweep", "sweep_lr_vs_batch.png", "tuned LR against the global batch")]
+                    *figure_lines(results, "goyal_sweep", FIGURE_SWEEP_LR_VS_BATCH, "tuned LR against the global batch")]

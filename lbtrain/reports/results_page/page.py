@@ -17,6 +17,7 @@ from lbtrain.reports.results_page.keskar import section_keskar_gap, section_kesk
 from lbtrain.reports.results_page.lr_scaling import section_adam_scaling, section_goyal_sweep
 from lbtrain.reports.tables import markdown_table, read_summary
 from lbtrain.results import RESULTS_PAGE as PAGE_FILE
+from lbtrain.results import SUMMARY_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ def render_quickstart(results: Path) -> str:
     as committed in ``results/quickstart_reference`` (``results/quickstart`` itself is each
     user's own run). No recipe is called best: one seed, and the quickstart has no validation
     split to choose on."""
-    rows = read_summary(results / QUICKSTART_REFERENCE / "summary.csv",
+    rows = read_summary(results / QUICKSTART_REFERENCE / SUMMARY_FILE,
                         required=("label", "status", "world_size", "global_batch", "test_accuracy"))
     labels = list(dict.fromkeys(row["label"] for row in rows))
     worlds = sorted({row["world_size"] for row in rows})
