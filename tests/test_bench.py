@@ -2,7 +2,6 @@
 Horovod timeline, bad input as one line with exit code 2, and the README's performance table."""
 
 import csv
-import importlib.util
 import json
 import os
 
@@ -126,15 +125,9 @@ def test_horovod_where_it_cannot_run_is_its_one_line_problem_and_exit_2(tmp_path
     assert stderr_lines(result.stderr) == [f"lbtrain: error: {horovod_problem()}"]
 
 
-def _render_benchmarks():
-    spec = importlib.util.spec_from_file_location("render_benchmarks", os.path.join(REPO_ROOT, "scripts", "render_benchmarks.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_readme_performance_table_is_the_one_rendered_from_the_committed_json():
-    render = _render_benchmarks()
+    from lbtrain.reports import performance as render
+
     readme = open(os.path.join(REPO_ROOT, "README.md")).read()
     assert render.table_in(readme) == render.render_table(render.load_results(os.path.join(REPO_ROOT, "results", "benchmarks"))), \
         "README's performance table is stale: run python scripts/render_benchmarks.py --write"

@@ -1,0 +1,210 @@
+"""The README's performance table, rendered from the committed benchmark JSON files
+(``results/benchmarks/``), without TensorFlow.
+
+Every row is a ratio of two things measured side by side in one run of a benchmark (the
+scripts in benchmarks/ and ``lbtrain bench``), its target where the benchmark has one, and
+what limits it. One function per JSON file turns it into rows; a file that is absent gives
+none. ``tests/test_bench.py`` checks that the README's table is the one this renders;
+``scripts/render_benchmarks.py`` prints it, or with ``--write`` puts it into the README.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+BEGIN = "<!-- performance table: python scripts/render_benchmarks.py --write -->"
+END = "<!-- end of performance table -->"
+
+
+class Row(NamedTuple):
+    """One line of the table: what is compared, the ratio (text), the target and whether it is
+    met (None: no target), what limits it, and the JSON it comes from."""
+
+    comparison: str
+    ratio: str
+    target: str
+    met: bool | None
+    limit: str
+    source: str
+
+
+def _at_most(value: float, target: float) -> tuple[str, bool]:
+    return f"<= {target:g}", value <= target
+
+
+def _at_least(value: float, target: float) -> tuple[str, bool]:
+    return f">= {target:g}", value >= target
+
+
+def trainer_rows(data: dict) -> list[Row]:
+    """benchmarks/bench_trainer.py: trainer overhead, Horovod against 2 x one process, simulated W=64."""
+    results, targets, source = data["results"], data["targets"], "trainer.json"
+    rows = []
+    if "trainer_overhead" in results:
+        ratio = results["trainer_overhead"]["ratio"]
+        rows.append(Row("`lbtrain.trainer.train` / plain `model.fit`, epoch time (mlp 512-512, batch 128)", f"{ratio:.3f}",
+                        *_at_most(ratio, targets["trainer_overhead"]),
+                        "nothing measurable: lbtrain's callbacks do no per-step work; the rest is the machine's noise", source))
+    if "horovod_scaling_efficiency" in results:
+        ratio = results["horovod_scaling_efficiency"]["efficiency"]
+        rows.append(Row("`horovodrun -np 2` / 2 x one process alone, 1 thread each (cnn, 128 per worker)", f"{ratio:.3f}",
+                        *_at_least(ratio, targets["horovod_scaling_efficiency"]),
+                        "the anchor runs alone on the machine, the two ranks share it: see the independent pair below", source))
+    for name, result in results.get("simulated_w64_vs_w1", {}).items():
+        model = name.replace("_batch_norm", " with batch norm")
+        rows.append(Row(f"simulated 64 x 8 / one worker x 512, epoch time ({model})", f"{result['ratio']:.3f}",
+                        *_at_most(result["ratio"], targets["simulated_w64_vs_w1"]),
+                        "ghost batch norm: the statistics of 64 groups of 8 against those of one batch of 512", source))
+    return rows
+
+
+def horovod_limit(result: dict) -> str:
+    """What limits one np=2 variant of horovod.json, with its allreduce share."""
+    share = f"an allreduce in progress {result['allreduce_share']:.1%} of the time (timeline)"
+    if not result.get("idle_horovod_threads"):
+        return (f"Horovod's own threads (a cross-rank exchange every cycle, Gloo's I/O) preempt the compute threads: "
+                f"no core is spare; {share}")
+    if not result.get("pin_cores"):
+        return f"the compute threads move between the cores when they wait; {share}"
+    return f"the allreduce itself, after the backward pass: {share}"
+
+
+def horovod_rows(data: dict) -> list[Row]:
+    """benchmarks/bench_horovod.py: np=2 against two independent processes, per np=2 variant."""
+    setup, source = data["setup"], "horovod.json"
+    return [Row(f"`horovodrun -np 2` / two independent processes at once, 1 thread each ({setup['model']}, "
+                f"{setup['per_worker_batch']} per worker, "
+                f"{'as `lbtrain train`' if name == 'defaults' else f'`{name}`'})", f"{result['ratio']:.3f}",
+                *_at_least(result["ratio"], data["target"]), horovod_limit(result), source)
+            for name, result in data["results"].items()]
+
+
+BENCH_LIMITS = {
+    "simulated": "one process computes W workers' batch: larger products gain, ghost batch norm costs (resnet)",
+    "mirrored": "the replicas share one process's threads; one cross-replica gradient sum per step",
+    "independent": "the two processes share the cores' caches and memory bandwidth",
+    "horovod": "Horovod's threads and the allreduce (the horovod.json rows); the mlp's steps are short beside its allreduce",
+}
+
+
+def bench_rows(data: dict) -> list[Row]:
+    """``lbtrain bench``: each world's scaling efficiency and the single worker's share of the
+    matmul peak, one figure per model."""
+    rows, source = [], "bench/bench.json"
+    ok = [row for row in data["rows"] if row["status"] == "ok"]
+    batches = sorted({row["per_worker_batch"] for row in ok})
+    for world in dict.fromkeys(row["world"] for row in ok if row["world"] != "single"):
+        kind, size = world.split(":")
+        figures = ", ".join(f"{row['model']} {row['scaling_efficiency']:.3f}" for row in ok
+                            if row["world"] == world and row.get("scaling_efficiency") is not None)
+        processes = next(row["processes"] for row in ok if row["world"] == world)
+        anchor = f"{size} x one worker" if int(processes) > 1 else "one worker"
+        rows.append(Row(f"`lbtrain bench` {world} / {anchor}, images/s ({_per_worker(batches)})", figures, "", None,
+                        BENCH_LIMITS[kind], source))
+    if data.get("peak_gflops"):
+        figures = ", ".join(f"{row['model']} {row['peak_fraction']:.3f}" for row in ok if row["world"] == "single")
+        cpus = data["machine"]["cpus"]
+        rows.append(Row(f"one worker's training FLOP/s / the machine's float32 matmul peak ({data['peak_gflops']:.0f} GFLOP/s, "
+                        f"{cpus} cores)", figures, "", None,
+                        f"one thread uses 1 of {cpus} cores; convolutions, pooling and batch norm run below matmul speed",
+                        source))
+    return rows
+
+
+def _per_worker(batches: list[int]) -> str:
+    return f"{', '.join(str(batch) for batch in batches)} per worker"
+
+
+def optimizer_rows(data: dict) -> list[Row]:
+    """benchmarks/bench_optimizers.py: the slowest case of each pair of optimizers."""
+    return [Row(f"{pair} step time, slowest of {len(data['cases'])} cases (mlp, cnn; batch 512, 4096)", f"{ratio:.3f}",
+                *_at_most(ratio, data["target_ratio"]),
+                "the per-layer norms and trust ratios (a few reductions per variable per step)", "optimizers.json")
+            for pair, ratio in data["worst_ratios"].items()]
+
+
+def analysis_rows(data: dict) -> list[Row]:
+    """benchmarks/bench_analysis.py: what measuring the noise scale and sharpness costs."""
+    ratios = data["noise_scale_epoch_time_ratio"]
+    ratios = ratios if isinstance(ratios, dict) else {data["setup"]["model"]: ratios}
+    target = data.get("target_noise_scale_epoch_time_ratio")
+    rows = [Row(f"epoch time with the gradient noise scale / without ({setup})", f"{ratio:.3f}",
+                *(_at_most(ratio, target) if target else ("", None)),
+                "the extra gradient norms the estimate needs", "analysis.json")
+            for setup, ratio in ratios.items()]
+    rows.append(Row("sharpness (10 L-BFGS-B iterations, training set) / one training epoch, time",
+                    f"{data['sharpness_seconds_in_epochs']:.1f}", "", None,
+                    "each iteration is a forward and backward pass over the training set", "analysis.json"))
+    return rows
+
+
+def import_rows(data: dict) -> list[Row]:
+    """benchmarks/bench_import.py: the slowest lbtrain import against ``import tensorflow``."""
+    worst = data["worst"]
+    extra, target = worst["extra_seconds"], data["target_extra_seconds"]
+    return [Row(f"`{worst['statement']}` / `import tensorflow`, fresh processes (slowest lbtrain import)",
+                f"{worst['ratio_to_tensorflow']:.3f} ({extra:+.2f} s)", f"<= +{target:g} s", extra <= target,
+                "TensorFlow's own import; the extra is lbtrain's modules and the machine's noise (about 0.05 s)",
+                "import.json")]
+
+
+SWEEP_LIMITS = {
+    "median": "TPE samples near the best trials, which the median rarely prunes",
+    "successive_halving": "it prunes by rank at fixed rungs and once cut the trial that would have been the best",
+}
+
+
+def sweep_rows(data: dict) -> list[Row]:
+    """benchmarks/bench_sweep.py: epochs of a pruned sweep against the same sweep unpruned."""
+    targets, rows = data["targets"], []
+    for pruner, saving in data["against_no_pruning"].items():
+        ratio, lost = 1 - saving["epochs_saved"], saving["best_value_points_lost"]
+        target, met = _at_most(ratio, round(1 - targets["epochs_saved"], 6))
+        met = met and lost <= targets["points_lost"]
+        rows.append(Row(f"epochs of a 20-trial sweep with the {pruner.replace('_', ' ')} pruner / without pruning",
+                        f"{ratio:.3f}", f"{target}, best value within {targets['points_lost']:g} points", met,
+                        f"best value {lost:.2f} points lower; {SWEEP_LIMITS.get(pruner, 'its pruning rule')}", "sweep.json"))
+    return rows
+
+
+SOURCES: dict[str, Callable[[dict], list[Row]]] = {
+    "trainer.json": trainer_rows,
+    "horovod.json": horovod_rows,
+    "bench/bench.json": bench_rows,
+    "optimizers.json": optimizer_rows,
+    "analysis.json": analysis_rows,
+    "import.json": import_rows,
+    "sweep.json": sweep_rows,
+}
+
+
+def load_results(folder: str | Path) -> dict[str, dict]:
+    """The JSON of each file of ``SOURCES`` present in ``folder`` (results/benchmarks)."""
+    return {name: json.loads((Path(folder) / name).read_text()) for name in SOURCES if (Path(folder) / name).is_file()}
+
+
+def render_table(results: dict[str, dict]) -> str:
+    """The markdown table of every row of every loaded file."""
+    lines = ["| measured side by side | ratio | target | what limits it | source |", "| --- | ---: | ---: | --- | --- |"]
+    for name, data in results.items():
+        for row in SOURCES[name](data):
+            target = row.target + (" **missed**" if row.met is False else "")
+            lines.append(f"| {row.comparison} | {row.ratio} | {target} | {row.limit} | `{row.source}` |")
+    return "\n".join(lines) + "\n"
+
+
+def table_in(readme: str) -> str:
+    """The table between the README's markers ('' when they are missing)."""
+    if BEGIN not in readme or END not in readme:
+        return ""
+    return readme.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n") + "\n"
+
+
+def replace_table(readme: str, table: str) -> str:
+    """``readme`` with ``table`` between its markers."""
+    if BEGIN not in readme or END not in readme:
+        raise ValueError(f"README.md has no performance table markers ({BEGIN} ... {END})")
+    head, rest = readme.split(BEGIN, 1)
+    return f"{head}{BEGIN}\n{table}{END}{rest.split(END, 1)[1]}"
