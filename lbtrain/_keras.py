@@ -10,14 +10,15 @@ present (``KERAS_3``):
   (``build_slots``, ``apply_update(gradient, variable, learning_rate)``, ``slot_index``); Keras 3
   takes ``learning_rate`` in the base ``__init__`` and passes it to ``update_step``, Keras 2
   reads it from ``self.learning_rate`` and keeps slot indices in ``_index_dict``;
-- the names that exclusion regexes match (``variable_name``): Keras 3 variables are named
-  ``kernel`` with the layer in their ``path`` (``dense_0/kernel``), Keras 2's are
-  ``dense_0/kernel:0``;
+- the names that exclusion regexes match (``variable_name``): the layer and the weight,
+  ``dense_0/kernel`` on both, from Keras 3's ``path`` (``beta_vae/dense_0/kernel`` in a
+  Sequential named ``beta_vae``; ``variable.name`` is only ``kernel``) and Keras 2's ``name``
+  (``dense_0/kernel:0``, ``beta_vae/dense_0/kernel:0`` in a subclassed model);
 - reading and setting an optimizer's learning rate and step from a callback (Keras 3 has no
   ``backend.get_value``/``set_value``, and its ``optimizer.learning_rate`` is the schedule at
   the *next* step);
-- the training flag a layer gets when called without one, and the base optimizer's keyword
-  arguments.
+- the training flag a layer gets when called without one, the base optimizer's keyword
+  arguments, and the keys of the other line's optimizer configs (``OTHER_LINE_CONFIG``).
 """
 
 from __future__ import annotations
@@ -80,6 +81,45 @@ else:
     )
     CONFIG_ONLY_ARGUMENTS = ("is_legacy_optimizer",)
 
+# What the *other* Keras line writes into an optimizer's config and this line's base optimizer
+# does not take, so that a config (or a saved model) from either line loads (lbtrain's LARS and
+# LAMB drop these in ``from_config``): each key, the values with which dropping it changes no
+# update (``None``: any value), and why.
+# Keras 2 writes ``is_legacy_optimizer`` and ``jit_compile`` into every optimizer's config, and its
+# legacy optimizers ``decay``; Keras 3 writes ``loss_scale_factor`` and ``gradient_accumulation_steps``.
+KERAS_2_ONLY_CONFIG: dict[str, tuple[tuple[Any, ...] | None, str]] = {
+    "is_legacy_optimizer": (None, "tf.keras 2's mark of its optimizer kind, no setting"),
+    "jit_compile": (None, "Keras 3 takes it in model.compile, which compiles the optimizer's step with the model's"),
+    "decay": ((None, 0, 0.0), "tf.keras 2's legacy rate lr / (1 + decay * step); Keras 3 does not apply it, "
+                              "a tf.keras.optimizers.schedules.InverseTimeDecay as learning_rate does"),
+}
+KERAS_3_ONLY_CONFIG: dict[str, tuple[tuple[Any, ...] | None, str]] = {
+    "loss_scale_factor": ((None, 1, 1.0), "tf.keras 2's optimizers do not scale the loss; "
+                                          "tf.keras.mixed_precision.LossScaleOptimizer does"),
+    "gradient_accumulation_steps": ((None, 1), "tf.keras 2's optimizers do not accumulate gradients: every batch's "
+                                               "gradient is applied; a larger batch does the same"),
+}
+OTHER_LINE_CONFIG = KERAS_2_ONLY_CONFIG if KERAS_3 else KERAS_3_ONLY_CONFIG
+
+
+def learning_rate_config_for_this_line(value: Any) -> Any:
+    """A serialized learning rate (a number, or a schedule's config with the schedules it
+    holds) as this Keras line takes it. tf.keras 2 writes ``"name": None`` into its schedules'
+    configs (``CosineDecay``, ...), which Keras 3's take and then fail on when called
+    (``Argument `name` must be a string``): on Keras 3 that ``name`` is left out, so the
+    schedule takes its default name. Anything else is returned as it is."""
+    if isinstance(value, list):
+        return [learning_rate_config_for_this_line(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    value = {key: learning_rate_config_for_this_line(item) for key, item in value.items()}
+    inner, class_name = value.get("config"), value.get("class_name")
+    keras_schedule = (isinstance(class_name, str) and hasattr(tf.keras.optimizers.schedules, class_name)
+              and str(value.get("module") or "keras").startswith("keras"))
+    if KERAS_3 and keras_schedule and isinstance(inner, dict) and "name" in inner and inner["name"] is None:
+        value["config"] = {key: item for key, item in inner.items() if key != "name"}
+    return value
+
 
 HOROVOD_INSTALL = ("install TensorFlow 2.15 and build Horovod against it: pip install tensorflow-cpu==2.15.1, then "
                    "HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 pip install --no-build-isolation --no-cache-dir "
@@ -98,11 +138,24 @@ def horovod_problem() -> str | None:
     return None
 
 
+# The ``:0`` TensorFlow puts after a Keras 2 variable's name (and a plain ``tf.Variable``'s).
+_OUTPUT_INDEX = re.compile(r":\d+$")
+
+
 def variable_name(variable) -> str:
-    """The name lbtrain's exclusion regexes match: the layer and the weight, ``dense_0/kernel``
-    on Keras 3 (the variable's ``path``), ``dense_0/kernel:0`` on Keras 2 (and for a plain
-    ``tf.Variable`` on either)."""
-    return getattr(variable, "path", None) or variable.name
+    """The name lbtrain's exclusion regexes match, the same on both Keras lines: the innermost
+    layer and the weight, ``dense_0/kernel``.
+
+    It is the last two parts of Keras 3's ``path`` or Keras 2's ``name`` (a plain
+    ``tf.Variable``'s on either), without Keras 2's ``:0``. Those carry what encloses the
+    layer, differently on each line: Keras 3 puts a Sequential or subclassed model's name
+    first (``beta_vae/dense_0/kernel``) and every enclosing model's or layer's
+    (``outer/block/dense_0/kernel``), Keras 2 only a subclassed model's
+    (``beta_vae/dense_0/kernel:0``). A model named ``beta_vae`` or ``debias_net`` would match
+    the default regexes ``beta`` and ``bias`` on every variable, and turn LARS into momentum
+    SGD."""
+    name = getattr(variable, "path", None) or variable.name
+    return "/".join(_OUTPUT_INDEX.sub("", name).split("/")[-2:])
 
 
 def tensorflow_variables(variables) -> list[tf.Variable]:
@@ -190,6 +243,21 @@ class Optimizer(tf.keras.optimizers.Optimizer):
         def slot_index(self, variable) -> int:
             """The index of ``variable`` in the list ``build_slots`` was given."""
             return self._get_variable_index(variable)
+
+        def load_own_variables(self, store):
+            """Keras 3's, which also loads the state a tf.keras 2 ``.keras`` file holds. tf.keras 2
+            keeps a float learning rate out of the optimizer's variables (it is in the config),
+            Keras 3 among them, so that file holds one variable fewer, and Keras 3 would skip the
+            whole state (step, momentum, moments: "Skipping variable loading for optimizer"):
+            the other variables load in order, and the rate stays the config's."""
+            variables = list(self.variables)
+            others = [variable for variable in variables if variable is not self._learning_rate]
+            if len(others) == len(variables) - 1 == len(store.keys()) and all(
+                    tuple(store[str(index)].shape) == tuple(variable.shape) for index, variable in enumerate(others)):
+                for index, variable in enumerate(others):
+                    variable.assign(store[str(index)])
+                return
+            super().load_own_variables(store)
 
     else:
 

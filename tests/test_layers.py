@@ -98,7 +98,7 @@ def test_dense_inputs_and_config_round_trip(tmp_path):
     assert isinstance(layer, GhostBatchNormalization) and (layer.virtual_batch_size, layer.momentum) == (4, 0.8)
     np.testing.assert_allclose(loaded(x, training=False), model(x, training=False), atol=1e-6)
     names = ["bn/gamma", "bn/beta", "bn/moving_mean", "bn/moving_variance"]
-    assert [variable_name(w) for w in layer.weights] == (names if KERAS_3 else [f"{name}:0" for name in names])
+    assert [variable_name(w) for w in layer.weights] == names
 
 
 def test_bad_virtual_batch_size():

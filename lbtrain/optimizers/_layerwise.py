@@ -4,15 +4,18 @@ a config that keeps both masks (Model Garden's LARS loses them when rebuilt from
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable
 
 import tensorflow as tf
 
-from lbtrain._keras import Optimizer, variable_name
+from lbtrain._keras import KERAS_3, OTHER_LINE_CONFIG, Optimizer, learning_rate_config_for_this_line, variable_name
 from lbtrain.optimizers._arguments import accepted_arguments, check_arguments, check_learning_rate, check_number
 
 DEFAULT_EXCLUDE = (r"bias", r"batch_norm", r"gamma", r"beta")
+
+logger = logging.getLogger(__name__)
 
 
 def trust_ratio(weight_norm: tf.Tensor, denominator: tf.Tensor, eta: float = 1.0) -> tf.Tensor:
@@ -43,9 +46,12 @@ class LayerwiseAdaptiveOptimizer(Optimizer):
     ValueError naming the argument (for an unknown keyword: "did you mean", and the accepted
     names).
 
-    The masks are regexes on ``lbtrain._keras.variable_name``: the layer and the weight
-    (``dense_0/kernel`` on Keras 3, ``dense_0/kernel:0`` on Keras 2), so ``batch_norm`` or a
-    layer's name match on both. Each variable's mask is decided once, when the optimizer is
+    The masks are regexes (``re.search``) on ``lbtrain._keras.variable_name``: the innermost
+    layer and the weight, ``dense_0/kernel``, the same on Keras 2 and Keras 3, with no model's
+    or enclosing layer's name (Keras 3's ``path`` starts with a Sequential's name, so a model
+    named ``beta_vae`` would match ``beta`` on every variable) and no ``:0``. A layer's own name
+    is seen: ``batch_norm`` matches ``batch_normalization/gamma``, and a layer named
+    ``debias`` matches ``bias``. Each variable's mask is decided once, when the optimizer is
     built; variables passed to the base class's ``exclude_from_weight_decay(var_list=...)``
     before that get no decay either.
 
@@ -97,6 +103,26 @@ class LayerwiseAdaptiveOptimizer(Optimizer):
         """Whether ``variable``'s step is scaled by its trust ratio."""
         return self._adapts[self.slot_index(variable)]
 
+    @classmethod
+    def from_config(cls, config: dict, custom_objects=None):
+        """The optimizer ``config`` describes, from either Keras line: a config written by
+        ``get_config`` (or saved in a model) on tf.keras 2 loads on Keras 3 and the reverse.
+        The keys only the other line's base optimizer takes (``lbtrain._keras.OTHER_LINE_CONFIG``:
+        Keras 2's ``is_legacy_optimizer``, ``jit_compile``, ``decay``; Keras 3's
+        ``loss_scale_factor``, ``gradient_accumulation_steps``) are dropped, and logged: at INFO
+        when dropping them changes no update (Keras 2's marker and ``jit_compile``, or a value
+        that is the default), at WARNING when it does (a ``decay`` or a gradient accumulation
+        the loaded optimizer will not apply). Any other unknown key is still a ValueError. A
+        Keras schedule tf.keras 2 wrote with ``"name": None`` gets its default name on Keras 3
+        (``lbtrain._keras.learning_rate_config_for_this_line``), where it cannot run unnamed."""
+        config = dict(config)
+        dropped = {key: config.pop(key) for key in OTHER_LINE_CONFIG if key in config}
+        if "learning_rate" in config:
+            config["learning_rate"] = learning_rate_config_for_this_line(config["learning_rate"])
+        if dropped:
+            _log_dropped(cls.__name__, dropped)
+        return super().from_config(config, custom_objects=custom_objects)
+
     def get_config(self) -> dict:
         config = super().get_config()
         config.update(
@@ -107,3 +133,23 @@ class LayerwiseAdaptiveOptimizer(Optimizer):
             }
         )
         return config
+
+
+def _log_dropped(owner: str, dropped: dict) -> None:
+    """Logs the other Keras line's config keys ``owner.from_config`` dropped, each with its value
+    and why; WARNING if one of them would have changed the updates, else INFO.
+
+    Every tf.keras 2 config carries ``is_legacy_optimizer`` and ``jit_compile``, so a file saved
+    there logs on every load on Keras 3: INFO keeps that record for who asks for it (the lbtrain
+    CLI at its normal verbosity, ``logging.basicConfig(level=logging.INFO)``) without a warning
+    on every correct load. A dropped setting that did something (``decay=1e-4``,
+    ``gradient_accumulation_steps=4``) changes the training the file describes, which the user
+    must act on: WARNING, shown also at logging's default level and the CLI's ``quiet``."""
+    this_line, other_line = ("Keras 3", "tf.keras 2") if KERAS_3 else ("tf.keras 2", "Keras 3")
+    consequential = [f"{key}={value!r}" for key, value in dropped.items()
+                     if OTHER_LINE_CONFIG[key][0] is not None and value not in OTHER_LINE_CONFIG[key][0]]
+    described = "; ".join(f"{key}={value!r} ({OTHER_LINE_CONFIG[key][1]})" for key, value in dropped.items())
+    logger.log(logging.WARNING if consequential else logging.INFO,
+               "%s.from_config: dropped what %s's optimizers do not take from a %s config: %s%s", owner, this_line,
+               other_line, described,
+               f". The loaded optimizer does not apply {', '.join(consequential)}" if consequential else "")

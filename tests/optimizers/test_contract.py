@@ -5,14 +5,16 @@ lists and schedule included), finite updates, Horovod's rebuild, XLA, and a real
 without Horovod's wrapper: tests/test_saving.py."""
 
 import copy
+import logging
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from conftest import run_horovod
+from lbtrain._keras import KERAS_3
 from lbtrain.models import build_model
-from lbtrain.optimizers import LARS, OPTIMIZERS, build_optimizer
+from lbtrain.optimizers import LAMB, LARS, OPTIMIZERS, build_optimizer
 from lbtrain.schedules import Warmup
 from reference import gradient_steps, run_keras, variable_set
 
@@ -84,6 +86,73 @@ def test_default_layer_adaptation_mask_follows_weight_decay_mask_through_config(
     optimizer = LARS(exclude_from_weight_decay=[r"logits"])
     assert optimizer.exclude_from_layer_adaptation_names == [r"logits"]
     assert LARS.from_config(optimizer.get_config()).exclude_from_layer_adaptation_names == [r"logits"]
+
+
+# ---------------------------------------------------------------- a config from the other Keras line
+
+# What the other Keras line writes into every optimizer's config besides this line's keys, as
+# it writes them (tf.keras 2.15: is_legacy_optimizer, jit_compile; Keras 3: loss scaling and
+# gradient accumulation, off). Real configs from the other line, through a saved model:
+# tests/test_saving.py.
+OTHER_LINE_KEYS = ({"is_legacy_optimizer": False, "jit_compile": True} if KERAS_3
+                   else {"loss_scale_factor": None, "gradient_accumulation_steps": None})
+# A setting of the other line the loaded optimizer cannot apply.
+OTHER_LINE_SETTING = {"decay": 1e-4} if KERAS_3 else {"gradient_accumulation_steps": 4}
+
+
+def dropped_records(caplog):
+    return [record for record in caplog.records if record.name == "lbtrain.optimizers._layerwise"]
+
+
+@pytest.mark.parametrize("cls", [LARS, LAMB])
+def test_from_config_of_the_other_keras_line_drops_its_keys_and_logs_them_at_info(cls, caplog):
+    optimizer = cls(Warmup(0.05, 3, start_lr=0.01), weight_decay=0.02, exclude_from_weight_decay=[r"logits"])
+    config = {**optimizer.get_config(), **OTHER_LINE_KEYS}
+    with caplog.at_level(logging.INFO, logger="lbtrain"):
+        loaded = cls.from_config(copy.deepcopy(config))
+    assert loaded.get_config() == optimizer.get_config()
+    updates_equal(cls(Warmup(0.05, 3, start_lr=0.01), weight_decay=0.02, exclude_from_weight_decay=[r"logits"]), loaded)
+    [record] = dropped_records(caplog)
+    assert record.levelno == logging.INFO
+    other, this = ("tf.keras 2", "Keras 3") if KERAS_3 else ("Keras 3", "tf.keras 2")
+    assert record.getMessage().startswith(
+        f"{cls.__name__}.from_config: dropped what {this}'s optimizers do not take from a {other} config: ")
+    for key, value in OTHER_LINE_KEYS.items():
+        assert f"{key}={value!r} (" in record.getMessage()
+
+
+def test_a_dropped_setting_that_changes_the_updates_is_logged_as_a_warning(caplog):
+    config = {**LARS(0.1).get_config(), **OTHER_LINE_KEYS, **OTHER_LINE_SETTING}
+    with caplog.at_level(logging.INFO, logger="lbtrain"):
+        loaded = LARS.from_config(config)
+    assert loaded.get_config() == LARS(0.1).get_config()
+    [record] = dropped_records(caplog)
+    [(key, value)] = OTHER_LINE_SETTING.items()
+    assert record.levelno == logging.WARNING
+    assert record.getMessage().endswith(f". The loaded optimizer does not apply {key}={value!r}")
+
+
+def test_a_keras_schedule_tf_keras_2_wrote_without_a_name_runs_after_from_config():
+    """tf.keras 2 writes ``"name": None`` into its schedules' configs; Keras 3's CosineDecay took it
+    and failed when called (``Argument `name` must be a string``), also inside lbtrain's Warmup."""
+    cosine = {"module": "keras.optimizers.schedules", "class_name": "CosineDecay", "registered_name": None,
+              "config": {"initial_learning_rate": 0.5, "decay_steps": 20, "alpha": 0.0, "name": None,
+                         "warmup_target": None, "warmup_steps": 0}}
+    warmup = {"module": "lbtrain.schedules", "class_name": "Warmup", "registered_name": "lbtrain>Warmup",
+              "config": {"target_lr": 0.5, "warmup_steps": 4, "after": cosine, "start_lr": 0.1, "offset_after": False,
+                         "name": None, "warmup_type": "gradual"}}
+    expected = Warmup(0.5, 4, start_lr=0.1, after=tf.keras.optimizers.schedules.CosineDecay(0.5, 20))
+    for learning_rate in (cosine, warmup):
+        config = {**LARS(0.1).get_config(), **OTHER_LINE_KEYS, "learning_rate": copy.deepcopy(learning_rate)}
+        schedule = LARS.from_config(config)._learning_rate
+        want = expected if learning_rate is warmup else expected.after
+        np.testing.assert_allclose([float(schedule(step)) for step in range(8)], [float(want(step)) for step in range(8)])
+
+
+def test_from_config_still_refuses_a_key_neither_keras_line_writes():
+    config = {**LARS(0.1).get_config(), "eeta": 0.01}
+    with pytest.raises(ValueError, match=r"LARS: unknown argument 'eeta' \(did you mean 'eta'\?"):
+        LARS.from_config(config)
 
 
 @pytest.mark.parametrize("case", CASES)
