@@ -36,7 +36,9 @@ class Mode:
     """One way to train. ``world`` is the class name in ``module``; ``launch`` how ``lbtrain
     run`` starts each run (``lbtrain.launch.LAUNCH_KINDS``); ``sweepable``: Optuna trials of this
     mode tune the same synchronous update as a simulated world (``lbtrain sweep`` trains them
-    simulated, exactly); ``micro_batches``: the world can split a step into micro-batches."""
+    simulated, exactly); ``micro_batches``: the world can split a step into micro-batches;
+    ``ghost_batch_norm``: one process simulates several workers, so batch norm must become ghost
+    batch norm (``lbtrain.models.set_virtual_batch_size``)."""
 
     name: str
     module: str
@@ -45,6 +47,7 @@ class Mode:
     summary: str
     sweepable: bool = True
     micro_batches: bool = False
+    ghost_batch_norm: bool = False
 
     def implementation(self) -> ModuleType:
         """The mode's module (imports TensorFlow)."""
@@ -86,7 +89,8 @@ class Mode:
 
 MODES: dict[str, Mode] = {mode.name: mode for mode in (
     Mode("simulated", "lbtrain.worlds.simulated", "SimulatedWorld", "isolated",
-         "W synchronous workers simulated exactly in one process (ghost batch norm)", micro_batches=True),
+         "W synchronous workers simulated exactly in one process (ghost batch norm)", micro_batches=True,
+         ghost_batch_norm=True),
     Mode("horovod", "lbtrain.worlds.horovod", "HorovodWorld", "horovodrun",
          "real workers started by horovodrun (Gloo or MPI), one process per worker"),
     Mode("mirrored", "lbtrain.worlds.mirrored", "MirroredWorld", "fresh_process",

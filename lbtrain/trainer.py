@@ -32,12 +32,13 @@ from lbtrain.data import Dataset, load_dataset, make_input_pipeline, steps_per_e
 from lbtrain.measures.flatness import hessian_top_eigenvalue, pac_bayes_flatness, sharpness
 from lbtrain.measures.noise_scale import NoiseScaleSettings
 from lbtrain.models import build_model
+from lbtrain.objectives import chance, compile_arguments
 from lbtrain.optimizers import build_optimizer
 from lbtrain.precise_bn import PreciseBatchNorm, recompute_batch_norm_statistics
 from lbtrain.results import CHECKPOINT_FOLDER, RunResult, finite_or_none
 from lbtrain.scaling import scale_learning_rate
 from lbtrain.train_step import NoiseScaleTracker, noise_scale_tracker
-from lbtrain.verdict import Verdict, chance_accuracy, judge
+from lbtrain.verdict import Verdict, judge
 from lbtrain.worlds.base import World
 
 logger = logging.getLogger(__name__)
@@ -146,7 +147,7 @@ def build(config: RunConfig, world: World) -> _Built:
     tf.keras.utils.set_random_seed(settings.seed)
     data = load_dataset(
         config.data.dataset, train_subset=config.data.train_subset, validation_split=config.data.validation_split,
-        seed=settings.seed, **config.data.options,
+        seed=settings.seed, task=config.data.task, test_split=config.data.test_split, **config.data.options,
     )
     # An update takes ``accumulation_steps`` batches of every worker, or one worker's batch where
     # the workers update one by one (``World.updates_per_step``): epochs count updates.
@@ -155,14 +156,11 @@ def build(config: RunConfig, world: World) -> _Built:
     noise_scale = NoiseScaleSettings(analysis.noise_scale_decay, analysis.noise_scale_pieces) if analysis.noise_scale else None
     with world.scope():
         model = build_model(config.model.name, data.input_shape, data.num_classes, seed=settings.seed, **config.model.options)
+        loss, metrics = compile_arguments(model, data)
         model = world.prepare_model(model, settings.per_worker_batch, noise_scale=noise_scale,
                                     accumulation_steps=settings.accumulation_steps, staleness=settings.staleness)
         optimizer = world.wrap_optimizer(build_optimizer(config.optimizer.name, config.schedule(steps), **config.optimizer.params))
-        model.compile(
-            optimizer=optimizer,
-            loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            metrics=[tf.keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
-        )
+        model.compile(optimizer=optimizer, loss=loss, metrics=metrics)
         optimizer.build(model.trainable_variables)
     return _Built(data, model, optimizer, steps, config.total_steps(steps))
 
@@ -318,7 +316,7 @@ def train(
     guard = run_callbacks.guard
     verdict = judge(
         initial_loss=guard.initial_loss, final_train_loss=metrics["train_loss"], final_train_accuracy=metrics["train_accuracy"],
-        chance=chance_accuracy(built.data.y_train), divergence=guard.reason,
+        chance=chance(built.data), divergence=guard.reason,
         factor=config.training.divergence_factor, margin=config.training.collapse_margin,
     )
     return _result(config, built, verdict, guard.initial_loss, metrics, history, time.perf_counter() - started)

@@ -20,9 +20,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "lbtrain"
 LAYERS = (
     ("foundation", ("lbtrain._lazy", "lbtrain._registration", "lbtrain.errors", "lbtrain.files", "lbtrain.spelling",
                     "lbtrain.recipe", "lbtrain.scaling", "lbtrain.modes", "lbtrain.logs", "lbtrain.measures.noise_scale",
-                    "lbtrain.measures.steps_to_target", "lbtrain.launch.error_line", "lbtrain.results", "lbtrain.storage_urls")),
+                    "lbtrain.measures.steps_to_target", "lbtrain.launch.error_line", "lbtrain.results", "lbtrain.storage_urls", "lbtrain.registry")),
     ("keras library", ("lbtrain._keras", "lbtrain.layers", "lbtrain.schedules", "lbtrain.optimizers", "lbtrain.models",
-                       "lbtrain.data", "lbtrain.measures", "lbtrain.train_step", "lbtrain.precise_bn")),
+                       "lbtrain.data", "lbtrain.objectives", "lbtrain.measures", "lbtrain.train_step", "lbtrain.precise_bn")),
     ("config", ("lbtrain.config",)),
     ("verdict", ("lbtrain.verdict", "lbtrain.callbacks")),
     ("reports", ("lbtrain.reports",)),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from lbtrain.config.run import AnalysisConfig, DataConfig, LRConfig, ModelConfig, OptimizerConfig, TrainingConfig, _Strict
 from lbtrain.modes import DEFAULT_MODE, MODE_NAMES
@@ -278,6 +278,18 @@ class ExperimentConfig(_Strict):
     search: dict[str, SearchParam] = Field(default_factory=dict)
     sweep: SweepConfig = Field(default_factory=SweepConfig)
     protocol: ProtocolConfig | None = None
+
+    @field_validator("data", "model", mode="before")
+    @classmethod
+    def _callables_as_references(cls, section: Any, info: ValidationInfo) -> Any:
+        """In Python, ``model={"name": build}`` and ``data={"dataset": load}`` take the callable
+        itself; it is kept as its reference (``lbtrain.registry.reference_of``)."""
+        key = "dataset" if info.field_name == "data" else "name"
+        if isinstance(section, dict) and callable(section.get(key)) and not isinstance(section.get(key), str):
+            from lbtrain.registry import reference_of
+
+            return {**section, key: reference_of(section[key])}
+        return section
 
     @field_validator("search")
     @classmethod

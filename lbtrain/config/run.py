@@ -23,43 +23,70 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
+def _reference_if_callable(value: Any) -> Any:
+    """A model or dataset given as a Python callable becomes its reference (``lbtrain.registry``)."""
+    if callable(value) and not isinstance(value, str):
+        from lbtrain.registry import reference_of
+
+        return reference_of(value)
+    return value
+
+
 class DataConfig(_Strict):
-    """Which dataset and which part of it (see ``lbtrain.data.load_dataset``)."""
+    """Which data and which part of it (see ``lbtrain.data.load_dataset``): one of lbtrain's
+    datasets, or the user's (``lbtrain.data.sources``: a ``.npz`` path, ``package.module:load``, a
+    registered name, ``tfds:<name>``, or in Python the loader itself). ``task``: ``auto``,
+    ``classification`` or ``regression``; ``test_split``: the share held out as the test set when
+    the user's data has none."""
 
     dataset: str = "fashion_mnist"
     train_subset: int | None = Field(default=None, gt=0)
     validation_split: float = Field(default=0.0, ge=0.0, lt=1.0)
+    task: Literal["auto", "classification", "regression"] = "auto"
+    test_split: float = Field(default=0.2, gt=0.0, lt=1.0)
     options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("dataset", mode="before")
+    @classmethod
+    def _callable_dataset(cls, value: Any) -> Any:
+        return _reference_if_callable(value)
 
     @field_validator("dataset")
     @classmethod
     def _known_dataset(cls, name: str) -> str:
-        from lbtrain.data import dataset_info
+        from lbtrain.data import check_dataset
 
-        return dataset_info(name).name
+        return check_dataset(name, {})
 
     @field_validator("options")
     @classmethod
     def _known_options(cls, options: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        from lbtrain.data import check_dataset_options
+        from lbtrain.data import check_dataset
 
         if "dataset" in info.data:
-            check_dataset_options(info.data["dataset"], options)
+            check_dataset(info.data["dataset"], options)
         return options
 
 
 class ModelConfig(_Strict):
-    """A model of the zoo and its options (see ``lbtrain.models.build_model``)."""
+    """A model and its options (see ``lbtrain.models.build_model``): a zoo name,
+    ``package.module:build``, a registered name, ``keras.applications.<Name>``, or in Python the
+    factory itself."""
 
     name: str = "mlp"
     options: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("name", mode="before")
+    @classmethod
+    def _callable_model(cls, value: Any) -> Any:
+        return _reference_if_callable(value)
+
     @field_validator("name")
     @classmethod
     def _known_model(cls, name: str) -> str:
-        from lbtrain.models import model_info
+        from lbtrain.models import model_source
 
-        return model_info(name).name
+        return model_source(name).name
 
     @field_validator("options")
     @classmethod
@@ -285,8 +312,8 @@ class AnalysisConfig(_Strict):
 # Fields added to runs after studies were committed, with their defaults: a run id hashes such a
 # field only when it is set away from its default (``RunConfig.identity``), so a rerun of a study
 # configured before the field existed finds its runs done.
-LATER_FIELD_DEFAULTS = {"lr.warmup_type": "gradual", "training.accumulation_steps": 1, "training.staleness": 0,
-                        "training.precise_bn_samples": None}
+LATER_FIELD_DEFAULTS = {"data.task": "auto", "data.test_split": 0.2, "lr.warmup_type": "gradual", "training.accumulation_steps": 1,
+                        "training.staleness": 0, "training.precise_bn_samples": None}
 
 
 class RunConfig(_Strict):

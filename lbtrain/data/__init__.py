@@ -1,10 +1,12 @@
 """Datasets and the tf.data input pipeline.
 
 - ``datasets``: the registry ``DATASETS`` and ``load_dataset``, the only way to a dataset's arrays.
+- ``sources``: data of the user's (a ``.npz`` file, a loader by reference or registered name,
+  TFDS from a local folder), checked and turned into arrays.
 - ``formats``: IDX files on disk (Fashion-MNIST, MNIST): reading them and finding their folder.
 - ``pipeline``: ``steps_per_epoch`` and ``make_input_pipeline``, which shards one seeded stream
   across ranks so that a simulated world takes exactly the batches of a real one.
-- ``errors``: ``DatasetError``, raised by all three.
+- ``errors``: ``DatasetError``, raised by all of them.
 
 Every public name is importable from ``lbtrain.data`` itself.
 """
@@ -15,6 +17,7 @@ from lbtrain.data.datasets import (
     DatasetInfo,
     RawData,
     cache_dir,
+    check_dataset,
     check_dataset_options,
     dataset_info,
     dataset_options,
@@ -29,6 +32,7 @@ from lbtrain.data.formats import (
     read_idx_directory,
 )
 from lbtrain.data.pipeline import epoch_order, make_input_pipeline, steps_per_epoch
+from lbtrain.data.sources import TASKS
 
 __all__ = [
     "DATASETS",
@@ -37,7 +41,9 @@ __all__ = [
     "DatasetError",
     "DatasetInfo",
     "RawData",
+    "TASKS",
     "cache_dir",
+    "check_dataset",
     "check_dataset_options",
     "dataset_info",
     "dataset_options",

@@ -20,18 +20,21 @@ import numpy as np
 
 from lbtrain.data.errors import DatasetError
 from lbtrain.data.formats import find_idx_directory, idx_search_path, read_idx_directory
+from lbtrain.data.sources import check_source_options, is_user_dataset, load_user_data
 from lbtrain.files import write_atomic
 from lbtrain.spelling import did_you_mean
 
-__all__ = ["DATASETS", "Dataset", "DatasetInfo", "RawData", "cache_dir", "dataset_info", "load_dataset"]
+__all__ = ["DATASETS", "Dataset", "DatasetInfo", "RawData", "cache_dir", "check_dataset", "dataset_info", "load_dataset"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Dataset:
     """Arrays of one dataset, split into train / validation / test.
 
-    Inputs are float32 (images scaled to [0, 1], channel last), labels int32 in
-    ``[0, num_classes)``. The validation split is empty when none was asked for.
+    Inputs are float32 (images scaled to [0, 1], channel last); labels are int32 in
+    ``[0, num_classes)`` for classification, float32 of shape ``[n, num_classes]`` for regression
+    (``num_classes`` is then the number of targets). The validation split is empty when none was
+    asked for.
     """
 
     name: str
@@ -44,6 +47,7 @@ class Dataset:
     input_shape: tuple[int, ...]
     num_classes: int
     source: str
+    task: str = "classification"
 
 
 class RawData(NamedTuple):
@@ -55,6 +59,7 @@ class RawData(NamedTuple):
     y_test: np.ndarray
     num_classes: int
     source: str
+    task: str = "classification"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,6 +251,19 @@ def dataset_info(name: str) -> DatasetInfo:
         raise DatasetError(f"unknown dataset {name!r} (allowed: {', '.join(DATASETS)})") from None
 
 
+def check_dataset(name: str, options: dict[str, Any]) -> str:
+    """``name`` if it names data lbtrain can load with ``options``: one of ``DATASETS`` or the
+    user's (``lbtrain.data.sources``); else a one-line ``DatasetError`` with what is allowed."""
+    if name in DATASETS:
+        check_dataset_options(name, options)
+    elif is_user_dataset(name):
+        check_source_options(name, options)
+    else:
+        raise DatasetError(f"unknown dataset {name!r} ({did_you_mean(name, list(DATASETS))}allowed: {', '.join(DATASETS)}, "
+                           "a registered name, a .npz path, package.module:function or tfds:<name>)")
+    return name
+
+
 def dataset_options(name: str) -> tuple[str, ...]:
     """The options dataset ``name`` takes: the arguments of its loader."""
     return tuple(inspect.signature(dataset_info(name).load).parameters)
@@ -268,8 +286,31 @@ def check_dataset_options(name: str, options: dict[str, Any]) -> None:
 
 
 @functools.lru_cache(maxsize=8)
-def _load_raw(name: str, options: tuple) -> RawData:
-    return dataset_info(name).load(**dict(options))
+def _load_raw(name: str, options: tuple, task: str, test_split: float) -> RawData:
+    if name in DATASETS:
+        if task == "regression":
+            raise DatasetError(f"dataset {name!r} is a classification dataset; data.task regression needs data of your own")
+        return dataset_info(name).load(**_thawed(dict(options)))
+    x_train, y_train, x_test, y_test, num_classes, task, source = load_user_data(name, _thawed(dict(options)), task, test_split)
+    return RawData(x_train, y_train, x_test, y_test, num_classes, source, task)
+
+
+def _frozen(value: Any) -> Any:
+    """A hashable copy of an option value (lists become tuples, mappings sorted tuples)."""
+    if isinstance(value, dict):
+        return ("__mapping__", tuple(sorted((key, _frozen(item)) for key, item in value.items())))
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(item) for item in value)
+    return value
+
+
+def _thawed(options: dict[str, Any]) -> dict[str, Any]:
+    def thaw(value: Any) -> Any:
+        if isinstance(value, tuple) and value[:1] == ("__mapping__",):
+            return {key: thaw(item) for key, item in value[1]}
+        return [thaw(item) for item in value] if isinstance(value, tuple) else value
+
+    return {key: thaw(value) for key, value in options.items()}
 
 
 def load_dataset(
@@ -278,18 +319,26 @@ def load_dataset(
     train_subset: int | None = None,
     validation_split: float = 0.0,
     seed: int = 0,
+    task: str = "auto",
+    test_split: float = 0.2,
     **options,
 ) -> Dataset:
     """Loads dataset ``name`` and splits it.
 
     Args:
-      name: a key of ``DATASETS``.
+      name: a key of ``DATASETS``, or data of the user's (``lbtrain.data.sources``): a ``.npz``
+        path, ``package.module:function``, a registered name or ``tfds:<name>``.
       train_subset: keep this many training samples, drawn at random with ``seed``.
       validation_split: fraction in [0, 1) of the (subset) training set held out for
         validation, drawn with ``seed``; the test set is never touched.
       seed: seeds the subset and the split.
+      task: ``auto``, ``classification`` or ``regression`` (data of the user's; see
+        ``lbtrain.data.sources``).
+      test_split: the share of the user's training arrays held out as the test set when the
+        source has no test split.
       **options: dataset-specific options (``mnist1d``: num_samples, generator_seed;
-        ``synthetic``: input_shape, num_classes, train_size, test_size, generator_seed).
+        ``synthetic``: input_shape, num_classes, train_size, test_size, generator_seed; a
+        loader's keyword arguments).
 
     Returns:
       A ``Dataset``. Raw arrays are cached per process, so repeated loads are cheap.
@@ -300,12 +349,11 @@ def load_dataset(
       >>> dataset.x_train.shape, dataset.x_validation.shape, dataset.x_test.shape
       ((40, 8), (10, 8), (10, 8))
     """
-    dataset_info(name)  # an unknown name is a DatasetError before anything loads
+    check_dataset(name, options)  # an unknown name or option is a DatasetError before anything loads
     if not 0.0 <= validation_split < 1.0:
         raise DatasetError(f"validation_split must be in [0, 1), got {validation_split!r}")
-    check_dataset_options(name, options)
-    frozen = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in options.items()))
-    raw = _load_raw(name, frozen)
+    frozen = tuple(sorted((key, _frozen(value)) for key, value in options.items()))
+    raw = _load_raw(name, frozen, task, test_split)
     if train_subset is not None:
         if not isinstance(train_subset, int) or not 0 < train_subset <= len(raw.x_train):
             raise DatasetError(
@@ -328,4 +376,5 @@ def load_dataset(
         input_shape=tuple(raw.x_train.shape[1:]),
         num_classes=raw.num_classes,
         source=raw.source,
+        task=raw.task,
     )

@@ -1,4 +1,4 @@
-"""Model zoo: the small networks large-batch studies use, all returning logits.
+"""lbtrain's own models: the small networks large-batch studies use, all returning logits.
 
 - ``mlp``: Keskar et al. 2017's F1, a fully connected network (default 512-512).
 - ``cnn``: a small convolutional network in the spirit of Keskar's C1 (conv-pool x2, dense).
@@ -17,12 +17,9 @@ from typing import Any, Callable, Sequence
 
 import tensorflow as tf
 
-from lbtrain.layers import GhostBatchNormalization, is_batch_norm
+from lbtrain.layers import GhostBatchNormalization
+from lbtrain.models.errors import ModelError
 from lbtrain.spelling import did_you_mean
-
-
-class ModelError(ValueError):
-    """An unknown model name or a bad model option."""
 
 
 def _batch_norm(name: str, virtual_batch_size: int | None) -> tf.keras.layers.Layer:
@@ -219,54 +216,16 @@ def model_info(name: str) -> ModelInfo:
         raise ModelError(f"unknown model {name!r} (allowed: {', '.join(MODELS)})") from None
 
 
-def build_model(
+def build_zoo_model(
     name: str,
-    input_shape: Sequence[int],
+    input_shape: tuple[int, ...],
     num_classes: int,
-    *,
-    seed: int | None = None,
     **options,
 ) -> tf.keras.Model:
-    """Builds model ``name`` (a key of ``MODELS``) ending in a Dense layer of logits.
-
-    Args:
-      name: ``mlp``, ``cnn`` or ``resnet``.
-      input_shape: shape of one sample, without the batch axis.
-      num_classes: width of the logits.
-      seed: when given, ``tf.keras.utils.set_random_seed(seed)`` runs first, so the same
-        seed gives the same initial weights in every process.
-      **options: the model's own options, plus ``virtual_batch_size`` for every batch
-        normalization layer (ghost BN).
-    """
-    info = model_info(name)
+    """Zoo model ``name`` (a key of ``MODELS``) ending in a Dense layer of ``num_classes`` logits;
+    ``virtual_batch_size`` in ``options`` makes every batch norm a ghost batch norm."""
     check_model_options(name, options)
-    if seed is not None:
-        tf.keras.utils.set_random_seed(seed)
-    input_shape = tuple(int(d) for d in input_shape)
     inputs = tf.keras.Input(shape=input_shape, name="inputs")
-    body = info.build_body(inputs, input_shape, num_classes, **options)
+    body = model_info(name).build_body(inputs, input_shape, num_classes, **options)
     logits = tf.keras.layers.Dense(num_classes, name="logits")(body)
     return tf.keras.Model(inputs, logits, name=name)
-
-
-def set_virtual_batch_size(model: tf.keras.Model, virtual_batch_size: int) -> tf.keras.Model:
-    """A copy of ``model`` (same weights) whose batch-norm layers normalize groups of
-    ``virtual_batch_size`` samples (ghost BN): every ``BatchNormalization`` over the last axis
-    becomes a ``GhostBatchNormalization`` with the same name, momentum, epsilon and weights."""
-
-    def clone(layer: tf.keras.layers.Layer) -> tf.keras.layers.Layer:
-        config = layer.get_config()
-        if is_batch_norm(layer):
-            axis = config.get("axis", -1)
-            last = len(layer.input.shape) - 1
-            if axis not in (-1, [-1], last, [last]):
-                raise ModelError(f"layer {layer.name}: ghost batch norm needs channels on the last axis, got axis {axis}")
-            return GhostBatchNormalization(
-                virtual_batch_size, momentum=config["momentum"], epsilon=config["epsilon"],
-                center=config["center"], scale=config["scale"], name=layer.name,
-            )
-        return layer.__class__.from_config(config)
-
-    copy = tf.keras.models.clone_model(model, clone_function=clone)
-    copy.set_weights(model.get_weights())
-    return copy

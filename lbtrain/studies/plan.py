@@ -26,7 +26,7 @@ from lbtrain.config import (
     run_config_from_dict,
     with_overrides,
 )
-from lbtrain.modes import get_mode
+from lbtrain.modes import Mode, get_mode
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,34 +124,57 @@ def expand(experiment: ExperimentConfig) -> list[PlannedRun]:
     return planned
 
 
-def check_runs(planned: list[PlannedRun]) -> None:
+def process_local_problem(config: RunConfig, why: str) -> str | None:
+    """Why ``config`` cannot train in another process, or None: its model or dataset is a
+    callable only this process holds (a lambda, a closure, a ``__main__`` function;
+    ``lbtrain.registry``). ``why`` says which process would train it."""
+    from lbtrain.data.sources import source_process_local
+    from lbtrain.models import model_source
+
+    for what, name, local in (("model", config.model.name, model_source(config.model.name).process_local),
+                              ("dataset", config.data.dataset, source_process_local(config.data.dataset))):
+        if local:
+            return (f"{what} {name!r} is defined in __main__, in a function or as a lambda, and {why}, which cannot import "
+                    "it: move it to a module (a .py file on PYTHONPATH or beside the experiment) and name it module:function")
+    return None
+
+
+def check_runs(planned: list[PlannedRun], mode: Mode | None = None) -> None:
     """Every run against its dataset, before anything trains: the data loads with its options
     and subset, the global batch fits the training set, the warmup fits the budget, the schedule
-    builds at the real number of steps per epoch, and the model builds for the data's shape
-    (once per distinct data and model config, so a large grid is checked in seconds). A problem
-    is a ``ConfigError`` naming the run."""
+    builds at the real number of steps per epoch, the model builds for the data's shape and its
+    output fits the labels, and, in a mode that simulates workers (``Mode.ghost_batch_norm``),
+    its batch norms can become ghost batch norms (once per distinct data and model config, so a
+    large grid is checked in seconds). A problem is a ``ConfigError`` naming the run."""
     from lbtrain.data import DatasetError, load_dataset, steps_per_epoch
-    from lbtrain.models import ModelError, build_model
+    from lbtrain.models import ModelError, build_model, set_virtual_batch_size
+    from lbtrain.objectives import check_output
     from lbtrain.schedules import ScheduleError
 
     if any(run.config.training.tensorboard for run in planned) and importlib.util.find_spec("tensorboard") is None:
         raise ConfigError("training.tensorboard needs TensorBoard, which is not installed here (TensorFlow 2.21 no "
                           "longer installs it): pip install 'lbtrain[tensorboard]', or set training.tensorboard: false")
     datasets: dict[str, Any] = {}
-    models_built: set[str] = set()
+    models_checked: set[str] = set()
     for run in planned:
         config = run.config
         data_key = json.dumps(config.data.model_dump(mode="json"), sort_keys=True)
         try:
             if data_key not in datasets:
                 datasets[data_key] = load_dataset(config.data.dataset, train_subset=config.data.train_subset,
-                                                  validation_split=config.data.validation_split, **config.data.options)
+                                                  validation_split=config.data.validation_split, task=config.data.task,
+                                                  test_split=config.data.test_split, **config.data.options)
             data = datasets[data_key]
             config.schedule(steps_per_epoch(len(data.x_train), config.training.update_batch, config.training.world_size))
-            model_key = json.dumps([config.model.model_dump(mode="json"), data.input_shape, data.num_classes], sort_keys=True)
-            if model_key not in models_built:
-                build_model(config.model.name, data.input_shape, data.num_classes, **config.model.options)
-                models_built.add(model_key)
+            ghost = mode is not None and mode.ghost_batch_norm and config.training.world_size > 1
+            model_key = json.dumps([config.model.model_dump(mode="json"), data_key, ghost and config.training.per_worker_batch],
+                                   sort_keys=True)
+            if model_key not in models_checked:
+                model = build_model(config.model.name, data.input_shape, data.num_classes, **config.model.options)
+                check_output(model, data)
+                if ghost:
+                    set_virtual_batch_size(model, config.training.per_worker_batch)
+                models_checked.add(model_key)
         except (ConfigError, DatasetError, ModelError, ScheduleError) as error:
             raise ConfigError(f"{error} (run {run.label}, world size {config.training.world_size})") from None
 
@@ -170,7 +193,8 @@ def check_mode(experiment: ExperimentConfig, planned: list[PlannedRun]) -> None:
     if problem is not None:
         raise ConfigError(problem)
     for run in planned:
-        problem = mode.unsupported_setting(run.config)
+        problem = mode.unsupported_setting(run.config) or process_local_problem(
+            run.config, f"lbtrain run trains each run of mode {mode.name} in processes of their own")
         if problem is not None:
             raise ConfigError(f"{problem} (run {run.label}, world size {run.config.training.world_size})")
     if planned:

@@ -190,7 +190,7 @@ def run_planned(
     previous runs first. One progress line per run (with elapsed time and an ETA from the mean time of
     the runs trained so far, counting every run still ahead)."""
     check_mode(experiment, planned)
-    check_runs(planned)
+    check_runs(planned, get_mode(experiment.mode))
     folder = experiment.results_dir
     claim_folder(folder, experiment.name, config_file, experiment.model_dump(mode="json"))
     with folder_lock(folder, experiment.name):

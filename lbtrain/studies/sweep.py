@@ -30,10 +30,11 @@ import tensorflow as tf
 
 from lbtrain.config import ConfigError, ExperimentConfig, SearchParam, run_config_from_dict, with_overrides
 from lbtrain.files import csv_text, write_atomic, write_json_atomic
-from lbtrain.modes import default_mode_name, get_mode
+from lbtrain.modes import DEFAULT_MODE, default_mode_name, get_mode
 from lbtrain.reports.scaling_laws import LrExponentFit, lr_exponent
 from lbtrain.results import OPTUNA_DATABASE, SWEEP_FIT_FILE, SWEEP_SUMMARY_FILE, claim_folder
 from lbtrain.storage_urls import local_path
+from lbtrain.studies.plan import PlannedRun, check_runs, process_local_problem
 from lbtrain.studies.storages import claim_trial, open_storage, run_claimed
 from lbtrain.trainer import train
 from lbtrain.worlds.base import World
@@ -187,11 +188,13 @@ def search_corners(search: dict[str, SearchParam]) -> list[dict[str, Any]]:
     return [dict(corner) for corner in itertools.product(*extremes)]
 
 
-def check_sweepable(experiment: ExperimentConfig, studies: list[StudySpec] | None = None) -> None:
+def check_sweepable(experiment: ExperimentConfig, studies: list[StudySpec] | None = None, *, in_process: bool = True) -> None:
     """A sweep needs something to search and a validation split to score on, and every corner
-    of each study's search space must give a valid run at its world size (checked before any
-    trial trains, so a bad space is an error now rather than a failed trial an hour in).
-    ``studies``: default the plain sweep's, one per world size."""
+    of each study's search space must give a valid run at its world size, checked against its
+    data and model as ``lbtrain run`` checks its grid (``check_runs``), before any trial trains,
+    so a bad space is an error now rather than a failed trial an hour in. ``studies``: default
+    the plain sweep's, one per world size. ``in_process``: the trials train in this process; if
+    not, a model or dataset only this process holds is refused."""
     if not experiment.search:
         raise ConfigError("search: name at least one field to tune, e.g. lr.base_lr: {type: float, low: 0.01, high: 1, log: true}")
     if not get_mode(experiment.mode).sweepable:
@@ -199,13 +202,18 @@ def check_sweepable(experiment: ExperimentConfig, studies: list[StudySpec] | Non
                           "the synchronous modes), which asynchronous training is not; tune a grid of LRs with lbtrain run instead")
     if not experiment.data.get("validation_split"):
         raise ConfigError("data.validation_split must be > 0 for a sweep: trials are scored on validation, never on test")
+    corners = []
     for spec in studies if studies is not None else [world_study(experiment, w) for w in world_sizes(experiment)]:
         for corner in search_corners(spec.search):
+            where = ", ".join(f"{path}={value}" for path, value in corner.items())
             try:
-                spec.run(corner)
+                corners.append(PlannedRun(f"corner-{len(corners)}", f"{spec.name} corner {where}", spec.run(corner)))
             except ConfigError as error:
-                where = ", ".join(f"{path}={value}" for path, value in corner.items())
                 raise ConfigError(f"search space corner {where} ({spec.name}, world size {spec.world_size}) is no valid run: {error}") from None
+    problem = None if in_process else process_local_problem(corners[0].config, "the sweep's trials train in other processes")
+    if problem is not None:
+        raise ConfigError(problem)
+    check_runs(corners, get_mode(DEFAULT_MODE))  # trials train simulated worlds
 
 
 def _objective_value(trial: optuna.trial.Trial, result, pruning: _PruningCallback, pruner: str) -> float:
@@ -329,7 +337,7 @@ def run_sweep(
     ``experiment_path`` and ``overrides`` are how spawned workers load the same experiment."""
     from lbtrain.modes import launched_by_horovod
 
-    check_sweepable(experiment)
+    check_sweepable(experiment, in_process=workers == 1 and worker is None and not launched_by_horovod())
     trials = trials or experiment.sweep.trials
     storage = storage or storage_url(experiment)
     sizes = world_sizes(experiment)

@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from lbtrain.layers import is_batch_norm
 from lbtrain.measures.noise_scale import NoiseScaleSettings, measurement_pieces
-from lbtrain.models import set_virtual_batch_size
+from lbtrain.models import batch_norm_layers, set_virtual_batch_size
 from lbtrain.train_step import GradientStepModel, NoiseScaleTracker
 from lbtrain.worlds.base import World
 
@@ -53,7 +52,7 @@ class SimulatedWorld(World):
         ``noise_scale.pieces`` pieces; with one worker and batch norm (whose statistics a split
         would change) this world cannot measure it in the step unless the pieces are the
         worker's accumulated batches."""
-        has_batch_norm = any(is_batch_norm(layer) for layer in model.layers)
+        has_batch_norm = bool(batch_norm_layers(model))
         if self.size > 1 and has_batch_norm:
             model = set_virtual_batch_size(model, per_worker_batch)
         pieces, tracker = accumulation_steps * self.micro_batches, None

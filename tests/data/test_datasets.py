@@ -89,7 +89,7 @@ def test_subset_and_validation_split_are_disjoint_and_seeded():
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda: load_dataset("cifar"), r"unknown dataset 'cifar' \(allowed: fashion_mnist, mnist, mnist1d, synthetic\)"),
+        (lambda: load_dataset("cifar"), r"unknown dataset 'cifar' \(allowed: fashion_mnist, mnist, mnist1d, synthetic, a registered name, a .npz path, package.module:function or tfds:<name>\)"),
         (lambda: load_dataset("synthetic", validation_split=1.0), r"validation_split must be in \[0, 1\)"),
         (lambda: load_dataset("synthetic", train_subset=0), r"train_subset must be an integer in \[1, 4096\]"),
         (lambda: load_dataset("synthetic", colour=True), r"unknown option 'colour' for dataset 'synthetic' \(allowed: input_shape, "),
