@@ -199,8 +199,12 @@ def known_field_path(dotted: str) -> bool:
 
 class ProtocolConfig(_Strict):
     """The tuning protocol of ``lbtrain sweep`` (``lbtrain.studies.protocol``; Shallue et al. 2018,
-    Nado et al. 2021): every arm is tuned with ``sweep.trials`` trials on validation, then its
-    best configuration is re-run with each of ``seeds`` (at least 3) and tested.
+    Nado et al. 2021): every arm is tuned on validation, then its best configuration is re-run
+    with each of ``seeds`` (at least 3, none of them the tuning trials' ``training.seed``) and
+    tested. ``search_method``: ``grid`` (default; a log2 grid extended up to ``grid_extensions``
+    times per edge while the best sits on it) or ``tpe`` (``sweep.trials`` trials, the first
+    ``tpe_startup_trials`` >= 10 random, at least 3x that many in all); see
+    ``lbtrain.studies.search``. No trial is pruned but by divergence.
     ``reference_world_size`` (default the smallest of ``grid.world_sizes``) is where a recipe's
     base LR is tuned for its "rule" arms. ``rules`` maps a recipe's label to the LR rules its
     reference tuning is carried by, one rule arm each (default: the recipe's own ``lr.rule``):
@@ -211,7 +215,10 @@ class ProtocolConfig(_Strict):
     validation accuracy, every seed ok) is also re-run for as many updates as the reference
     world size's runs took (Hoffer et al. 2017's "train longer"), with the same seeds."""
 
-    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=3)
+    seeds: list[int] = Field(default_factory=lambda: [1, 2, 3], min_length=3)
+    search_method: Literal["grid", "tpe"] = "grid"
+    grid_extensions: int = Field(default=3, ge=0)
+    tpe_startup_trials: int = Field(default=10, gt=0)
     reference_world_size: int | None = Field(default=None, gt=0)
     rules: dict[str, list[str | float]] = Field(default_factory=dict)
     search: dict[str, dict[str, SearchParam]] = Field(default_factory=dict)

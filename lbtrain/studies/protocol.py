@@ -16,13 +16,17 @@ how lucky the base LR was. ``lbtrain sweep`` on an experiment with a ``protocol`
      of them, one rule arm per rule (``"<recipe> <rule> rule"``): no scaling, sqrt and linear
      compared on the same base-batch tuning.
 
-   Every tuned study gets ``sweep.trials`` trials, so every arm has the same tuning budget (a
-   rule arm's budget is its reference study's). A recipe without warmup does not search
+   Every tuned study searches the same way (``lbtrain.studies.search``): by default the grid of
+   the search space's values, every combination once, extended past an edge while the best ok
+   trial sits on it; or TPE with ``sweep.trials`` trials of which at least 10 are random. Each
+   study has its own sampler seed, and no trial is pruned but by divergence. A rule arm's
+   budget is its reference study's. A recipe without warmup does not search
    ``lr.warmup_epochs``/``lr.warmup_start`` (nothing to tune there).
 2. **Finals.** The best ok trial of each arm's study (by validation accuracy; never test) is
-   re-run with each seed of ``protocol.seeds`` (>= 3) as ordinary runs of the experiment
-   (``results/<name>/runs``, ``summary.csv``, resumable), labelled ``"<recipe> tuned"`` and
-   ``"<recipe> rule"``.
+   re-run with each seed of ``protocol.seeds`` (>= 3, none of them a seed the tuning trials
+   trained with: the final estimate must not contain the noise the arm was selected on) as
+   ordinary runs of the experiment (``results/<name>/runs``, ``summary.csv``, resumable),
+   labelled ``"<recipe> tuned"`` and ``"<recipe> rule"``.
 3. **Comparison.** ``protocol.json`` and ``protocol.md``: per recipe and world size, the test
    accuracy of each arm (mean over its ok seeds with a 95% bootstrap interval and n), the
    cost of the rule, tuned − rule, and each arm against the recipe's tuned arm at the
@@ -45,11 +49,14 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable
 
+from optuna.trial import TrialState
+
 from lbtrain.config import ConfigError, ExperimentConfig, SearchParam, run_config_from_dict, with_overrides
 from lbtrain.files import write_atomic, write_json_atomic
 from lbtrain.results import PROTOCOL_FILE, PROTOCOL_REPORT, claim_folder
 from lbtrain.studies.plan import PlannedRun, grid_axes, label_slug, run_id
 from lbtrain.studies.runner import log_progress, run_planned
+from lbtrain.studies.search import check_tpe_budget, describe_search, edge_extensions, grid_points
 from lbtrain.studies.sweep import (
     FINISHED,
     StudySpec,
@@ -107,6 +114,7 @@ def protocol_arms(experiment: ExperimentConfig) -> list[Arm]:
         raise ConfigError(f"grid: the protocol crosses grid.world_sizes with grid.variants only, not {', '.join(crossed)} "
                           "(seeds come from protocol.seeds)")
     sizes, reference = world_sizes(experiment), reference_world_size(experiment)
+    settings = experiment.protocol
     recipes = [str(variant.get("label") or "base") for variant in variants]
     unknown_sizes = [size for size in experiment.protocol.equal_steps if size not in sizes or size == reference]
     if unknown_sizes:
@@ -121,7 +129,9 @@ def protocol_arms(experiment: ExperimentConfig) -> list[Arm]:
     for recipe, variant in zip(recipes, variants):
         base = with_overrides(experiment.base_run(), {path: value for path, value in variant.items() if path != "label"})
         search = _recipe_search({**experiment.search, **experiment.protocol.search.get(recipe, {})}, base)
-        studies = {size: StudySpec(f"{experiment.name}-{label_slug(recipe)}-w{size}", size, base, search) for size in sizes}
+        studies = {size: StudySpec(f"{experiment.name}-{label_slug(recipe)}-w{size}", size, base, search,
+                                   method=settings.search_method, startup_trials=settings.tpe_startup_trials, pruner="none")
+                   for size in sizes}
         rules = experiment.protocol.rules.get(recipe)
         for size in sizes:
             arms.append(Arm(recipe, "tuned", size, base, studies[size]))
@@ -130,6 +140,54 @@ def protocol_arms(experiment: ExperimentConfig) -> list[Arm]:
             elif size != reference:
                 arms += [Arm(recipe, "rule", size, with_overrides(base, {"lr.rule": rule}), studies[reference], rule) for rule in rules]
     return arms
+
+
+def tuning_seeds(experiment: ExperimentConfig, arms: list[Arm]) -> list[int]:
+    """The seeds the tuning trials train with (each arm's ``training.seed``)."""
+    return sorted({run_config_from_dict(with_overrides(arm.base, {"training.world_size": arm.world_size})).training.seed
+                   for arm in arms})
+
+
+def check_final_seeds(experiment: ExperimentConfig, arms: list[Arm]) -> None:
+    """``ConfigError`` when a final seed is one a tuning trial used: the finals would then include
+    the very run the arm was selected on (the winner's curse), with its initial weights, its
+    validation split and its data order."""
+    shared = sorted(set(experiment.protocol.seeds) & set(tuning_seeds(experiment, arms)))
+    if shared:
+        raise ConfigError(f"protocol.seeds {experiment.protocol.seeds} include the tuning trials' seed "
+                          f"{', '.join(map(str, shared))} (training.seed): the finals need seeds no trial used")
+
+
+def tune(experiment: ExperimentConfig, spec: StudySpec, storage: str) -> None:
+    """Tunes one study to the end (``lbtrain.studies.search``): TPE to ``sweep.trials`` trials,
+    or the grid, then its edge extensions while the best ok trial sits on an edge. Resumable:
+    points already tried are not queued again."""
+    if spec.method != "grid":
+        optimize(experiment, spec, experiment.sweep.trials, storage)
+        return
+    study = open_study(experiment, spec, storage)
+    points = grid_points(spec.search)
+    while points:
+        for point in points:
+            study.enqueue_trial(point, skip_if_exists=True)
+        queued = len(study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.WAITING, TrialState.RUNNING)))
+        study = optimize(experiment, spec, queued, storage)
+        best = best_ok_trial(study)
+        tried = [trial.params for trial in study.get_trials(deepcopy=False, states=FINISHED)]
+        points = [] if best is None else edge_extensions(spec.search, tried, best.params, experiment.protocol.grid_extensions)
+
+
+def search_summary(experiment: ExperimentConfig, studies: list[StudySpec], storage: str) -> dict[str, dict[str, Any]]:
+    """Per tuned study: how it searched, the values each field took, the best ok trial's and
+    whether it is interior (``lbtrain.studies.search.describe_search``), and its trial count."""
+    summary = {}
+    for spec in studies:
+        study = open_study(experiment, spec, storage)
+        trials = study.get_trials(deepcopy=False, states=FINISHED)
+        best = best_ok_trial(study)
+        summary[spec.name] = {"method": spec.method, "trials": len(trials),
+                              **describe_search(spec.search, [trial.params for trial in trials], None if best is None else best.params)}
+    return summary
 
 
 def tuned_studies(arms: list[Arm]) -> list[StudySpec]:
@@ -203,10 +261,13 @@ def run_protocol(
     rows (``comparison_rows``). Resumable: finished trials and runs are kept."""
     arms = protocol_arms(experiment)
     studies = tuned_studies(arms)
+    if experiment.protocol.search_method == "tpe":
+        check_tpe_budget(experiment.sweep.trials, experiment.protocol.tpe_startup_trials)
+    check_final_seeds(experiment, arms)
     check_sweepable(experiment, studies)
     claim_folder(experiment.results_dir, experiment.name, config_file, experiment.model_dump(mode="json"))
     for study in studies:
-        optimize(experiment, study, experiment.sweep.trials, storage)
+        tune(experiment, study, storage)
     best = {study.name: best_ok_trial(open_study(experiment, study, storage)) for study in studies}
     params = {name: trial.params for name, trial in best.items() if trial is not None}
     planned = [run for arm in arms if arm.study.name in params for run in final_runs(experiment, arm, params[arm.study.name])]
@@ -219,7 +280,8 @@ def run_protocol(
     reference = reference_world_size(experiment)
     rows = comparison_rows(arms, summary, trials, reference)
     chosen = {size: arm.label for size in world_sizes(experiment) if (arm := best_arm(arms, summary, size)) is not None}
-    write_protocol(experiment, rows, trials, recipe_lr_fits(experiment, arms, storage), equal_steps_rows(arms, summary, reference), chosen)
+    write_protocol(experiment, rows, trials, recipe_lr_fits(experiment, arms, storage), equal_steps_rows(arms, summary, reference), chosen,
+                   search_summary(experiment, studies, storage), tuning_seeds(experiment, arms))
     return rows
 
 
@@ -326,10 +388,11 @@ def _describe(record: dict[str, Any] | None, signed: bool = False) -> str:
 
 
 def protocol_markdown(experiment: ExperimentConfig, rows: list[dict[str, Any]], trials: dict[str, int],
-                      lr_fits: dict[str, dict[str, Any]] | None = None, steps_rows: list[dict[str, Any]] | None = None) -> str:
-    """``protocol.md``: the comparison table, the budgets, the tuned LR's exponent in the
-    batch per recipe and the equal-steps re-runs, every number from ``rows``, ``lr_fits`` and
-    ``steps_rows``."""
+                      lr_fits: dict[str, dict[str, Any]] | None = None, steps_rows: list[dict[str, Any]] | None = None,
+                      search: dict[str, dict[str, Any]] | None = None, tuning_seeds: list[int] | None = None) -> str:
+    """``protocol.md``: the comparison table, the budgets, how each study searched, the tuned
+    LR's exponent in the batch per recipe and the equal-steps re-runs, every number from
+    ``rows``, ``lr_fits``, ``steps_rows`` and ``search``."""
     from lbtrain.reports.scaling_laws import LrExponentFit
     from lbtrain.reports.tables import markdown_table
 
@@ -346,18 +409,41 @@ def protocol_markdown(experiment: ExperimentConfig, rows: list[dict[str, Any]], 
     return "\n\n".join([
         f"# {experiment.name}: scaling rule vs tuning at the batch",
         f"Tuning budget: {budget_text}, scored on validation accuracy; each arm's best configuration re-run with seeds "
-        f"{', '.join(str(seed) for seed in experiment.protocol.seeds)} and tested. *rule*: the recipe's search tuned at world size "
+        f"{', '.join(str(seed) for seed in experiment.protocol.seeds)} and tested"
+        + ("" if tuning_seeds is None else f" (the tuning trials trained with seed {', '.join(map(str, tuning_seeds))}: no final "
+           "run repeats a trial's initial weights, validation split or data order)")
+        + f". *rule*: the recipe's search tuned at world size "
         f"{reference_world_size(experiment)} and carried by its LR rule; *tuned*: tuned at this world size; *reference*: the "
         "recipe's tuned arm at that world size, so *− reference* is what the larger batch costs. "
         "Means over the seeds whose run was judged ok, "
         "95% bootstrap intervals, n = ok seeds.",
         table,
+        *([] if not search else [_search_markdown(search)]),
         *([] if not lr_fits else [
             "Tuned LR against the global batch, per recipe (its tuned studies' top 3 ok trials per world size; "
             "alpha = 0.5 is the sqrt rule, 1 the linear rule):\n\n"
             + "\n".join(f"- {recipe}: {LrExponentFit.from_dict(fit).describe()}" for recipe, fit in lr_fits.items())]),
         *([] if not steps_rows else [_equal_steps_markdown(steps_rows, reference_world_size(experiment))]),
     ]) + "\n"
+
+
+def _search_markdown(search: dict[str, dict[str, Any]]) -> str:
+    """How each tuned study searched: its method, trials, and per field the values tried and the
+    best's, marked *edge* when the best sits on the edge of what was tried."""
+    from lbtrain.reports.tables import markdown_table
+
+    def field_text(path: str, field: dict[str, Any]) -> str:
+        values = ", ".join(f"{value:g}" if isinstance(value, float) else str(value) for value in field["values"])
+        best = field["best"] if not isinstance(field["best"], float) else f"{field['best']:g}"
+        return f"{path} {{{values}}}: best {best}{'' if field['interior'] else ' (edge)'}"
+
+    table = markdown_table(
+        ["study", "method", "trials", "values tried and best", "best interior"],
+        [[name, entry["method"], entry["trials"], "; ".join(field_text(path, field) for path, field in entry["fields"].items()),
+          "yes" if entry["interior"] else "no"] for name, entry in search.items()],
+    )
+    return ("How each study searched (`grid`: every combination of the fields' values, then the next value past an edge "
+            "while the best ok trial sat on it; no trial pruned but by divergence):\n\n" + table)
 
 
 def _equal_steps_markdown(steps_rows: list[dict[str, Any]], reference: int) -> str:
@@ -377,15 +463,20 @@ def _equal_steps_markdown(steps_rows: list[dict[str, Any]], reference: int) -> s
 
 def write_protocol(experiment: ExperimentConfig, rows: list[dict[str, Any]], trials: dict[str, int],
                    lr_fits: dict[str, dict[str, Any]] | None = None, steps_rows: list[dict[str, Any]] | None = None,
-                   best: dict[int, str] | None = None) -> Path:
+                   best: dict[int, str] | None = None, search: dict[str, dict[str, Any]] | None = None,
+                   tuning_seeds: list[int] | None = None) -> Path:
     """Writes ``protocol.json`` (rows, trial counts, the tuned LR's exponent per recipe, the
-    equal-steps rows, the best arm per world size on validation as ``best_arms``) and
+    equal-steps rows, the best arm per world size on validation as ``best_arms``, how each study
+    searched as ``search``, the seeds of the tuning trials and of the finals) and
     ``protocol.md``; returns the latter."""
     folder = experiment.results_dir
     write_json_atomic(folder / PROTOCOL_FILE, {"rows": rows, "trials": trials, "lr_fits": lr_fits or {}, "equal_steps": steps_rows or [],
-                                               "best_arms": {str(size): label for size, label in (best or {}).items()}})
-    return write_atomic(folder / PROTOCOL_REPORT, protocol_markdown(experiment, rows, trials, lr_fits, steps_rows))
+                                               "best_arms": {str(size): label for size, label in (best or {}).items()},
+                                               "search": search or {}, "seeds": {"tuning": tuning_seeds or [],
+                                                                                 "finals": list(experiment.protocol.seeds)}})
+    return write_atomic(folder / PROTOCOL_REPORT, protocol_markdown(experiment, rows, trials, lr_fits, steps_rows, search, tuning_seeds))
 
 
-__all__ = ["ARM_KINDS", "Arm", "best_arm", "comparison_rows", "equal_steps_rows", "equal_steps_runs", "final_runs", "protocol_arms",
-           "reference_world_size", "run_protocol", "tuned_studies", "write_protocol"]
+__all__ = ["ARM_KINDS", "Arm", "best_arm", "check_final_seeds", "comparison_rows", "equal_steps_rows", "equal_steps_runs", "final_runs",
+           "protocol_arms", "reference_world_size", "run_protocol", "search_summary", "tune", "tuned_studies", "tuning_seeds",
+           "write_protocol"]

@@ -21,6 +21,8 @@ import gc
 import itertools
 import logging
 import math
+import warnings
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,9 @@ from lbtrain.worlds.simulated import SimulatedWorld
 
 logger = logging.getLogger(__name__)
 
+# A grid's edge extension is queued outside the searched range on purpose (``lbtrain.studies.search``).
+warnings.filterwarnings("ignore", message=r"Fixed parameter .* is out of range", category=UserWarning)
+
 OBJECTIVE = "validation_accuracy"
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 
@@ -60,6 +65,11 @@ class StudySpec:
     world_size: int
     base: dict[str, Any]
     search: dict[str, SearchParam]
+    # The protocol's: ``grid`` or ``tpe`` (``lbtrain.studies.search``), TPE's random startup
+    # trials, and the pruner that overrides ``sweep.pruner``; None keeps the plain sweep's TPE.
+    method: str | None = None
+    startup_trials: int | None = None
+    pruner: str | None = None
 
     def run(self, params: dict[str, Any]):
         """The run config of one trial: the base run at the study's world size with ``params``."""
@@ -89,12 +99,13 @@ def world_sizes(experiment: ExperimentConfig) -> list[int]:
     return sizes
 
 
-def sampler_seed(experiment: ExperimentConfig, world_size: int, worker: int, finished: int) -> int:
+def sampler_seed(experiment: ExperimentConfig, world_size: int, worker: int, finished: int, study: str = "") -> int:
     """The TPE sampler's seed for one process: drawn from ``sweep.sampler_seed``, the world
-    size, the worker's index and the number of trials the study had finished when the process
-    joined, so parallel workers and reruns draw distinct trials (one seed for all makes them
-    repeat each other), while the same sweep launched the same way draws the same ones."""
-    entropy = [experiment.sweep.sampler_seed, world_size, worker, finished]
+    size, the worker's index, the number of trials the study had finished when the process
+    joined and (for the protocol's studies) the study's name, so parallel workers, reruns and
+    the arms of one world size draw distinct trials (one seed for all makes them repeat each
+    other), while the same sweep launched the same way draws the same ones."""
+    entropy = [experiment.sweep.sampler_seed, world_size, worker, finished] + ([zlib.crc32(study.encode())] if study else [])
     return int(np.random.SeedSequence(entropy).generate_state(1)[0])
 
 
@@ -117,17 +128,24 @@ def open_study(experiment: ExperimentConfig, study: int | StudySpec, storage: st
         "none": optuna.pruners.NopPruner,
     }
     opened = optuna.create_study(
-        study_name=spec.name, storage=opened_storage, direction="maximize", pruner=pruners[settings.pruner](), load_if_exists=True,
+        study_name=spec.name, storage=opened_storage, direction="maximize", pruner=pruners[spec.pruner or settings.pruner](),
+        load_if_exists=True,
     )
+    seed = sampler_seed(experiment, spec.world_size, worker, finished_trials(opened), spec.name if spec.method else "")
+    if spec.method == "grid":
+        # Every trial of a grid is queued with its parameters (``lbtrain.studies.protocol``): none is sampled.
+        opened.sampler = optuna.samplers.RandomSampler(seed=seed)
+        return opened
     # Constant liar: a worker treats the trials others are running as done and bad, so
     # parallel workers spread out instead of sampling next to each other.
-    opened.sampler = optuna.samplers.TPESampler(
-        seed=sampler_seed(experiment, spec.world_size, worker, finished_trials(opened)), constant_liar=True)
+    startup = {} if spec.startup_trials is None else {"n_startup_trials": spec.startup_trials}
+    opened.sampler = optuna.samplers.TPESampler(seed=seed, constant_liar=True, **startup)
     return opened
 
 
 def suggest(trial: optuna.trial.BaseTrial, search: dict[str, SearchParam]) -> dict[str, Any]:
-    """One value per searched field path."""
+    """One value per searched field path (a queued trial's own: a grid's edge extension lies
+    outside the searched range on purpose, ``lbtrain.studies.search``)."""
     values = {}
     for path, param in search.items():
         if param.type == "categorical":
@@ -232,7 +250,7 @@ def objective(experiment: ExperimentConfig, study: int | StudySpec):
         config = spec.run(suggest(trial, spec.search))
         world = SimulatedWorld(spec.world_size, config.training.micro_batches)
         pruning = _PruningCallback(trial, world, config.lr.warmup_epochs)
-        return _objective_value(trial, train(config, world, callbacks=[pruning]), pruning, experiment.sweep.pruner)
+        return _objective_value(trial, train(config, world, callbacks=[pruning]), pruning, spec.pruner or experiment.sweep.pruner)
 
     return run_trial
 

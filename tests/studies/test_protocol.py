@@ -34,10 +34,10 @@ def protocol_spec(tmp_path, **changes):
         "grid": {"world_sizes": [1, 2], "variants": [
             {"label": "sqrt", "lr.rule": "sqrt"},
             {"label": "linear+warmup", "lr.rule": "linear", "lr.warmup_epochs": 0.5}]},
-        "search": {"lr.base_lr": {"type": "float", "low": 0.02, "high": 0.2, "log": True},
-                   "lr.warmup_epochs": {"type": "categorical", "choices": [0.25, 0.5]}},
-        "sweep": {"trials": 2, "pruner": "none"},
-        "protocol": {"seeds": [0, 1, 2]},
+        "search": {"lr.base_lr": {"type": "float", "low": 0.05, "high": 0.1, "log": True},
+                   "lr.warmup_epochs": {"type": "categorical", "choices": [0.5]}},
+        "sweep": {"trials": 2},
+        "protocol": {"seeds": [1, 2, 3], "grid_extensions": 1},
     }
     spec.update(changes)
     return spec
@@ -57,7 +57,7 @@ def test_arms_pair_a_tuned_and_a_rule_arm_per_recipe_and_world_size(tmp_path):
 
 
 def test_protocol_rules_carry_one_reference_tuning_by_several_rules(tmp_path):
-    spec = protocol_spec(tmp_path, protocol={"seeds": [0, 1, 2], "rules": {"sqrt": ["none", "sqrt", 0.75]}})
+    spec = protocol_spec(tmp_path, protocol={"seeds": [1, 2, 3], "grid_extensions": 1, "rules": {"sqrt": ["none", "sqrt", 0.75]}})
     spec["grid"]["world_sizes"] = [1, 2, 4]
     arms = protocol_arms(ExperimentConfig.model_validate(spec))
     sqrt_rule_arms = [(arm.label, arm.world_size, arm.study.name, arm.base["lr"]["rule"]) for arm in arms
@@ -70,15 +70,15 @@ def test_protocol_rules_carry_one_reference_tuning_by_several_rules(tmp_path):
 
 def test_protocol_search_gives_a_recipe_its_own_ranges_with_the_same_budget(tmp_path):
     adam_range = {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}
-    spec = protocol_spec(tmp_path, protocol={"seeds": [0, 1, 2], "search": {"linear+warmup": {"lr.base_lr": adam_range}}})
+    spec = protocol_spec(tmp_path, protocol={"seeds": [1, 2, 3], "grid_extensions": 1, "search": {"linear+warmup": {"lr.base_lr": adam_range}}})
     arms = protocol_arms(ExperimentConfig.model_validate(spec))
     sqrt, linear = arms[0].study.search, arms[3].study.search
-    assert (sqrt["lr.base_lr"].low, sqrt["lr.base_lr"].high) == (0.02, 0.2)
+    assert (sqrt["lr.base_lr"].low, sqrt["lr.base_lr"].high) == (0.05, 0.1)
     assert (linear["lr.base_lr"].low, linear["lr.base_lr"].high) == (1e-4, 1e-2) and "lr.warmup_epochs" in linear
 
 
 def test_comparison_rows_set_each_arm_against_the_recipes_tuned_reference(tmp_path):
-    spec = protocol_spec(tmp_path, protocol={"seeds": [0, 1, 2], "rules": {"sqrt": ["none", "sqrt"]}})
+    spec = protocol_spec(tmp_path, protocol={"seeds": [1, 2, 3], "grid_extensions": 1, "rules": {"sqrt": ["none", "sqrt"]}})
     arms = protocol_arms(ExperimentConfig.model_validate(spec))
     accuracies = {("sqrt tuned", 1): [0.80, 0.82, 0.84], ("sqrt tuned", 2): [0.78, 0.80, 0.79],
                   ("sqrt none rule", 2): [0.70, 0.72, None], ("sqrt sqrt rule", 2): [0.75, 0.77, 0.76],
@@ -99,7 +99,7 @@ def test_comparison_rows_set_each_arm_against_the_recipes_tuned_reference(tmp_pa
 
 
 def test_equal_steps_rerun_the_best_arm_on_validation_for_the_reference_updates(tmp_path):
-    spec = protocol_spec(tmp_path, protocol={"seeds": [0, 1, 2], "equal_steps": [2]})
+    spec = protocol_spec(tmp_path, protocol={"seeds": [1, 2, 3], "grid_extensions": 1, "equal_steps": [2]})
     experiment = ExperimentConfig.model_validate(spec)
     arms = protocol_arms(experiment)
     # linear+warmup rule has the best validation but a diverged seed; sqrt rule beats sqrt tuned on
@@ -112,7 +112,7 @@ def test_equal_steps_rerun_the_best_arm_on_validation_for_the_reference_updates(
     assert best_arm(arms, summary, 2).label == "sqrt rule"
     params = {"proto-sqrt-w1": {"lr.base_lr": 0.05}, "proto-sqrt-w2": {"lr.base_lr": 0.2}}
     planned = equal_steps_runs(experiment, arms, params, summary)
-    assert [(run.label, run.config.training.seed) for run in planned] == [("sqrt rule equal steps", seed) for seed in (0, 1, 2)]
+    assert [(run.label, run.config.training.seed) for run in planned] == [("sqrt rule equal steps", seed) for seed in (1, 2, 3)]
     config = planned[0].config
     assert (config.training.steps, config.training.epochs, config.training.world_size) == (15, None, 2)
     assert (config.lr.base_lr, config.lr.rule) == (0.05, "sqrt")  # the reference tuning, carried by the rule
@@ -147,18 +147,31 @@ def test_fewer_than_three_seeds_is_a_config_error(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_tuned_study_from_one_yaml_equal_budgets_three_seeds_and_the_cost_of_the_rule(tmp_path, capsys):
-    spec = protocol_spec(tmp_path, protocol={"seeds": [0, 1, 2], "equal_steps": [2]})
+    spec = protocol_spec(tmp_path, protocol={"seeds": [1, 2, 3], "grid_extensions": 1, "equal_steps": [2]})
     path = tmp_path / "proto.yaml"
     path.write_text(yaml.safe_dump(spec))
     assert main(["sweep", str(path)]) == 0
     results = tmp_path / "results" / "proto"
     experiment = ExperimentConfig.model_validate(spec)
 
-    # Equal tuning budgets, read back from the Optuna storage.
+    # The grid, read back from the Optuna storage: every point once, then past the edge while the
+    # best sat on it (at most grid_extensions = 1 per edge), nothing pruned but by divergence.
     studies = tuned_studies(protocol_arms(experiment))
     storage = f"sqlite:///{results / 'optuna.db'}"
+    searched = json.loads((results / "protocol.json").read_text())["search"]
     for study in studies:
-        assert len(optuna.load_study(study_name=study.name, storage=storage).get_trials(states=FINISHED)) == 2
+        trials = optuna.load_study(study_name=study.name, storage=storage).get_trials(states=FINISHED)
+        tried = [trial.params["lr.base_lr"] for trial in trials]
+        assert len(tried) == len(set(tried)) and {0.05, 0.1} <= set(tried) <= {0.025, 0.05, 0.1, 0.2}
+        assert all(trial.state == optuna.trial.TrialState.COMPLETE or trial.user_attrs["status"] == "diverged" for trial in trials)
+        best = best_ok_trial(open_study(experiment, study, storage)).params["lr.base_lr"]
+        on_grid = [trial for trial in trials if trial.params["lr.base_lr"] in (0.05, 0.1) and trial.user_attrs["status"] == "ok"]
+        best_on_grid = max(on_grid, key=lambda trial: (trial.value, -trial.number)).params["lr.base_lr"]
+        assert (0.2 in tried) == (best_on_grid == 0.1) and (0.025 in tried) == (best_on_grid == 0.05)
+        entry = searched[study.name]
+        assert entry["method"] == "grid" and entry["trials"] == len(tried)
+        assert entry["fields"]["lr.base_lr"] == {"values": sorted(tried), "best": best, "interior": min(tried) < best < max(tried)}
+    assert json.loads((results / "protocol.json").read_text())["seeds"] == {"tuning": [0], "finals": [1, 2, 3]}
 
     # Every arm's best re-run with three seeds; the rule arm at world 2 carries world 1's best LR.
     everything = read_summary(results / "summary.csv")
@@ -168,7 +181,7 @@ def test_a_tuned_study_from_one_yaml_equal_budgets_three_seeds_and_the_cost_of_t
     assert arms == {(f"{recipe} {kind}", world) for recipe in ("sqrt", "linear+warmup")
                     for kind, world in (("tuned", 1), ("tuned", 2), ("rule", 2))}
     for label, world in arms:
-        assert sorted(row["seed"] for row in summary if (row["label"], row["world_size"]) == (label, world)) == [0, 1, 2]
+        assert sorted(row["seed"] for row in summary if (row["label"], row["world_size"]) == (label, world)) == [1, 2, 3]
     best_reference = best_ok_trial(open_study(experiment, studies[0]))
     rule_runs = [row for row in summary if row["label"] == "sqrt rule"]
     for row in rule_runs:
@@ -183,9 +196,10 @@ def test_a_tuned_study_from_one_yaml_equal_budgets_three_seeds_and_the_cost_of_t
     rule = [r["test_accuracy"] for r in rule_runs if r["status"] == "ok"]
     assert row["tuned"]["n"] == len(tuned) and row["tuned"]["mean"] == pytest.approx(statistics.fmean(tuned))
     assert row["cost_of_rule"]["mean"] == pytest.approx(statistics.fmean(tuned) - statistics.fmean(rule))
-    assert row["tuned_trials"] == row["rule_trials"] == 2
+    assert row["tuned_trials"] == searched[studies[1].name]["trials"] and row["rule_trials"] == searched[studies[0].name]["trials"]
     text = (results / "protocol.md").read_text()
-    assert "2 finished trials per tuned study (equal for every arm)" in text and "| sqrt | sqrt | 2 | 32 |" in text
+    assert "| sqrt | sqrt | 2 | 32 |" in text and "the tuning trials trained with seed 0: no final run repeats" in text
+    assert f"| {studies[0].name} | grid | {searched[studies[0].name]['trials']} | lr.base_lr {{" in text
     # The tuned LR per recipe is reported against the batch, never fitted through two world sizes.
     fits = json.loads((results / "protocol.json").read_text())["lr_fits"]
     assert set(fits) == {"sqrt", "linear+warmup"} and fits["sqrt"]["note"] == "not enough points (n = 2 batch sizes < 4)"
@@ -194,7 +208,7 @@ def test_a_tuned_study_from_one_yaml_equal_budgets_three_seeds_and_the_cost_of_t
 
     # Equal steps: world 2's best arm on validation, re-run with the three seeds for world 1's updates.
     best = best_arm(protocol_arms(experiment), summary, 2)
-    assert sorted((row["label"], row["world_size"], row["seed"]) for row in longer) == [(f"{best.label} equal steps", 2, seed) for seed in (0, 1, 2)]
+    assert sorted((row["label"], row["world_size"], row["seed"]) for row in longer) == [(f"{best.label} equal steps", 2, seed) for seed in (1, 2, 3)]
     reference_steps = {row["total_steps"] for row in summary if row["world_size"] == 1}
     assert reference_steps == {15} and {row["total_steps"] for row in longer} == {15} and {row["budget"] for row in longer} == {"15 steps"}
     assert json.loads((results / "protocol.json").read_text())["best_arms"] == {
@@ -214,7 +228,7 @@ def test_a_tuned_study_from_one_yaml_equal_budgets_three_seeds_and_the_cost_of_t
 
 def test_a_rule_that_does_not_exist_in_protocol_rules_is_a_one_line_error(tmp_path, capsys):
     path = tmp_path / "proto.yaml"
-    path.write_text(yaml.safe_dump(protocol_spec(tmp_path, protocol={"seeds": [0, 1, 2], "rules": {"sqrt": ["none", "cube"]}})))
+    path.write_text(yaml.safe_dump(protocol_spec(tmp_path, protocol={"seeds": [1, 2, 3], "grid_extensions": 1, "rules": {"sqrt": ["none", "cube"]}})))
     assert main(["sweep", str(path)]) == 2
     assert capsys.readouterr().err == ("lbtrain: error: protocol.rules: rules of 'sqrt': 'cube' is not a rule "
                                        "(allowed: linear, sqrt, none or a float exponent)\n")
