@@ -83,9 +83,10 @@ class ResultsError(ValueError):
     experiment's."""
 
 
-# A run's status, decided by ``lbtrain.verdict``: trained and learned (ok); blew up (diverged);
-# finished at chance or above its starting loss (collapsed); raised or was killed (failed).
-STATUSES = ("ok", "diverged", "collapsed", "failed")
+# A run's status, decided by ``lbtrain.verdict``: trained and learned (ok); learned, but its loss
+# blew up on the way and came back (ok-unstable); blew up (diverged); finished at chance or above
+# its starting loss (collapsed); raised or was killed (failed). Only ok runs enter a mean.
+STATUSES = ("ok", "ok-unstable", "diverged", "collapsed", "failed")
 
 
 def finite_or_none(value: Any) -> Any:

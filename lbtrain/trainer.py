@@ -302,7 +302,7 @@ def train(
       verbose: Keras's ``fit`` verbosity on rank 0 (other ranks are always silent).
 
     Returns:
-      A ``RunResult`` with status ``ok``, ``diverged`` or ``collapsed`` (``lbtrain.verdict``);
+      A ``RunResult`` with status ``ok``, ``ok-unstable``, ``diverged`` or ``collapsed`` (``lbtrain.verdict``);
       exceptions propagate (the runner records them as ``failed``; under Horovod they end the job).
     """
     started = time.perf_counter()
@@ -316,8 +316,9 @@ def train(
     guard = run_callbacks.guard
     verdict = judge(
         initial_loss=guard.initial_loss, final_train_loss=metrics["train_loss"], final_train_accuracy=metrics["train_accuracy"],
-        chance=chance(built.data), divergence=guard.reason,
+        chance=chance(built.data), divergence=guard.reason, epoch_losses=[row.get("loss", math.nan) for row in history],
         factor=config.training.divergence_factor, margin=config.training.collapse_margin,
+        instability_factor=config.training.instability_factor,
     )
     return _result(config, built, verdict, guard.initial_loss, metrics, history, time.perf_counter() - started)
 

@@ -5,11 +5,19 @@
   first step. The reference is never an epoch mean: a run that blows up inside its first epoch
   (Goyal et al. 2017, sec. 2.2: large LRs without warmup are unstable early) and settles back
   at chance would otherwise be its own reference and pass.
-- **collapsed**: the run finished, but its final train accuracy is within ``margin`` of chance
-  (the accuracy of always predicting the most frequent training class), or its final train
-  loss is not below the step-0 loss: it learned nothing.
+- **collapsed**: the run finished, but its final train accuracy is within ``margin`` (default
+  0.1) of chance (``lbtrain.objectives.chance``: the accuracy of always predicting the most
+  frequent training class; R^2 = 0 for regression), or its final train loss is not below the
+  step-0 loss: it learned nothing, or next to nothing (a run at 0.18 on ten classes learned
+  nothing a reader should average in).
+- **ok-unstable**: it finished and learned, but after its first epoch an epoch's mean training
+  loss rose above ``instability_factor`` (default 2) times the lowest epoch mean before it, and
+  came back at least enough not to diverge (Goyal et al. 2017's early instability, or a spike
+  later on): its final numbers are those of a run that restarted from a blow-up, not of the
+  recipe working. Epoch means, not steps: a single batch's loss is too noisy to call a spike.
 - **failed**: it raised or was killed.
-- **ok**: none of these.
+- **ok**: none of these. Only ok runs enter a mean (``lbtrain.reports``), the others are counted
+  beside it.
 
 Pure functions of numbers, no TensorFlow: the trainer's ``DivergenceGuard`` applies
 ``step_divergence`` after every step, the trainer ``judge``s the finished run, and stored
@@ -25,7 +33,8 @@ from typing import Iterable, Sequence
 from lbtrain.results import STATUSES, RunResult
 
 DEFAULT_FACTOR = 10.0
-DEFAULT_MARGIN = 0.05
+DEFAULT_MARGIN = 0.1
+DEFAULT_INSTABILITY_FACTOR = 2.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,12 +92,32 @@ def collapse(
     """Why a finished run learned nothing, or None (see the module docstring).
 
     >>> collapse(2.30, 0.101, 2.31, chance=0.1)
-    'final train accuracy 0.101 is within 0.05 of chance (0.1)'
+    'final train accuracy 0.101 is within 0.1 of chance (0.1)'
     """
     if final_train_accuracy <= chance + margin:
-        return f"final train accuracy {final_train_accuracy:.3g} is within {margin:g} of chance ({chance:.3g})"
+        where = "within" if final_train_accuracy >= chance else "below, or within"
+        return f"final train accuracy {final_train_accuracy:.3g} is {where} {margin:g} of chance ({chance:.3g})"
     if initial_loss is not None and not final_train_loss < initial_loss:
         return f"final train loss {final_train_loss:.4g} is not below the step-0 loss {initial_loss:.4g}"
+    return None
+
+
+def instability(epoch_losses: Sequence[float], factor: float = DEFAULT_INSTABILITY_FACTOR) -> str | None:
+    """Why a run's epoch-mean training losses mean it was unstable, or None: from the second
+    epoch on, the first epoch mean above ``factor`` times the lowest one before it.
+
+    >>> instability([1.70, 2.57, 2.12, 12.61, 2.22, 1.35, 0.80])
+    'epoch 4 mean loss 12.61 is 7.4 x the lowest epoch mean before it (1.7)'
+    >>> instability([1.75, 2.19, 1.36, 0.98, 1.27, 0.57]) is None
+    True
+    """
+    lowest = math.inf
+    for epoch, loss in enumerate(epoch_losses, start=1):
+        if loss is None or not math.isfinite(loss):
+            return None
+        if epoch > 1 and loss > factor * lowest:
+            return f"epoch {epoch} mean loss {loss:.4g} is {loss / lowest:.2g} x the lowest epoch mean before it ({lowest:.4g})"
+        lowest = min(lowest, loss)
     return None
 
 
@@ -99,14 +128,17 @@ def judge(
     final_train_accuracy: float | None,
     chance: float,
     losses: Iterable[float] = (),
+    epoch_losses: Sequence[float] = (),
     divergence: str | None = None,
     error: str | None = None,
     factor: float = DEFAULT_FACTOR,
     margin: float = DEFAULT_MARGIN,
+    instability_factor: float = DEFAULT_INSTABILITY_FACTOR,
 ) -> Verdict:
     """The verdict on one run, in order of precedence: ``error`` (failed); ``divergence`` (a
     reason the guard already found) or the first diverging loss of ``losses``, or non-finite
-    final metrics (diverged); a collapse (collapsed); else ok.
+    final metrics (diverged); a collapse (collapsed); an ``instability`` of its
+    ``epoch_losses`` (ok-unstable); else ok.
 
     >>> judge(initial_loss=2.3, final_train_loss=0.4, final_train_accuracy=0.86, chance=0.1, losses=[2.3, 1.1, 0.6])
     Verdict(status='ok', reason=None)
@@ -124,7 +156,10 @@ def judge(
     if any(value is None or not math.isfinite(value) for value in finals):
         return Verdict("diverged", f"final train loss/accuracy are not finite ({final_train_loss}, {final_train_accuracy})")
     reason = collapse(final_train_loss, final_train_accuracy, initial_loss, chance, margin)
-    return Verdict("collapsed", reason) if reason else Verdict("ok")
+    if reason:
+        return Verdict("collapsed", reason)
+    reason = instability(epoch_losses, instability_factor)
+    return Verdict("ok-unstable", reason) if reason else Verdict("ok")
 
 
 def judge_recorded(result: RunResult, chance: float, num_classes: int) -> Verdict:
@@ -149,8 +184,9 @@ def judge_recorded(result: RunResult, chance: float, num_classes: int) -> Verdic
     return judge(
         initial_loss=initial_loss, final_train_loss=result.metrics.get("train_loss"),
         final_train_accuracy=result.metrics.get("train_accuracy"), chance=chance, divergence=divergence,
-        factor=factor, margin=training.get("collapse_margin", DEFAULT_MARGIN),
+        epoch_losses=epoch_means, factor=factor, margin=training.get("collapse_margin", DEFAULT_MARGIN),
+        instability_factor=training.get("instability_factor", DEFAULT_INSTABILITY_FACTOR),
     )
 
 
-__all__ = ["Verdict", "chance_accuracy", "collapse", "first_divergence", "judge", "judge_recorded", "step_divergence"]
+__all__ = ["Verdict", "chance_accuracy", "collapse", "first_divergence", "instability", "judge", "judge_recorded", "step_divergence"]

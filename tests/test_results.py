@@ -50,5 +50,5 @@ def test_a_run_is_written_metrics_last_and_read_back(tmp_path):
 
 
 def test_statuses_and_finite_or_none():
-    assert STATUSES == ("ok", "diverged", "collapsed", "failed")
+    assert STATUSES == ("ok", "ok-unstable", "diverged", "collapsed", "failed")
     assert finite_or_none([1.0, {"a": -math.inf}, "x"]) == [1.0, {"a": None}, "x"]

@@ -109,7 +109,7 @@ def test_tensorboard_logs_on_request(tmp_path):
 def test_failed_result_keeps_the_error_on_one_line():
     result = RunResult.failed(config(), ValueError("bad\nthing"))
     assert result.status == "failed" and result.reason == "ValueError: bad thing"
-    with pytest.raises(ValueError, match="status must be one of ok, diverged, collapsed, failed"):
+    with pytest.raises(ValueError, match="status must be one of ok, ok-unstable, diverged, collapsed, failed"):
         RunResult(config={}, status="crashed")
 
 

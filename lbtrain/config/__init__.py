@@ -34,6 +34,7 @@ from lbtrain.config.loading import (
 from lbtrain.config.run import (
     BUDGET_KINDS,
     DEFAULT_EPOCHS,
+    JUDGING_FIELDS,
     LATER_FIELD_DEFAULTS,
     AnalysisConfig,
     DataConfig,
@@ -50,7 +51,7 @@ from lbtrain.config.run import (
 __all__ = [
     "AnalysisConfig", "BUDGET_KINDS", "ConfigError", "DEFAULT_EPOCHS", "DataConfig", "ExperimentConfig", "GRID_SHORTHANDS",
     "HOROVOD_COMPRESSION_VARIABLE", "HOROVOD_IDLE_THREADS_VARIABLE", "HOROVOD_PIN_CORES_VARIABLE",
-    "HorovodLaunchConfig", "LATER_FIELD_DEFAULTS", "LRConfig", "ModelConfig", "MultiWorkerLaunchConfig", "OptimizerConfig",
+    "HorovodLaunchConfig", "JUDGING_FIELDS", "LATER_FIELD_DEFAULTS", "LRConfig", "ModelConfig", "MultiWorkerLaunchConfig", "OptimizerConfig",
     "ParameterServerLaunchConfig", "ProtocolConfig", "RUN_SECTIONS", "RUN_SECTION_SCHEMAS", "RunConfig", "SearchParam",
     "StopAtConfig", "SweepConfig", "TrainingConfig", "apply_overrides", "check_search_paths", "deep_merge",
     "describe_budget", "format_validation_error", "known_field_path", "load_experiment", "load_run_config", "nested",

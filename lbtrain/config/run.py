@@ -202,7 +202,9 @@ class TrainingConfig(_Strict):
     global_batch`` steps); the decay length follows it. ``stop_at`` ends a run early at a
     training target, the budget capping it. The verdict (``lbtrain.verdict``): a step loss above
     ``divergence_factor`` x the step-0 loss is divergence; a final train accuracy within
-    ``collapse_margin`` of chance is a collapse.
+    ``collapse_margin`` of chance is a collapse; an epoch-mean training loss above
+    ``instability_factor`` x the lowest before it, after the first epoch, makes an ok run
+    ``ok-unstable``.
 
     ``accumulation_steps: k`` makes every worker take k batches per update (gradient
     accumulation, Goyal et al. 2017 sec. 2), so one update averages the gradient over the
@@ -229,7 +231,8 @@ class TrainingConfig(_Strict):
     eval_batch: int = Field(default=1024, gt=0)
     precise_bn_samples: int | None = Field(default=None, gt=0)
     divergence_factor: float = Field(default=10.0, gt=1.0)
-    collapse_margin: float = Field(default=0.05, ge=0, lt=1)
+    collapse_margin: float = Field(default=0.1, ge=0, lt=1)
+    instability_factor: float = Field(default=2.0, gt=1.0)
     checkpoint: bool = True
     tensorboard: bool = False
 
@@ -314,6 +317,11 @@ class AnalysisConfig(_Strict):
 # configured before the field existed finds its runs done.
 LATER_FIELD_DEFAULTS = {"data.task": "auto", "data.test_split": 0.2, "lr.warmup_type": "gradual", "training.accumulation_steps": 1,
                         "training.staleness": 0, "training.precise_bn_samples": None}
+# Fields that only judge a finished run and never change how it trains, with the value a run id
+# hashes for them whatever they are set to (the default when ids were first computed; None: not
+# hashed, a field added later): a run judged by another margin is the same run, found done
+# rather than trained again.
+JUDGING_FIELDS = {"training.collapse_margin": 0.05, "training.instability_factor": None}
 
 
 class RunConfig(_Strict):
@@ -395,13 +403,19 @@ class RunConfig(_Strict):
         return self.model_dump(mode="json")
 
     def identity(self) -> dict[str, Any]:
-        """``to_dict`` without the fields of ``LATER_FIELD_DEFAULTS`` that are at their default:
-        what a run's id hashes, so runs configured before such a field existed keep their ids."""
+        """``to_dict`` without the fields of ``LATER_FIELD_DEFAULTS`` that are at their default, and
+        with ``JUDGING_FIELDS`` at their fixed values: what a run's id hashes, so runs configured
+        before such a field existed, or judged by another margin, keep their ids."""
         data = self.to_dict()
         for path, default in LATER_FIELD_DEFAULTS.items():
             section, field = path.split(".")
             if data[section].get(field) == default:
                 del data[section][field]
+        for path, hashed in JUDGING_FIELDS.items():
+            section, field = path.split(".")
+            data[section].pop(field, None)
+            if hashed is not None:
+                data[section][field] = hashed
         return data
 
 
