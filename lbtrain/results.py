@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import fcntl
 import json
 import math
@@ -194,6 +195,7 @@ def claim_folder(folder: Path, name: str, config_file: str | None, experiment: d
         raise ResultsError(f"{folder}: cannot create the results folder ({error.strerror})") from None
     if not os.access(folder, os.W_OK | os.X_OK):
         raise ResultsError(f"{folder}: the results folder is not writable")
+    refuse_links_out(folder)
     owner_path = folder / OWNER_FILE
     owner = _read_owner(owner_path)
     recorded = folder / EXPERIMENT_FILE
@@ -218,12 +220,33 @@ def _read_owner(path: Path) -> dict[str, Any] | None:
     return owner if isinstance(owner, dict) and "config_file" in owner else None
 
 
+def refuse_links_out(folder: Path) -> None:
+    """``ResultsError`` naming the first symbolic link inside ``folder`` whose target lies outside
+    it: lbtrain would write through it (a ``.lock`` linked to a file elsewhere would be truncated).
+    The folder itself may be a link (results kept on another disk): targets are compared with
+    where it resolves to."""
+    root = folder.resolve()
+    for parent, folders, files in os.walk(folder):
+        for name in (*folders, *files):
+            path = Path(parent) / name
+            if path.is_symlink() and not path.resolve().is_relative_to(root):
+                raise ResultsError(f"{path} is a symbolic link to {path.resolve()}, outside the results folder; lbtrain "
+                                   "writes only inside it: remove the link")
+
+
 @contextlib.contextmanager
 def folder_lock(folder: Path, name: str) -> Iterator[None]:
     """Holds an exclusive lock on ``folder`` (``flock`` on its ``.lock`` file, released when the
     process ends, however it ends); a second process that asks while it is held gets a
-    ``ResultsError`` naming the holder's pid."""
-    handle = open(folder / LOCK_FILE, "a+")
+    ``ResultsError`` naming the holder's pid. The lock file is never followed through a link."""
+    try:
+        descriptor = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise ResultsError(f"{folder / LOCK_FILE} is a symbolic link; lbtrain writes only inside the results folder: "
+                               "remove the link") from None
+        raise
+    handle = os.fdopen(descriptor, "a+")
     try:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -14,6 +14,7 @@ scaled by ``(global_batch / base_batch) ** alpha``:
 from __future__ import annotations
 
 import math
+import reprlib
 
 RULE_EXPONENTS: dict[str, float] = {"linear": 1.0, "sqrt": 0.5, "none": 0.0}
 
@@ -25,8 +26,12 @@ def _require_positive(name: str, value, *, integer: bool = False) -> None:
         raise ValueError(f"{name} must be {what}, got {value!r}")
 
 
+# Linear is 1; an exponent above 2 has no use, and (B / b) ** alpha must stay a float.
+MAX_EXPONENT = 2.0
+
+
 def scaling_exponent(rule: str | float) -> float:
-    """The exponent alpha of ``rule``: a name of ``RULE_EXPONENTS`` or a finite float.
+    """The exponent alpha of ``rule``: a name of ``RULE_EXPONENTS`` or a float in [0, 2].
 
     >>> scaling_exponent("sqrt"), scaling_exponent(0.75)
     (0.5, 0.75)
@@ -39,9 +44,11 @@ def scaling_exponent(rule: str | float) -> float:
         if rule in RULE_EXPONENTS:
             return RULE_EXPONENTS[rule]
     elif isinstance(rule, (int, float)) and not isinstance(rule, bool) and math.isfinite(rule):
+        if not 0 <= rule <= MAX_EXPONENT:
+            raise ValueError(f"rule as a float exponent must be in [0, {MAX_EXPONENT:g}], got {rule:.6g}")
         return float(rule)
     allowed = ", ".join(repr(name) for name in RULE_EXPONENTS)
-    raise ValueError(f"rule must be one of {allowed} or a float exponent, got {rule!r}")
+    raise ValueError(f"rule must be one of {allowed} or a float exponent, got {reprlib.repr(rule)}")
 
 
 def scaling_factor(base_batch: int, global_batch: int, rule: str | float) -> float:

@@ -52,3 +52,34 @@ def test_a_run_is_written_metrics_last_and_read_back(tmp_path):
 def test_statuses_and_finite_or_none():
     assert STATUSES == ("ok", "ok-unstable", "diverged", "collapsed", "failed")
     assert finite_or_none([1.0, {"a": -math.inf}, "x"]) == [1.0, {"a": None}, "x"]
+
+
+EXPERIMENT = "name: linked\ndata: {dataset: synthetic, options: {train_size: 64, test_size: 16}}\ntraining: {epochs: 1, per_worker_batch: 16}\n"
+
+
+@pytest.mark.parametrize("link", [".lock", "runs"])
+def test_a_link_out_of_the_results_folder_is_refused_and_its_target_untouched(tmp_path, capsys, monkeypatch, link):
+    from lbtrain.cli import main
+
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "precious.txt").write_text("keep me\n")
+    folder = tmp_path / "results" / "linked"
+    folder.mkdir(parents=True)
+    (folder / link).symlink_to(outside / "precious.txt" if link == ".lock" else outside)
+    (tmp_path / "linked.yaml").write_text(EXPERIMENT)
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "linked.yaml"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"lbtrain: error: results/linked/{link} is a symbolic link to ") and "outside the results folder" in line
+    assert (outside / "precious.txt").read_text() == "keep me\n" and sorted(p.name for p in outside.iterdir()) == ["precious.txt"]
+
+
+def test_a_results_folder_that_is_itself_a_link_is_fine(tmp_path):
+    from lbtrain.results import claim_folder
+
+    disk = tmp_path / "other_disk"
+    disk.mkdir()
+    (tmp_path / "results").symlink_to(disk)
+    claim_folder(tmp_path / "results" / "x", "x", "x.yaml", {"name": "x"})
+    assert (disk / "x").is_dir()

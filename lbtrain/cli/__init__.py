@@ -54,6 +54,25 @@ def user_errors() -> tuple[type[Exception], ...]:
     return (BenchError, ConfigError, DatasetError, ModelError, ReportError, ResultsError, ScheduleError)
 
 
+# The longest error line printed: messages quote at most ~200 characters of the input
+# (``lbtrain.config.limits.quote``); this bounds any that does not.
+MAX_ERROR_LENGTH = 600
+
+
+def one_line(message: str) -> str:
+    """``message`` on one line of at most ``MAX_ERROR_LENGTH`` characters (its middle cut out).
+
+    >>> one_line("two  spaces   and more")
+    'two spaces and more'
+    >>> len(one_line("x" * 5000)) <= MAX_ERROR_LENGTH
+    True
+    """
+    message = " ".join(message.split())
+    if len(message) <= MAX_ERROR_LENGTH:
+        return message
+    return f"{message[:MAX_ERROR_LENGTH // 2]} ... {message[-(MAX_ERROR_LENGTH // 2 - 5):]}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from lbtrain.logs import configure
 
@@ -62,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.handler(args)
     except user_errors() as error:
-        print(f"lbtrain: error: {error}", file=sys.stderr)
+        print(f"lbtrain: error: {one_line(str(error))}", file=sys.stderr)
         return USAGE_ERROR
     except BrokenPipeError:
         # The reader went away (`lbtrain run x.yaml --dry-run | head`): stop quietly.

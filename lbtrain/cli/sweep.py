@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from lbtrain.cli import arguments
 from lbtrain.results import SWEEP_SUMMARY_FILE
+
+# Sweep workers one machine takes without --force-workers: each trains on its own threads.
+WORKERS_PER_CORE = 4
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -16,7 +20,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("experiment", help="an experiment YAML with a search section")
     parser.add_argument("--trials", type=arguments.positive_int, help="finished trials per world size (default sweep.trials); a rerun tops up")
     parser.add_argument("--storage", help="an SQLAlchemy URL (default sqlite:///results/<name>/optuna.db)")
-    parser.add_argument("--workers", type=arguments.positive_int, default=1, help="processes sharing the studies")
+    parser.add_argument("--workers", type=arguments.positive_int, default=1,
+                        help=f"processes sharing the studies (at most the trials per study, and {WORKERS_PER_CORE} per core "
+                             "unless --force-workers)")
+    parser.add_argument("--force-workers", action="store_true", help="allow more workers than the per-core cap")
     parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", help="override a field")
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     parser.set_defaults(handler=run)
@@ -29,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     experiment = load_experiment(args.experiment, args.set)
     if experiment.protocol is not None:
         return _protocol(args, experiment)
+    _check_workers(args.workers, args.trials or experiment.sweep.trials, args.force_workers)
     try:
         outputs = run_sweep(experiment, experiment_path=args.experiment, overrides=args.set, trials=args.trials,
                             storage=args.storage, workers=args.workers, worker=args.worker)
@@ -47,6 +55,20 @@ def run(args: argparse.Namespace) -> int:
     print(fit.describe())
     print(f"wrote {experiment.results_dir / SWEEP_SUMMARY_FILE} (studies in {args.storage or storage_url(experiment)})")
     return 0
+
+
+def _check_workers(workers: int, trials: int, forced: bool) -> None:
+    """``ConfigError`` for more sweep workers than trials per study (the rest would start, find no
+    trial, and end), or than ``WORKERS_PER_CORE`` per core without ``--force-workers``: each is a
+    TensorFlow process, and thousands of them exhaust the machine before any trial ends."""
+    from lbtrain.config import ConfigError
+
+    if workers > trials:
+        raise ConfigError(f"--workers {workers} is more than the {trials} trials per study: at most {trials}")
+    cap = WORKERS_PER_CORE * (os.cpu_count() or 1)
+    if workers > cap and not forced:
+        raise ConfigError(f"--workers {workers} is more than {WORKERS_PER_CORE} per core ({cap} on this machine); "
+                          "add --force-workers to start them anyway")
 
 
 def _protocol(args: argparse.Namespace, experiment) -> int:

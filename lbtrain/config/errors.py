@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ValidationError
 
+from lbtrain.config.limits import quote
 from lbtrain.errors import ConfigError
 
 __all__ = ["ConfigError", "format_validation_error"]
@@ -22,6 +23,6 @@ def format_validation_error(error: ValidationError, prefix: str = "") -> str:
         return f"{path}: unknown key"
     message = message.removeprefix("Value error, ")
     got = first.get("input")
-    shown = "" if kind == "value_error" or isinstance(got, (dict, BaseModel)) else f" (got {got!r})"
+    shown = "" if kind == "value_error" or isinstance(got, (dict, BaseModel)) else f" (got {quote(got)})"
     return f"{path}: {message}{shown}" if path else f"{message}{shown}"
 

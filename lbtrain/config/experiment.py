@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from lbtrain.config.limits import MAX_SEED, quote
 from lbtrain.config.run import AnalysisConfig, DataConfig, LRConfig, ModelConfig, OptimizerConfig, TrainingConfig, _Strict
 from lbtrain.modes import DEFAULT_MODE, MODE_NAMES
 from lbtrain.results import HOROVOD_TIMELINE_FILE
@@ -52,8 +53,8 @@ class HorovodLaunchConfig(_Strict):
 
     hosts: str | None = None
     args: list[str] = Field(default_factory=list)
-    fusion_threshold_mb: float | None = Field(default=None, ge=0)
-    cycle_time_ms: float | None = Field(default=None, gt=0)
+    fusion_threshold_mb: float | None = Field(default=None, ge=0, le=1 << 20)
+    cycle_time_ms: float | None = Field(default=None, gt=0, le=60_000)
     timeline: bool = False
     compression: Literal["none", "fp16"] = "none"
     hierarchical_allreduce: bool | None = None
@@ -156,14 +157,14 @@ class SweepConfig(_Strict):
     (default ``sqlite:///<output_dir>/<name>/optuna.db``; any SQLAlchemy URL). Heartbeats let a
     rerun fail and retry trials a killed process left RUNNING after ``grace_seconds``."""
 
-    trials: int = Field(default=20, gt=0)
-    sampler_seed: int = 0
+    trials: int = Field(default=20, gt=0, le=100_000)
+    sampler_seed: int = Field(default=0, ge=0, le=MAX_SEED)
     pruner: Literal["median", "successive_halving", "none"] = "median"
-    pruner_startup_trials: int = Field(default=2, ge=0)
-    pruner_warmup_epochs: int = Field(default=0, ge=0)
+    pruner_startup_trials: int = Field(default=2, ge=0, le=100_000)
+    pruner_warmup_epochs: int = Field(default=0, ge=0, le=1_000_000)
     storage: str | None = None
-    heartbeat_seconds: int = Field(default=10, gt=0)
-    grace_seconds: int = Field(default=30, gt=0)
+    heartbeat_seconds: int = Field(default=10, gt=0, le=3600)
+    grace_seconds: int = Field(default=30, gt=0, le=86400)
 
 
 def check_search_paths(search: dict[str, SearchParam]) -> dict[str, SearchParam]:
@@ -249,6 +250,8 @@ class ProtocolConfig(_Strict):
     def _distinct(cls, seeds: list[int]) -> list[int]:
         if len(set(seeds)) != len(seeds):
             raise ValueError(f"seeds must be distinct, got {seeds}")
+        if not all(0 <= seed <= MAX_SEED for seed in seeds):
+            raise ValueError(f"seeds must be integers from 0 to {MAX_SEED}, got {quote(seeds)}")
         return seeds
 
 
@@ -309,5 +312,6 @@ class ExperimentConfig(_Strict):
 
     @property
     def results_dir(self) -> Path:
-        return Path(self.output_dir) / self.name
+        """``output_dir/name``, with ``~`` expanded as a shell would."""
+        return Path(self.output_dir).expanduser() / self.name
 

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from lbtrain.config.errors import ConfigError, format_validation_error
 from lbtrain.config.experiment import RUN_SECTIONS, ExperimentConfig, known_field_path
+from lbtrain.config.limits import MAX_EXTENDS_DEPTH, MAX_YAML_DEPTH, check_numbers, check_yaml_node, clip, quote
 from lbtrain.config.run import RunConfig, run_config_from_dict
 
 
@@ -36,13 +37,24 @@ _StrictLoader.add_implicit_resolver(
 )
 
 
-def parse_yaml(text: str) -> Any:
-    """``text`` read by the strict loader (see ``_StrictLoader``).
+def parse_yaml(text: str, where: str = "YAML") -> Any:
+    """``text`` read by the strict loader (see ``_StrictLoader``), within the limits of
+    ``lbtrain.config.limits`` (``where`` names the text in their one-line errors).
 
     >>> parse_yaml("lr: 1e-1")
     {'lr': 0.1}
     """
-    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+    loader = _StrictLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        check_yaml_node(node, where)
+        return loader.construct_document(node)
+    except RecursionError:
+        raise ConfigError(f"{where}: nested more than {MAX_YAML_DEPTH} levels deep") from None
+    finally:
+        loader.dispose()
 
 
 def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
@@ -62,9 +74,9 @@ def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
     if "\x00" in text:
         raise ConfigError(f"{path}: a binary file, not YAML")
     try:
-        data = parse_yaml(text)
+        data = parse_yaml(text, str(path))
     except yaml.YAMLError as error:
-        raise ConfigError(f"{path}: invalid YAML ({' '.join(str(error).split())})") from None
+        raise ConfigError(f"{path}: invalid YAML ({clip(' '.join(str(error).split()))})") from None
     if data is None:
         raise ConfigError(f"{path}: the file is empty; expected a mapping of config sections")
     if not isinstance(data, dict):
@@ -115,6 +127,8 @@ def _resolve_extends(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]
     path = path.resolve()
     if path in chain:
         raise ConfigError(f"{path}: extends itself through {' -> '.join(p.name for p in chain)}")
+    if len(chain) >= MAX_EXTENDS_DEPTH:
+        raise ConfigError(f"{chain[0]}: its extends chain is more than {MAX_EXTENDS_DEPTH} files deep")
     data = read_yaml_mapping(path)
     extends = data.pop("extends", [])
     if isinstance(extends, str):
@@ -139,9 +153,9 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         if not known_field_path(path):
             raise ConfigError(f"--set {path}: no such field (sections: name, mode, output_dir, horovod, multiworker, parameter_server, grid, {', '.join(RUN_SECTIONS)})")
         try:
-            value = parse_yaml(raw)
+            value = parse_yaml(raw, f"--set {path}")
         except yaml.YAMLError:
-            raise ConfigError(f"--set {path}: value {raw!r} is not valid YAML") from None
+            raise ConfigError(f"--set {path}: value {quote(raw)} is not valid YAML") from None
         data = with_overrides(data, {path: value})
     return data
 
@@ -151,6 +165,7 @@ def load_experiment(path: str | Path, overrides: list[str] = ()) -> ExperimentCo
     Grid points are validated by ``runner.expand``."""
     data = apply_overrides(_resolve_extends(Path(path)), list(overrides))
     data.setdefault("name", Path(path).stem)
+    check_numbers(data)
     try:
         return ExperimentConfig.model_validate(data)
     except ValidationError as error:

@@ -16,11 +16,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from lbtrain.config.errors import ConfigError, format_validation_error
+from lbtrain.config.limits import MAX_BATCH, MAX_EPOCHS, MAX_SAMPLES, MAX_SEED, MAX_STEPS, MAX_WORLD_SIZE, check_numbers
 from lbtrain.recipe import DECAY_CLOCKS, SCHEDULE_KEYS, WARMUP_TYPES
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # allow_inf_nan=False: every float field is finite (lbtrain.config.limits checks the rest).
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 def _reference_if_callable(value: Any) -> Any:
@@ -131,7 +133,7 @@ class LRConfig(_Strict):
     gives at that step) or ``after_warmup`` (the decay starts counting when warmup ends)."""
 
     base_lr: float = Field(default=0.1, gt=0)
-    base_batch: int = Field(default=128, gt=0)
+    base_batch: int = Field(default=128, gt=0, le=MAX_BATCH)
     rule: str | float = SCHEDULE_KEYS["rule"]
     warmup_epochs: float = Field(default=SCHEDULE_KEYS["warmup_epochs"], ge=0)
     warmup_start: float | None = Field(default=SCHEDULE_KEYS["warmup_start"], ge=0)
@@ -218,13 +220,13 @@ class TrainingConfig(_Strict):
     not caught up with their weights.
     """
 
-    world_size: int = Field(default=1, gt=0)
-    per_worker_batch: int = Field(default=128, gt=0)
-    epochs: int | None = Field(default=None, gt=0)
-    steps: int | None = Field(default=None, gt=0)
-    samples: int | None = Field(default=None, gt=0)
+    world_size: int = Field(default=1, gt=0, le=MAX_WORLD_SIZE)
+    per_worker_batch: int = Field(default=128, gt=0, le=MAX_BATCH)
+    epochs: int | None = Field(default=None, gt=0, le=MAX_EPOCHS)
+    steps: int | None = Field(default=None, gt=0, le=MAX_STEPS)
+    samples: int | None = Field(default=None, gt=0, le=MAX_SAMPLES)
     stop_at: StopAtConfig | None = None
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
     micro_batches: int = Field(default=1, gt=0)
     accumulation_steps: int = Field(default=1, gt=0)
     staleness: int = Field(default=0, ge=0)
@@ -434,7 +436,9 @@ def describe_budget(budget: dict[str, Any]) -> str:
 
 
 def run_config_from_dict(data: dict[str, Any]) -> RunConfig:
-    """A ``RunConfig`` from plain data; any problem is a one-line ``ConfigError``."""
+    """A ``RunConfig`` from plain data; any problem (a non-finite or oversized number anywhere
+    included: ``lbtrain.config.limits``) is a one-line ``ConfigError``."""
+    check_numbers(data)
     try:
         return RunConfig.model_validate(data)
     except ValidationError as error:

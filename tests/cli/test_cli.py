@@ -240,3 +240,19 @@ def test_a_storage_that_cannot_be_opened_is_one_line(tmp_path, storage, message)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     lines = stderr_lines(result.stderr)
     assert len(lines) == 1 and re.search(message, lines[0]), result.stderr
+
+
+def test_sweep_workers_are_capped_by_trials_and_cores(tmp_path, capsys):
+    import os
+
+    from lbtrain.cli import main
+
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\noutput_dir: " + str(tmp_path / "out") + "\ndata: {dataset: synthetic, validation_split: 0.2}\n"
+                    "search: {lr.base_lr: {type: float, low: 0.01, high: 0.1, log: true}}\nsweep: {trials: 4}\n")
+    assert main(["sweep", str(path), "--workers", "5"]) == 2
+    assert capsys.readouterr().err.strip() == "lbtrain: error: --workers 5 is more than the 4 trials per study: at most 4"
+    cap = 4 * os.cpu_count()
+    assert main(["sweep", str(path), "--workers", str(cap + 1), "--trials", str(cap + 1)]) == 2
+    assert f"is more than 4 per core ({cap} on this machine); add --force-workers" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

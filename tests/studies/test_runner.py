@@ -294,14 +294,15 @@ def test_a_damaged_metrics_file_is_a_warning_and_its_run_trained_again(tmp_path,
 def test_fields_added_later_enter_a_run_id_only_away_from_their_default(tmp_path):
     """A study configured before lr.warmup_type, training.accumulation_steps and
     training.staleness existed keeps its run ids, so a rerun finds its runs done."""
-    from lbtrain.config import LATER_FIELD_DEFAULTS, run_config_from_dict
+    from lbtrain.config import JUDGING_FIELDS, LATER_FIELD_DEFAULTS, run_config_from_dict
     from lbtrain.studies.plan import run_id
 
     config = run_config_from_dict({"lr": {"warmup_epochs": 1}})
     older = config.to_dict()
-    for path in LATER_FIELD_DEFAULTS:
+    for path in [*LATER_FIELD_DEFAULTS, *(path for path, hashed in JUDGING_FIELDS.items() if hashed is None)]:
         section, field = path.split(".")
         del older[section][field]
+    older["training"]["collapse_margin"] = JUDGING_FIELDS["training.collapse_margin"]  # what ids were computed with
     assert config.identity() == older
     assert run_id(config, "a") == run_id(run_config_from_dict(older), "a")
     assert run_id(run_config_from_dict({"lr": {"warmup_epochs": 1, "warmup_type": "constant"}}), "a") != run_id(config, "a")

@@ -1,0 +1,132 @@
+"""What input lbtrain accepts at all: bounds no legitimate experiment reaches, checked where the
+input is read, so a hostile or careless file is one bounded line rather than a hang, a flood or
+a traceback.
+
+- YAML (``check_yaml_node``): at most ``MAX_YAML_NODES`` nodes once aliases are expanded (a
+  600-byte "billion laughs" expands to billions), at most ``MAX_YAML_DEPTH`` levels of nesting,
+  no alias that contains itself; ``MAX_EXTENDS_DEPTH`` files in an ``extends`` chain.
+- Numbers (``check_numbers``): every float finite, every integer within ``MAX_INTEGER``
+  (2**53, what a float holds exactly: lbtrain's arithmetic on batch sizes, steps and world sizes
+  goes through floats), wherever it sits in a config, options and grids included. Fields with
+  tighter natural bounds carry them in the schema: seeds (``MAX_SEED``), world sizes, batches
+  and budgets (``MAX_WORLD_SIZE``, ...), heartbeats.
+- Quoting (``quote``): an error quotes at most ``QUOTE_LIMIT`` characters of what it was given.
+"""
+
+from __future__ import annotations
+
+import math
+import reprlib
+from typing import Any
+
+import yaml
+
+from lbtrain.errors import ConfigError
+
+__all__ = ["MAX_BATCH", "MAX_EPOCHS", "MAX_EXTENDS_DEPTH", "MAX_INTEGER", "MAX_SAMPLES", "MAX_SEED", "MAX_STEPS", "MAX_WORLD_SIZE",
+           "MAX_YAML_DEPTH", "MAX_YAML_NODES", "QUOTE_LIMIT", "check_numbers",
+           "check_yaml_node", "clip", "quote"]
+
+MAX_YAML_NODES = 100_000
+MAX_YAML_DEPTH = 64
+MAX_EXTENDS_DEPTH = 32
+MAX_INTEGER = 2**53
+# What every generator lbtrain seeds takes: NumPy's legacy seed is 0 to 2**32 - 1.
+MAX_SEED = 2**32 - 1
+# Caps no real run reaches (a budget beyond them would train until killed; sizes beyond them
+# overflow the float arithmetic of scaling rules): 2**20 workers, 2**24 samples per worker batch,
+# a million epochs, a billion steps, 10**13 samples.
+MAX_WORLD_SIZE, MAX_BATCH = 2**20, 2**24
+MAX_EPOCHS, MAX_STEPS, MAX_SAMPLES = 10**6, 10**9, 10**13
+QUOTE_LIMIT = 200
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = QUOTE_LIMIT
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxtuple = 3, 8, 8, 8
+_REPR.maxlong = 40
+
+
+def quote(value: Any) -> str:
+    """``repr(value)``, cut to at most ``QUOTE_LIMIT`` characters without building the whole of it.
+
+    >>> quote(10**400)[:12], len(quote(10**400)) <= 200
+    ('100000000000', True)
+    """
+    text = _REPR.repr(value)
+    return text if len(text) <= QUOTE_LIMIT else text[:QUOTE_LIMIT - 3] + "..."
+
+
+def clip(text: str) -> str:
+    """``text`` cut to at most ``QUOTE_LIMIT`` characters.
+
+    >>> clip("x" * 300)[-5:], len(clip("x" * 300))
+    ('xx...', 200)
+    """
+    return text if len(text) <= QUOTE_LIMIT else text[:QUOTE_LIMIT - 3] + "..."
+
+
+def check_yaml_node(node: yaml.Node, where: str) -> None:
+    """``ConfigError`` when a composed YAML document expands past ``MAX_YAML_NODES`` nodes, nests
+    deeper than ``MAX_YAML_DEPTH`` or holds an alias inside itself. Walks each node once (sizes
+    are memoized by node), so a bomb is refused in the time of its text."""
+    sizes: dict[int, int] = {}
+    depths: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, int, bool]] = [(node, 1, False)]
+    open_nodes: set[int] = set()
+    while stack:
+        current, depth, children_done = stack.pop()
+        key = id(current)
+        if depth > MAX_YAML_DEPTH:
+            raise ConfigError(f"{where}: nested more than {MAX_YAML_DEPTH} levels deep")
+        children = _children(current)
+        if children_done:
+            open_nodes.discard(key)
+            sizes[key] = 1 + sum(sizes[id(child)] for child in children)
+            depths[key] = 1 + max((depths[id(child)] for child in children), default=0)
+            if sizes[key] > MAX_YAML_NODES:
+                raise ConfigError(f"{where}: expands to more than {MAX_YAML_NODES} values (aliases repeated inside "
+                                  "aliases?); write the values out, or use extends")
+            if depth + depths[key] - 1 > MAX_YAML_DEPTH:
+                raise ConfigError(f"{where}: nested more than {MAX_YAML_DEPTH} levels deep")
+            continue
+        if key in sizes:
+            if depth + depths[key] - 1 > MAX_YAML_DEPTH:
+                raise ConfigError(f"{where}: nested more than {MAX_YAML_DEPTH} levels deep")
+            continue
+        if key in open_nodes:
+            raise ConfigError(f"{where}: an alias refers to a value that contains it")
+        open_nodes.add(key)
+        stack.append((current, depth, True))
+        stack.extend((child, depth + 1, False) for child in children)
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [item for pair in node.value for item in pair]
+    return []
+
+
+def check_numbers(value: Any, path: str = "") -> None:
+    """``ConfigError`` naming the first non-finite float or integer beyond ``MAX_INTEGER`` in
+    ``value`` (mappings and lists walked), with its path.
+
+    >>> check_numbers({"lr": {"base_lr": float("inf")}})
+    Traceback (most recent call last):
+      ...
+    lbtrain.errors.ConfigError: lr.base_lr: must be a finite number, got inf
+    """
+    stack = [(path, value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, bool):
+            continue
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ConfigError(f"{where or 'value'}: must be a finite number, got {item}")
+        if isinstance(item, int) and abs(item) > MAX_INTEGER:
+            raise ConfigError(f"{where or 'value'}: {quote(item)} is too large (at most 2**53 = {MAX_INTEGER})")
+        if isinstance(item, dict):
+            stack.extend((f"{where}.{key}" if where else str(key), child) for key, child in item.items())
+        elif isinstance(item, (list, tuple)):
+            stack.extend((f"{where}[{index}]", child) for index, child in enumerate(item))
