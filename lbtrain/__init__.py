@@ -46,7 +46,7 @@ _LOCATIONS = {
     "expand": "lbtrain.studies.plan",
     "run_experiment": "lbtrain.studies.runner",
     **dict.fromkeys(("global_batch_size", "scale_learning_rate", "scaling_exponent", "scaling_factor"), "lbtrain.scaling"),
-    **dict.fromkeys(("DECAYS", "Constant", "ConstantLearningRate", "ScheduleError", "Warmup", "build_decay",
+    **dict.fromkeys(("DECAYS", "Constant", "ConstantLearningRate", "PerUpdate", "ScheduleError", "Warmup", "build_decay",
                      "build_schedule", "epochs_to_steps", "schedule_values", "warmup_lr"), "lbtrain.schedules"),
     **dict.fromkeys(("GradientStepModel", "StaleGradients"), "lbtrain.train_step"),
     "train": "lbtrain.trainer",

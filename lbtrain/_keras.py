@@ -244,6 +244,16 @@ class Optimizer(tf.keras.optimizers.Optimizer):
             """The index of ``variable`` in the list ``build_slots`` was given."""
             return self._get_variable_index(variable)
 
+        def _get_current_learning_rate(self):
+            """Keras 3's, but a schedule is clocked in updates under ``gradient_accumulation_steps``
+            (Keras's own optimizers pass it the number of batches; ``lbtrain.schedules.PerUpdate``
+            is the fix for those): a warmup of n steps lasts n updates whatever the accumulation.
+            (Keras 3 has no public hook for the step a schedule is given.)"""
+            schedule = self._learning_rate
+            if self.gradient_accumulation_steps and isinstance(schedule, tf.keras.optimizers.schedules.LearningRateSchedule):
+                return schedule(self.iterations)
+            return super()._get_current_learning_rate()
+
         def load_own_variables(self, store):
             """Keras 3's, which also loads the state a tf.keras 2 ``.keras`` file holds. tf.keras 2
             keeps a float learning rate out of the optimizer's variables (it is in the config),

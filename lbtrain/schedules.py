@@ -207,6 +207,42 @@ class Warmup(LearningRateSchedule):
         return cls(**config)
 
 
+@keras_serializable()
+class PerUpdate(LearningRateSchedule):
+    """``lr(s) = schedule(floor(s / k))``: ``schedule`` clocked in optimizer updates under Keras 3's
+    gradient accumulation.
+
+    With ``gradient_accumulation_steps=k`` a Keras 3 optimizer applies one update every ``k``
+    batches, and calls its schedule with the number of *batches* (Keras's choice: "learning rate
+    schedules will look at the real iterations value"), so a warmup of ``n`` steps would end after
+    ``n / k`` updates. lbtrain's LARS and LAMB clock their schedule in updates by themselves; for
+    Keras's own optimizers wrap it: ``SGD(PerUpdate(schedule, 4), gradient_accumulation_steps=4)``.
+    tf.keras 2 has no gradient accumulation, and lbtrain's ``training.accumulation_steps`` counts
+    updates already.
+    """
+
+    def __init__(self, schedule: LearningRateSchedule, gradient_accumulation_steps: int, name: str | None = None):
+        super().__init__()
+        if not isinstance(schedule, LearningRateSchedule):
+            raise ScheduleError(f"schedule must be a LearningRateSchedule, got {type(schedule).__name__}")
+        steps = gradient_accumulation_steps
+        if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
+            raise ScheduleError(f"gradient_accumulation_steps must be a positive integer, got {steps!r}")
+        self.schedule, self.gradient_accumulation_steps, self.name = schedule, int(steps), name
+
+    def __call__(self, step):
+        step = tf.convert_to_tensor(step)
+        return self.schedule(tf.math.floordiv(step, tf.cast(self.gradient_accumulation_steps, step.dtype)))
+
+    def get_config(self) -> dict:
+        return {"schedule": tf.keras.optimizers.schedules.serialize(self.schedule),
+                "gradient_accumulation_steps": self.gradient_accumulation_steps, "name": self.name}
+
+    @classmethod
+    def from_config(cls, config: dict) -> "PerUpdate":
+        return cls(**{**config, "schedule": tf.keras.optimizers.schedules.deserialize(config["schedule"])})
+
+
 # ---------------------------------------------------------------- building from a config
 
 
@@ -392,6 +428,7 @@ def schedule_values(schedule: LearningRateSchedule | float, steps: int) -> np.nd
 __all__ = [
     "Constant",
     "ConstantLearningRate",
+    "PerUpdate",
     "DECAYS",
     "DECAY_CLOCKS",
     "SCHEDULE_KEYS",
