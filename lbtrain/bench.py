@@ -12,6 +12,14 @@ own ``horovodrun``. The worlds:
   machine's own limit for ``horovod:N`` (same per-rank step, same cores, no communication);
 - ``mirrored:N``: ``tf.distribute.MirroredStrategy`` over N logical CPU devices (N GPUs on GPU).
 
+Models: the zoo (``mlp``, ``cnn``, ``resnet``), Keras's ResNet-50 (``resnet50``) and any name
+``lbtrain.models.model_source`` resolves (a reference ``package.module:function``, a registered
+name, ``keras.applications.<Name>``), each child resolving it again (it inherits the current
+folder and the environment). They are built for ``Settings.input_shape`` and ``classes`` (default:
+Fashion-MNIST's shape, ImageNet's for ``resnet50``); a model that does not resolve, does not
+build, or whose output does not fit is a one-line error before anything runs (``check_models``,
+``check_models_fit``).
+
 Each process runs ``threads`` intra-op and inter-op threads (``configure_threads``). Reported
 per configuration: images/s over all workers; scaling efficiency = images/s / (processes x the
 single worker's images/s at the same model, batch and threads); on CPU the fraction of the
@@ -51,12 +59,12 @@ GPU_MODELS = ("resnet50",)
 DEFAULT_BATCHES = (64,)
 DEFAULT_WORLDS = ("single", "simulated:4", "mirrored:2", "independent:2", "horovod:2")
 DEFAULT_OUTPUT = Path("results/benchmarks/bench")
-# The zoo models see Fashion-MNIST's shape; ResNet-50 ImageNet's.
+# The models see Fashion-MNIST's shape (unless told otherwise); ResNet-50 ImageNet's.
 ZOO_INPUT = ((28, 28, 1), 10)
 RESNET50_INPUT = ((224, 224, 3), 1000)
 MIN_STEPS = 5
 RESULT_PREFIX = "lbtrain-bench-result "
-COLUMNS = ("model", "per_worker_batch", "world", "workers", "processes", "threads", "device", "global_batch", "steps",
+COLUMNS = ("model", "input_shape", "classes", "per_worker_batch", "world", "workers", "processes", "threads", "device", "global_batch", "steps",
            "seconds", "images_per_second", "scaling_efficiency", "train_mflops_per_sample", "achieved_gflops",
            "peak_fraction", "allreduce_share", "status")
 # Horovod's timeline activities that move gradient bytes (per controller / library).
@@ -163,7 +171,9 @@ class Settings:
       gradients are ready (None: Horovod's per-tensor allreduce, as the trainer's ``HorovodWorld``);
       ``idle_horovod_threads`` runs the threads Horovod starts (its background loop, Gloo's) at
       ``SCHED_IDLE``: only while the process's own compute waits;
-    - ``pin_cores`` binds the i-th process of a world (rank or index) to core i mod the cores.
+    - ``pin_cores`` binds the i-th process of a world (rank or index) to core i mod the cores;
+    - ``input_shape`` (one sample's, no batch axis) and ``classes``: the synthetic data every
+      model is built for and fed (None: ``ZOO_INPUT``'s, ``RESNET50_INPUT``'s for ``resnet50``).
     """
 
     device: str = "cpu"
@@ -177,6 +187,21 @@ class Settings:
     pin_cores: bool = False
     allreduce_groups: int | None = None
     idle_horovod_threads: bool = False
+    input_shape: tuple[int, ...] | None = None
+    classes: int | None = None
+
+
+def bench_input(model: str, settings: Settings = Settings()) -> tuple[tuple[int, ...], int]:
+    """``(input_shape, classes)`` of the synthetic data ``model`` is built for and fed.
+
+    >>> bench_input("my_pkg.models:build", Settings(classes=3))
+    ((28, 28, 1), 3)
+    >>> bench_input("resnet50", Settings(input_shape=(64, 64, 3)))
+    ((64, 64, 3), 1000)
+    """
+    default_shape, default_classes = RESNET50_INPUT if model == "resnet50" else ZOO_INPUT
+    shape = default_shape if settings.input_shape is None else tuple(int(d) for d in settings.input_shape)
+    return shape, default_classes if settings.classes is None else int(settings.classes)
 
 
 # ---------------------------------------------------------------- what a model costs
@@ -199,10 +224,14 @@ def forward_macs_per_sample(model) -> int:
     return total
 
 
-def training_flops_per_sample(model) -> float:
+def training_flops_per_sample(model) -> float | None:
     """FLOPs of one sample's training step, ~3x the forward pass (the backward pass computes
-    gradients of activations and of weights, each about one forward pass): 3 x 2 x MACs."""
-    return 6.0 * forward_macs_per_sample(model)
+    gradients of activations and of weights, each about one forward pass): 3 x 2 x MACs.
+    None where the layers' shapes cannot be read (a subclassed model's layers have no graph)."""
+    try:
+        return 6.0 * forward_macs_per_sample(model)
+    except (AttributeError, ValueError, RuntimeError):
+        return None
 
 
 def matmul_peak_flops(size: int = 2048, chain: int = 4, repeats: int = 5) -> float:
@@ -232,20 +261,53 @@ def matmul_peak_flops(size: int = 2048, chain: int = 4, repeats: int = 5) -> flo
 # ---------------------------------------------------------------- one configuration, in its process
 
 
-def build_bench_model(name: str, seed: int):
-    """A zoo model (``lbtrain.models``) at Fashion-MNIST's shape, or Keras's ResNet-50 (random
-    weights, logits) at ImageNet's; returns ``(model, input_shape, num_classes)``."""
-    import tensorflow as tf
-
+def build_bench_model(name: str, seed: int, input_shape: Sequence[int] | None = None, classes: int | None = None):
+    """Model ``name`` (any name ``lbtrain.models.build_model`` takes, or ``resnet50``: Keras's
+    ResNet-50, random weights, logits) built for ``input_shape`` and ``classes`` (None: those
+    of ``bench_input``); returns ``(model, input_shape, classes)``."""
     from lbtrain.models import build_model
 
-    if name == "resnet50":
-        input_shape, classes = RESNET50_INPUT
-        tf.keras.utils.set_random_seed(seed)
-        model = tf.keras.applications.ResNet50(weights=None, input_shape=input_shape, classes=classes, classifier_activation=None)
-        return model, input_shape, classes
-    input_shape, classes = ZOO_INPUT
-    return build_model(name, input_shape, classes, seed=seed), input_shape, classes
+    shape, width = bench_input(name, Settings(input_shape=None if input_shape is None else tuple(input_shape), classes=classes))
+    reference = "keras.applications.ResNet50" if name == "resnet50" else name
+    return build_model(reference, shape, width, seed=seed), shape, width
+
+
+def fit_problem(name: str, model, input_shape: Sequence[int], classes: int) -> str | None:
+    """Why ``model`` cannot train on the bench's synthetic data (a batch of ``input_shape`` in,
+    one vector of ``classes`` logits, or one for 2 classes, per sample out), or None."""
+    import tensorflow as tf
+
+    try:
+        output = model(tf.zeros((2, *input_shape)), training=False)
+    except Exception as error:  # the user's model raises what it raises
+        first_line = (str(error).strip().splitlines() or [""])[0]
+        return (f"model {name!r} does not take inputs of shape {tuple(input_shape)} ({type(error).__name__}: {first_line}); "
+                "set the synthetic data's shape with --input-shape")
+    if isinstance(output, (list, tuple, dict)):
+        return f"model {name!r} has {len(output)} outputs; the bench trains a model with one output of logits"
+    shape = tuple(output.shape)
+    if len(shape) != 2:
+        return (f"model {name!r} outputs shape {shape[1:]} per sample; the bench needs one vector of {classes} logits per sample "
+                "(add a Flatten or pooling before the last Dense)")
+    if shape[-1] != classes and not (shape[-1] == 1 and classes == 2):
+        return (f"model {name!r} has {shape[-1]} outputs but the bench's synthetic labels are {classes} classes; make its last "
+                f"layer Dense({classes}) or run with --classes {shape[-1]}")
+    return None
+
+
+def _loss(model, input_shape: Sequence[int]):
+    """Cross-entropy for ``model``'s output (``lbtrain.objectives``'s choice): binary for one
+    output, on probabilities where the last layer applies softmax or sigmoid, else on logits."""
+    import tensorflow as tf
+
+    from lbtrain.objectives import output_activation
+
+    activation = output_activation(model)
+    outputs = getattr(model, "outputs", None)
+    width = outputs[0].shape[-1] if outputs else model(tf.zeros((1, *input_shape)), training=False).shape[-1]
+    if int(width) == 1:
+        return tf.keras.losses.BinaryCrossentropy(from_logits=activation != "sigmoid")
+    return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=activation != "softmax")
 
 
 def _set_up_devices(job: dict) -> None:
@@ -364,11 +426,12 @@ def run_job(job: dict) -> dict:
     _set_up_devices(job)
     world, strategy = _world_and_strategy(job)
     with strategy.scope():
-        model, input_shape, classes = build_bench_model(job["model"], job["seed"])
+        model, input_shape, classes = build_bench_model(job["model"], job["seed"], job.get("input_shape"), job.get("classes"))
         flops = training_flops_per_sample(model)
+        loss = _loss(model, input_shape)
         model = world.prepare_model(model, job["batch"])
         optimizer = _wrap_optimizer(world, tf.keras.optimizers.SGD(0.01, momentum=0.9), job)
-        model.compile(optimizer=optimizer, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.compile(optimizer=optimizer, loss=loss)
     kind = WORLD_KINDS[job["kind"]]
     workers = job["size"] if kind.feeds_all_workers else 1
     data = _synthetic_batches(workers * job["batch"], input_shape, classes, job["seed"] + world.rank)
@@ -385,10 +448,43 @@ def run_job(job: dict) -> dict:
     return {"rank": world.rank, "steps": steps, "seconds": seconds, "images": images, "train_flops_per_sample": flops}
 
 
+def check_job(job: dict) -> dict:
+    """Builds each of ``job["models"]`` (``name``, ``input_shape``, ``classes``) in this process
+    (a child of ``check_models_fit``: it resolves the names as the measuring children will, GPUs
+    hidden) and, with ``ghost_bn_batch``, gives it ghost batch norm as a simulated world does;
+    returns ``{"problems": {name: one line}}`` for those that cannot be benchmarked."""
+    import tensorflow as tf
+
+    from lbtrain.models import ModelError, set_virtual_batch_size
+
+    tf.config.set_visible_devices([], "GPU")
+    problems = {}
+    for spec in job["models"]:
+        name = spec["name"]
+        try:
+            model, input_shape, classes = build_bench_model(name, job["seed"], spec["input_shape"], spec["classes"])
+        except (ModelError, BenchError) as error:
+            problems[name] = f"{error} (the bench's synthetic data: --input-shape, --classes)"
+            continue
+        problem = fit_problem(name, model, input_shape, classes)
+        if problem is None and job.get("ghost_bn_batch"):
+            try:
+                set_virtual_batch_size(model, job["ghost_bn_batch"])
+            except ModelError as error:
+                problem = f"{name!r} in a simulated world: {error}"
+        if problem is not None:
+            problems[name] = problem
+        tf.keras.backend.clear_session()
+    return {"problems": problems}
+
+
 def _child_main(argv: Sequence[str]) -> int:
-    """``python -m lbtrain.bench JOB_JSON`` (or ``--peak``): prints the result on one line."""
+    """``python -m lbtrain.bench JOB_JSON`` (or ``--peak``, or ``--check CHECK_JSON``): prints
+    the result on one line."""
     if argv[0] == "--peak":
         result: dict[str, Any] = {"flops": matmul_peak_flops()}
+    elif argv[0] == "--check":
+        result = check_job(json.loads(argv[1]))
     else:
         result = run_job(json.loads(argv[0]))
         if result["rank"] != 0:
@@ -404,9 +500,9 @@ class CaseFailed(RuntimeError):
     """A configuration's process failed; the message is its last words."""
 
 
-def _child_command(argument: str) -> list[str]:
-    """The command that runs this module's ``_child_main`` with ``argument``."""
-    return [sys.executable, "-m", "lbtrain.bench", argument]
+def _child_command(*arguments: str) -> list[str]:
+    """The command that runs this module's ``_child_main`` with ``arguments``."""
+    return [sys.executable, "-m", "lbtrain.bench", *arguments]
 
 
 def _result_of(process: subprocess.CompletedProcess) -> dict:
@@ -426,7 +522,9 @@ def _run(command: list[str], env: dict[str, str] | None = None) -> dict:
 
 def _job(case: Case, settings: Settings, steps: int | None) -> dict:
     """What a child needs to measure ``case`` (JSON-ready; ``run_job`` reads it)."""
-    return {"model": case.model, "batch": case.per_worker_batch, "kind": case.world.kind, "size": case.world.size,
+    input_shape, classes = bench_input(case.model, settings)
+    return {"model": case.model, "input_shape": list(input_shape), "classes": classes,
+            "batch": case.per_worker_batch, "kind": case.world.kind, "size": case.world.size,
             "device": settings.device, "threads": settings.threads, "steps": settings.steps if steps is None else steps,
             "seconds": settings.seconds, "warmup": settings.warmup_steps, "seed": settings.seed, "pin": settings.pin_cores,
             "groups": settings.allreduce_groups, "idle": settings.idle_horovod_threads}
@@ -574,14 +672,73 @@ def default_models(device: str) -> list[str]:
     return [*DEFAULT_MODELS, *(GPU_MODELS if device == "gpu" else ())]
 
 
+def model_names(models: Sequence[str | Callable[..., Any]]) -> list[str]:
+    """The models by name: a factory given as a Python function becomes its reference
+    (``lbtrain.registry.reference_of``), which ``check_models`` refuses if no other process can
+    import it."""
+    from lbtrain.registry import reference_of
+
+    return [model if isinstance(model, str) else reference_of(model) for model in models]
+
+
 def check_models(models: Sequence[str]) -> None:
-    """Raises ``BenchError`` for a name that is neither a zoo model nor ``resnet50``."""
+    """Resolves every name as the children will (``lbtrain.models.model_source``; ``resnet50``
+    is Keras's ResNet-50). Raises ``ModelError`` for a reference that does not import (or names
+    nothing callable), ``BenchError`` for an unknown name or a model only this process can build
+    (every configuration runs in a fresh process)."""
+    from lbtrain.models import MODELS, ModelError, model_source
+    from lbtrain.registry import MODEL_REGISTRY, is_reference
+    from lbtrain.spelling import did_you_mean
+
+    for name in models:
+        if name in GPU_MODELS:
+            continue
+        try:
+            source = model_source(name)
+        except ModelError:
+            if is_reference(name) or name.startswith(("keras.", "tf.keras.")):
+                raise
+            known = [*MODELS, *GPU_MODELS, *MODEL_REGISTRY.names()]
+            raise BenchError(f"unknown model {name!r} ({did_you_mean(name, known)}allowed: {', '.join(known)}, "
+                             "a reference package.module:function, or keras.applications.<Name>)") from None
+        if source.process_local:
+            raise BenchError(f"model {name!r} can be built only in this process (a lambda, a closure, a function of "
+                             "__main__ or registered from one), and the bench builds it in fresh processes: "
+                             "define it in a module that can be imported")
+
+
+def _needs_check(name: str, settings: Settings) -> bool:
+    """Whether ``name`` might not build or fit: anything but lbtrain's own models at their own shapes."""
     from lbtrain.models import MODELS
 
-    allowed = (*MODELS, *GPU_MODELS)
-    for name in models:
-        if name not in allowed:
-            raise BenchError(f"unknown model {name!r} (allowed: {', '.join(allowed)})")
+    return name not in (*MODELS, *GPU_MODELS) or settings.input_shape is not None or settings.classes is not None
+
+
+def check_models_fit(models: Sequence[str], batches: Sequence[int], worlds: Sequence[WorldSpec],
+                     settings: Settings = Settings()) -> None:
+    """Builds every model that might not fit (``_needs_check``) in a fresh process, as the
+    measuring children will, for its synthetic data (``bench_input``), with ghost batch norm if
+    a simulated world of several workers is among ``worlds``; raises ``BenchError`` (the first
+    model's one line) for one that does not build, does not take the input, or whose output is
+    not one logit per class. Runs nothing when no model needs it."""
+    if settings.classes is not None and settings.classes < 2:
+        raise BenchError(f"classes={settings.classes}: the synthetic labels need at least 2 classes "
+                         "(a model with one output: 2 classes, binary)")
+    if settings.input_shape is not None and (not settings.input_shape or min(settings.input_shape) < 1):
+        raise BenchError(f"input_shape: expected whole numbers >= 1, got {settings.input_shape}")
+    names = [name for name in dict.fromkeys(models) if _needs_check(name, settings)]
+    if not names:
+        return
+    ghost = any(world.setup.feeds_all_workers and not world.setup.mirrored_devices and world.size > 1 for world in worlds)
+    specs = [dict(zip(("input_shape", "classes"), bench_input(name, settings)), name=name) for name in names]
+    job = {"models": specs, "seed": settings.seed, "ghost_bn_batch": min(batches) if ghost and batches else None}
+    try:
+        problems = _run(_child_command("--check", json.dumps(job)))["problems"]
+    except CaseFailed as error:
+        raise BenchError(f"building {', '.join(names)} to check them failed: {error}") from None
+    for name in names:
+        if name in problems:
+            raise BenchError(problems[name])
 
 
 def check_device(device: str) -> None:
@@ -613,12 +770,14 @@ def _steps_for(case: Case, settings: Settings, single_steps: dict[tuple[str, int
 
 def make_row(case: Case, settings: Settings, result: dict | None, status: str) -> dict:
     """One CSV row (ratios are filled in by ``add_ratios``)."""
-    row = {"model": case.model, "per_worker_batch": case.per_worker_batch, "world": case.world.label,
+    input_shape, classes = bench_input(case.model, settings)
+    row = {"model": case.model, "input_shape": "x".join(str(d) for d in input_shape), "classes": classes,
+           "per_worker_batch": case.per_worker_batch, "world": case.world.label,
            "workers": case.world.size, "processes": case.world.processes, "threads": settings.threads,
            "device": settings.device, "global_batch": case.world.size * case.per_worker_batch, "status": status}
     if result is not None:
         row.update(steps=result["steps"], seconds=result["seconds"], images_per_second=result["images"] / result["seconds"],
-                   train_mflops_per_sample=result["train_flops_per_sample"] / 1e6,
+                   train_mflops_per_sample=None if result["train_flops_per_sample"] is None else result["train_flops_per_sample"] / 1e6,
                    allreduce_share=result.get("allreduce_share"))
     return row
 
@@ -636,7 +795,7 @@ def add_ratios(rows: list[dict], peak_flops: float | None) -> list[dict]:
     [(1.0, 0.5, 0.25), (0.9, 0.9, 0.45)]
     """
     def group(row: dict) -> tuple:
-        return row["model"], row["per_worker_batch"], row["threads"], row["device"]
+        return row["model"], row.get("input_shape"), row.get("classes"), row["per_worker_batch"], row["threads"], row["device"]
 
     singles = {group(row): row["images_per_second"] for row in rows if row["world"] == "single" and row["status"] == "ok"}
     for row in rows:
@@ -644,6 +803,9 @@ def add_ratios(rows: list[dict], peak_flops: float | None) -> list[dict]:
             continue
         single = singles.get(group(row))
         row["scaling_efficiency"] = None if single is None else row["images_per_second"] / (row["processes"] * single)
+        if row.get("train_mflops_per_sample") is None:  # FLOPs not countable (a subclassed model)
+            row["achieved_gflops"] = row["peak_fraction"] = None
+            continue
         achieved = row["images_per_second"] * row["train_mflops_per_sample"] * 1e6
         row["achieved_gflops"] = achieved / 1e9
         row["peak_fraction"] = achieved / peak_flops if peak_flops else None
@@ -651,17 +813,26 @@ def add_ratios(rows: list[dict], peak_flops: float | None) -> list[dict]:
 
 
 def run_benchmark(
-    models: Sequence[str],
+    models: Sequence[str | Callable[..., Any]],
     batches: Sequence[int],
     worlds: Sequence[WorldSpec],
     settings: Settings = Settings(),
     output: str | os.PathLike | None = DEFAULT_OUTPUT,
     progress: Callable[[int, int, str], None] | None = None,
+    check: bool = True,
 ) -> dict:
     """Measures every configuration of ``plan(models, batches, worlds)`` (and, on CPU, the
     machine's matmul peak first); writes ``bench.csv``, ``bench.json`` and ``bench.png`` into
     ``output`` (unless None). ``progress(done, total, label)`` is called before each step.
+    A model is a name (``check_models``) or an importable factory ``build(input_shape,
+    num_classes, **options)``, reported by its reference. Every model is resolved, and built
+    where it might not fit (``check_models_fit``, unless ``check`` is False: the caller did),
+    before anything is measured.
     Returns the report: ``rows``, ``peak_gflops``, ``machine``, ``settings``."""
+    models = model_names(models)
+    if check:
+        check_models(models)
+        check_models_fit(models, batches, worlds, settings)
     cases = plan(models, batches, worlds)
     total = len(cases) + (settings.device == "cpu")
     peak = None
@@ -738,7 +909,8 @@ def plot_throughput(rows: Sequence[dict], path: Path) -> Path:
                     axes.annotate(f"{row['scaling_efficiency']:.2f}", (x, row["images_per_second"]), ha="center",
                                   va="bottom", fontsize=7)
         axes.set_xticks(range(len(worlds)), worlds, rotation=30, ha="right", fontsize=8)
-        axes.set_title(model, fontsize=10)
+        shape = f"\n{mine[0]['input_shape']} in, {mine[0]['classes']} classes" if mine and mine[0].get("input_shape") else ""
+        axes.set_title(f"{model}{shape}", fontsize=9)
         axes.set_ylabel("images/s (labels: scaling efficiency)")
         if mine:
             axes.legend(fontsize=7, frameon=False)
@@ -749,12 +921,13 @@ def plot_throughput(rows: Sequence[dict], path: Path) -> Path:
 
 def format_table(report: dict) -> str:
     """The rows as a fixed-width text table, then the peak."""
-    lines = [f"{'model':<9} {'batch':>5} {'world':<14} {'images/s':>10} {'efficiency':>10} {'of peak':>8}  status"]
+    width = max([9, *(len(row["model"]) for row in report["rows"])])
+    lines = [f"{'model':<{width}} {'batch':>5} {'world':<14} {'images/s':>10} {'efficiency':>10} {'of peak':>8}  status"]
     for row in report["rows"]:
         def number(key: str, spec: str) -> str:
             return "" if row.get(key) is None else format(row[key], spec)
 
-        lines.append(f"{row['model']:<9} {row['per_worker_batch']:>5} {row['world']:<14} {number('images_per_second', '.1f'):>10} "
+        lines.append(f"{row['model']:<{width}} {row['per_worker_batch']:>5} {row['world']:<14} {number('images_per_second', '.1f'):>10} "
                      f"{number('scaling_efficiency', '.3f'):>10} {number('peak_fraction', '.3f'):>8}  {row['status']}")
     if report["peak_gflops"]:
         lines.append(f"float32 matmul peak of this machine: {report['peak_gflops']:.1f} GFLOP/s ({report['machine']['cpus']} CPUs); "

@@ -16,8 +16,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "bench", help="training images/s on synthetic data per model, batch and world; scaling efficiency, share of the "
                       "matmul peak; CSV, JSON and plot")
-    parser.add_argument("--models", type=arguments.comma_list, help="comma-separated: mlp, cnn, resnet, resnet50 "
-                       "(default mlp,cnn,resnet; with --device gpu also resnet50)")
+    parser.add_argument("--models", type=arguments.comma_list, help="comma-separated: mlp, cnn, resnet, resnet50, a factory "
+                       "package.module:function (the current folder is searched too), a registered name, or "
+                       "keras.applications.<Name> (default mlp,cnn,resnet; with --device gpu also resnet50)")
+    parser.add_argument("--input-shape", type=arguments.positive_ints, metavar="D,D,...",
+                        help="one sample's shape the models are built for and fed, e.g. 32,32,3 (default 28,28,1; "
+                             "resnet50 224,224,3)")
+    parser.add_argument("--classes", type=arguments.positive_int, metavar="N",
+                        help="classes of the synthetic labels: the width of the models' output (default 10; resnet50 1000)")
     parser.add_argument("--batches", type=arguments.positive_ints, help="per-worker batch sizes, comma-separated (default 64)")
     parser.add_argument("--worlds", type=arguments.worlds, help="comma-separated: single, simulated:W, horovod:N, independent:N, mirrored:N "
                        "(default single,simulated:4,mirrored:2,independent:2,horovod:2; horovod skipped where not installed)")
@@ -43,14 +49,16 @@ def run(args: argparse.Namespace) -> int:
     bench.check_models(models)
     worlds, notes = bench.check_worlds(args.worlds or [bench.WorldSpec.parse(world) for world in bench.DEFAULT_WORLDS],
                                        explicit=args.worlds is not None)
-    for note in notes:
-        logger.info("note: %s", note)
     threads = args.threads or (1 if args.device == "cpu" else None)
     settings = bench.Settings(device=args.device, threads=threads, seconds=args.seconds, steps=args.steps,
                               warmup_steps=args.warmup, timeline=args.timeline, pin_cores=args.pin_cores,
-                              idle_horovod_threads=args.idle_horovod_threads)
+                              idle_horovod_threads=args.idle_horovod_threads,
+                              input_shape=None if args.input_shape is None else tuple(args.input_shape), classes=args.classes)
     batches = args.batches or list(bench.DEFAULT_BATCHES)
-    report = bench.run_benchmark(models, batches, worlds, settings, args.output, progress=bench.ProgressBar())
+    bench.check_models_fit(models, batches, worlds, settings)  # a model that cannot run: one line, before any note
+    for note in notes:
+        logger.info("note: %s", note)
+    report = bench.run_benchmark(models, batches, worlds, settings, args.output, progress=bench.ProgressBar(), check=False)
     print(bench.format_table(report))
     print(f"wrote {Path(args.output) / 'bench.csv'}, bench.json and bench.png")
     failed = sum(row["status"] != "ok" for row in report["rows"])

@@ -1,0 +1,193 @@
+"""``lbtrain bench`` of the user's own model: a package written into a temporary folder (a
+functional convnet with batch norm) benchmarked by reference from that folder, by a registered
+name (an entry point of an installed package) at a shape and classes of one's own, from Python,
+under ``horovodrun``; every bad model refused in one line, exit code 2, before anything runs."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import stderr_lines
+from lbtrain.bench import BenchError, Settings, WorldSpec, run_benchmark
+
+MODEL = "ownbench.models:build"
+
+
+def write_package(folder: Path) -> Path:
+    """``ownbench`` in ``folder``: the model factories (good and bad) a user might write."""
+    package = folder / "ownbench"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "models.py").write_text(textwrap.dedent("""
+        import keras
+
+        def build(input_shape, num_classes, width=8):
+            inputs = keras.Input(shape=input_shape)
+            x = keras.layers.Conv2D(width, 3, padding="same", use_bias=False)(inputs)
+            x = keras.layers.BatchNormalization()(x)
+            x = keras.layers.ReLU()(x)
+            x = keras.layers.GlobalAveragePooling2D()(x)
+            return keras.Model(inputs, keras.layers.Dense(num_classes)(x))
+
+        def binary(input_shape, num_classes):
+            inputs = keras.Input(shape=input_shape)
+            x = keras.layers.Conv2D(8, 3, padding="same", use_bias=False)(inputs)
+            x = keras.layers.BatchNormalization()(x)
+            x = keras.layers.GlobalAveragePooling2D()(x)
+            return keras.Model(inputs, keras.layers.Dense(1, activation="sigmoid")(x))
+
+        def wide(input_shape, num_classes):
+            return build(input_shape, num_classes + 3)
+
+        def broken(input_shape, num_classes):
+            raise ValueError("cannot build for this shape")
+
+        def nothing(input_shape, num_classes):
+            return None
+
+        class Subclassed(keras.Model):
+            def __init__(self, num_classes):
+                super().__init__()
+                self.norm = keras.layers.BatchNormalization()
+                self.flat = keras.layers.Flatten()
+                self.out = keras.layers.Dense(num_classes)
+
+            def call(self, inputs, training=None):
+                return self.out(self.flat(self.norm(inputs, training=training)))
+
+        def subclassed(input_shape, num_classes):
+            return Subclassed(num_classes)
+    """))
+    return folder
+
+
+def bench(*args: str, cwd: Path, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``lbtrain bench ARGS`` as a user runs it from ``cwd``."""
+    return subprocess.run([sys.executable, "-m", "lbtrain.cli", "bench", *args], capture_output=True, text=True, cwd=cwd,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}, timeout=timeout)
+
+
+def read_rows(folder: Path) -> list[dict]:
+    with open(folder / "bench.csv") as handle:
+        return list(csv.DictReader(handle))
+
+
+def conv_then_dense_mflops(input_shape: tuple, width: int, outputs: int) -> float:
+    """Training MFLOPs per sample of ``build``/``binary``: 3 x 2 x the MACs of a 3x3 'same'
+    convolution and the last Dense, by hand."""
+    height, breadth, channels = input_shape
+    return 6 * (height * breadth * 3 * 3 * channels * width + width * outputs) / 1e6
+
+
+def test_a_model_by_reference_is_benchmarked_from_the_users_folder(tmp_path):
+    write_package(tmp_path)
+    result = bench("--models", MODEL, "--batches", "8", "--worlds", "single,simulated:2", "--steps", "3", "--warmup", "1",
+                   "--output", "out", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_rows(tmp_path / "out")
+    assert [(row["model"], row["world"], row["status"]) for row in rows] == [(MODEL, "single", "ok"), (MODEL, "simulated:2", "ok")]
+    assert all(float(row["images_per_second"]) > 0 and float(row["peak_fraction"]) > 0 for row in rows)
+    assert {(row["input_shape"], row["classes"]) for row in rows} == {("28x28x1", "10")}
+    assert float(rows[0]["train_mflops_per_sample"]) == pytest.approx(conv_then_dense_mflops((28, 28, 1), 8, 10))
+    assert float(rows[0]["scaling_efficiency"]) == 1.0
+    assert [row["model"] for row in json.loads((tmp_path / "out" / "bench.json").read_text())["rows"]] == [MODEL, MODEL]
+    assert (tmp_path / "out" / "bench.png").stat().st_size > 0
+    table = result.stdout.splitlines()
+    assert table[1].split()[:3] == [MODEL, "8", "single"] and table[2].split()[:3] == [MODEL, "8", "simulated:2"]
+
+
+def test_a_registered_name_is_benchmarked_at_the_shape_and_classes_asked_for(tmp_path):
+    """An installed package's entry point (group ``lbtrain.models``) on PYTHONPATH, run from
+    another folder; a single sigmoid output for 2 classes trains with binary cross-entropy."""
+    site = write_package(tmp_path / "site")
+    info = site / "ownbench-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ownbench\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[lbtrain.models]\nownbench-binary = ownbench.models:binary\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = bench("--models", "ownbench-binary", "--input-shape", "12,12,2", "--classes", "2", "--batches", "4",
+                   "--worlds", "simulated:2", "--steps", "2", "--warmup", "1", "--output", str(tmp_path / "out"),
+                   cwd=elsewhere, env={"PYTHONPATH": str(site)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    [row] = read_rows(tmp_path / "out")
+    assert (row["model"], row["input_shape"], row["classes"], row["world"], row["status"]) == \
+        ("ownbench-binary", "12x12x2", "2", "simulated:2", "ok")
+    assert float(row["images_per_second"]) > 0
+    assert float(row["train_mflops_per_sample"]) == pytest.approx(conv_then_dense_mflops((12, 12, 2), 8, 1))
+    assert json.loads((tmp_path / "out" / "bench.json").read_text())["settings"]["input_shape"] == [12, 12, 2]
+
+
+def test_from_python_a_factory_is_benchmarked_by_its_reference(tmp_path, monkeypatch):
+    write_package(tmp_path / "site")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))  # the bench's children import it too
+    from ownbench.models import build
+
+    report = run_benchmark([build], [4], [WorldSpec("single")], Settings(steps=2, warmup_steps=1, classes=3),
+                           output=tmp_path / "out")
+    [row] = report["rows"]
+    assert (row["model"], row["input_shape"], row["classes"], row["status"]) == (MODEL, "28x28x1", 3, "ok")
+    assert row["images_per_second"] > 0
+    assert read_rows(tmp_path / "out")[0]["model"] == MODEL
+
+
+def test_from_python_a_lambda_is_refused_before_anything_runs(tmp_path):
+    with pytest.raises(BenchError, match=r"^model '.*<lambda>' can be built only in this process .* define it in a module"):
+        run_benchmark([lambda input_shape, num_classes: None], [4], [WorldSpec("single")], Settings(steps=2),
+                      output=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.horovod
+@pytest.mark.slow
+def test_horovod_ranks_resolve_the_reference_from_the_users_folder(tmp_path):
+    write_package(tmp_path)
+    result = bench("--models", MODEL, "--batches", "8", "--worlds", "horovod:2", "--steps", "2", "--warmup", "1",
+                   "--output", "out", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    [row] = read_rows(tmp_path / "out")
+    assert (row["model"], row["world"], row["processes"], row["status"]) == (MODEL, "horovod:2", "2", "ok")
+    assert float(row["images_per_second"]) > 0
+
+
+BAD_MODELS = {
+    "does not import": (["--models", "mlp,nopkg.models:build"],
+                        "model 'nopkg.models:build': importing nopkg.models failed (ModuleNotFoundError: No module named "
+                        "'nopkg'); put its folder on PYTHONPATH or run from the folder that holds it"),
+    "no such function": (["--models", "ownbench.models:biuld"],
+                         "model 'ownbench.models:biuld': ownbench.models has no 'biuld' (did you mean 'build'? it defines: "),
+    "unknown name": (["--models", "vgg16"], "unknown model 'vgg16' (allowed: mlp, cnn, resnet, resnet50"),
+    "factory raises": (["--models", "ownbench.models:broken"],
+                       "model 'ownbench.models:broken' raised ValueError building for input shape (28, 28, 1) and 10 outputs: "
+                       "cannot build for this shape (the bench's synthetic data: --input-shape, --classes)"),
+    "returns no model": (["--models", "ownbench.models:nothing"],
+                         "model 'ownbench.models:nothing' returned a NoneType, not a keras.Model"),
+    "output too wide": (["--models", "ownbench.models:wide", "--classes", "4"],
+                        "model 'ownbench.models:wide' has 7 outputs but the bench's synthetic labels are 4 classes; make its "
+                        "last layer Dense(4) or run with --classes 7"),
+    "input it cannot take": (["--models", "keras.applications.MobileNetV2"],
+                             "model 'keras.applications.MobileNetV2' raised ValueError building for input shape (28, 28, 1)"),
+    "subclassed with batch norm": (["--models", "ownbench.models:subclassed", "--worlds", "single,simulated:2"],
+                                   "'ownbench.models:subclassed' in a simulated world: model 'subclassed' is a subclassed "
+                                   "Subclassed with batch norm"),
+    "one class": (["--models", MODEL, "--classes", "1"], "classes=1: the synthetic labels need at least 2 classes"),
+    "bad shape": (["--models", MODEL, "--input-shape", "32,x"], "argument --input-shape: expected a whole number >= 1, got 'x'"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_MODELS)
+def test_a_model_that_cannot_be_benchmarked_is_one_line_exit_2_and_nothing_written(case, tmp_path):
+    write_package(tmp_path)
+    arguments, message = BAD_MODELS[case]
+    result = bench(*arguments, "--batches", "4", "--steps", "2", "--output", "out", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr[-3000:]
+    [line] = stderr_lines(result.stderr)
+    assert line.startswith(f"lbtrain: error: {message}")
+    assert not (tmp_path / "out").exists()
