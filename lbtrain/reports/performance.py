@@ -104,7 +104,9 @@ def bench_rows(data: dict) -> list[Row]:
         rows.append(Row(f"`lbtrain bench` {world} / {anchor}, images/s ({_per_worker(batches)})", figures, "", None,
                         BENCH_LIMITS[kind], source))
     if data.get("peak_gflops"):
-        figures = ", ".join(f"{row['model']} {row['peak_fraction']:.3f}" for row in ok if row["world"] == "single")
+        # A subclassed model's FLOPs cannot be counted: its share of the peak is left out.
+        figures = ", ".join(f"{row['model']} {row['peak_fraction']:.3f}" for row in ok
+                            if row["world"] == "single" and row.get("peak_fraction") is not None)
         cpus = data["machine"]["cpus"]
         rows.append(Row(f"one worker's training FLOP/s / the machine's float32 matmul peak ({data['peak_gflops']:.0f} GFLOP/s, "
                         f"{cpus} cores)", figures, "", None,
