@@ -109,6 +109,9 @@ def test_lbtrain_run_trains_the_users_model_on_the_users_data_in_worlds_of_1_and
         assert metrics["config"]["model"]["name"] == MODEL and metrics["config"]["data"]["dataset"] == "data.npz"
         assert metrics["status"] == "ok", metrics["reason"]
     assert "world  batch" in result.stdout
+    from lbtrain.reports import write_report
+
+    assert f"Model `{MODEL}` on data `data.npz`." in write_report(project / "results" / "own").read_text()
 
 
 @pytest.mark.slow

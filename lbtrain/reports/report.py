@@ -604,6 +604,19 @@ def _runs_section(report: _Report, records: Sequence[RunRecord], metric: str, ta
                f"No run diverged and no recipe lost {100 * FAILURE_DROP:.0f} point of test accuracy against the small-batch reference.")
 
 
+def _model_and_data_sentence(report: _Report, records: list) -> str:
+    """``Model `x` on data `y`.``: the names the runs' configs give (a zoo name, a reference
+    ``package.module:function``, a dataset file), each once, as the report's summary records them."""
+    models = list(dict.fromkeys(str(r.result.config.get("model", {}).get("name")) for r in records))
+    datasets = list(dict.fromkeys(str(r.result.config.get("data", {}).get("dataset")) for r in records))
+    report.summary["models"], report.summary["datasets"] = models, datasets
+
+    def listed(names: list[str]) -> str:
+        return ", ".join(f"`{name}`" for name in names)
+
+    return f"Model{'s' if len(models) > 1 else ''} {listed(models)} on data {listed(datasets)}."
+
+
 def write_report(results_dir: str | Path, *, target: float | None = None, metric: str | None = None,
                  on_damaged: Callable[[str], None] | None = None) -> Path:
     """Writes ``report.md``, ``report.json`` (every record the report's sentences and tables are
@@ -643,6 +656,8 @@ def write_report(results_dir: str | Path, *, target: float | None = None, metric
     sizing = str(experiment.get("sizing") or "").strip()
     if sizing:
         report.add("\n".join(f"> {line}" for line in f"Sizing: {sizing}".splitlines()))
+    if records:
+        report.add(_model_and_data_sentence(report, records))
     minutes = machine_minutes(results_dir)
     report.summary["machine_minutes"] = minutes
     report.add(machine_time_sentence(minutes))

@@ -54,7 +54,7 @@ def test_report_writes_every_section_and_figure(tiny_results):
     path = write_report(tiny_results)
     assert path == tiny_results / "report.md"
     text = path.read_text()
-    assert text.startswith("# tiny\n\n> a tiny report test\n\n> Sizing: to run in seconds\n\nMachine time: ")
+    assert text.startswith("# tiny\n\n> a tiny report test\n\n> Sizing: to run in seconds\n\nModel `mlp` on data `mnist1d`.\n\nMachine time: ")
     # Machine time: the runs' wall times (no optuna.db here: no tuning trials).
     minutes = json.loads((tiny_results / "report.json").read_text())["machine_minutes"]
     assert minutes["tuning_trials"] is None
