@@ -100,6 +100,7 @@ def write_experiment(folder: Path, name: str = "own", **sections) -> Path:
 
 @pytest.mark.slow
 def test_lbtrain_run_trains_the_users_model_on_the_users_data_in_worlds_of_1_and_8(project):
+    write_experiment(project, training={"epochs": 3})  # 12 updates at 8 workers: enough to leave chance behind
     result = run_cli("run", "own.yaml", cwd=project)  # no PYTHONPATH: the package is found in the current folder
     assert result.returncode == 0, result.stderr[-3000:]
     runs = sorted((project / "results" / "own" / "runs").iterdir())
