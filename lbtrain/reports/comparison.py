@@ -5,9 +5,9 @@ A *cell* is a recipe (the grid label) at a world size; both folders must hold th
 the same learning rate, per-worker batch and budget, as the same YAML run in two modes does
 (``experiments/sync_vs_async_sync.yaml`` and its ``_async`` twin). Per cell and side:
 
-- test accuracy over the seeds judged ok: mean, 95% bootstrap interval and n, with the runs
-  that were not ok named; and the difference second - first with its interval (each side's
-  seeds resampled on their own, ``bootstrap_difference``);
+- test accuracy over the seeds judged ok: mean, 95% Student-t interval, n and df, with the runs
+  that were not ok named; and the difference second - first with its Welch interval and df
+  (``lbtrain.reports.statistics.difference_interval``);
 - updates to a target validation accuracy (``steps_to_target`` on each run's history, in the
   updates its mode applies: one per global batch when synchronous, one per worker batch under
   a parameter server, so W times as many an epoch) and epochs to it (the samples seen), each
@@ -44,7 +44,7 @@ from lbtrain.measures.steps_to_target import steps_to_target
 from lbtrain.reports.plots import Line, Mark, plot_panels, recipe_colors
 from lbtrain.reports.report import ReportError, budgets_text
 from lbtrain.reports.scaling_laws import reachable_target
-from lbtrain.reports.statistics import DEFAULT_LEVEL, Estimate, bootstrap_difference
+from lbtrain.reports.statistics import DEFAULT_LEVEL, Estimate, difference_interval
 from lbtrain.reports.tables import Aggregate, RunRecord, aggregate, column, load_records, markdown_table, peak_values
 from lbtrain.results import (
     COMPARE_FILE,
@@ -135,7 +135,8 @@ def _group(records: Sequence[RunRecord], value_of: Callable[[RunRecord], Any]) -
 
 
 def _estimate(estimate: Estimate) -> dict[str, Any]:
-    return {"mean": estimate.mean, "low": estimate.low, "high": estimate.high, "n": estimate.n}
+    record = {"mean": estimate.mean, "low": estimate.low, "high": estimate.high, "n": estimate.n, "df": estimate.df}
+    return record if estimate.n_second is None else {**record, "n_second": estimate.n_second}
 
 
 def _mean_staleness(record: RunRecord) -> float | None:
@@ -210,7 +211,7 @@ def compare(first: Side, second: Side, target: float | None = None) -> dict[str,
     rows = []
     for recipe, world in cells:
         a, b = first.cell(recipe, world), second.cell(recipe, world)
-        difference = bootstrap_difference(_group(b, column("test_accuracy")).values, _group(a, column("test_accuracy")).values)
+        difference = difference_interval(_group(b, column("test_accuracy")).values, _group(a, column("test_accuracy")).values)
         rows.append({"recipe": recipe, "world_size": world, "first": side_cell(a, target), "second": side_cell(b, target),
                      "test_difference": _estimate(difference)})
     works = {str(world): {key: lr_that_works([row[key] for row in rows if row["world_size"] == world]) for key in SIDES}
@@ -224,14 +225,12 @@ def compare(first: Side, second: Side, target: float | None = None) -> dict[str,
 
 def describe(estimate: dict[str, Any], digits: int = 3, signed: bool = False) -> str:
     """``Estimate.describe`` of a stored estimate; ``signed`` for a difference (``+0.012 [...]``)."""
-    if estimate["mean"] is None or not signed:
-        return Estimate(estimate["mean"], estimate["low"], estimate["high"], estimate["n"]).describe(digits)
-    return f"{estimate['mean']:+.{digits}f} [{estimate['low']:+.{digits}f}, {estimate['high']:+.{digits}f}] (n={estimate['n']})"
+    return Estimate(**estimate).describe(digits, signed=signed)
 
 
 def count_text(cell: dict[str, Any], key: str = "updates_to_target", digits: int = 0) -> str:
     """Updates (or epochs) to the target with its interval, then reached/ok seeds: ``1250 [1200,
-    1300] (n=3), 3/3``; ``- (0/3)`` when no ok seed reached it, ``-`` when no seed was ok."""
+    1300] (n=3, df=2), 3/3``; ``- (0/3)`` when no ok seed reached it, ``-`` when no seed was ok."""
     if not cell["ok_runs"]:
         return "-"
     if cell[key]["mean"] is None:
@@ -272,15 +271,16 @@ def _markdown(record: dict[str, Any]) -> str:
                else f"{a}: {first['budget']}; {b}: {second['budget']}")
     return "\n\n".join([
         f"# {_title(first)} vs {_title(second)}",
-        f"Budget: {budgets}. Test accuracy over the seeds judged ok: mean [{level} bootstrap interval] (n); runs that were "
-        f"not ok are counted, never averaged in. *{b} − {a}* resamples each side's seeds on its own. Staleness: the mean "
+        f"Budget: {budgets}. Test accuracy over the seeds judged ok: mean [{level} Student-t interval] (n, df); runs that "
+        f"were not ok are counted, never averaged in. *{b} − {a}*: Welch's interval of the difference (n of each side, "
+        "Welch–Satterthwaite df). Staleness: the mean "
         "delay of a gradient in updates (tau of Lian et al. 2015), where the side records one. One nominal learning rate is "
         "not one step per sample: a synchronous update averages the W worker batches, an asynchronous one applies each.",
         markdown_table(["recipe", "world", "lr", f"{a} test acc", f"{a} runs", f"{b} test acc", f"{b} runs", f"{b} − {a}",
                         f"{a} staleness", f"{b} staleness"], rows),
         "## Updates and epochs to target",
         f"Until `{record['metric']}` first reaches **{target:.3f}** (interpolated between epoch ends): mean [{level} interval] "
-        "(n) over the ok seeds that reached it, then reached/ok. Updates are the optimizer updates each mode applied "
+        "(n, df) over the ok seeds that reached it, then reached/ok. Updates are the optimizer updates each mode applied "
         f"({a} / {b} an epoch in the last column); epochs are the samples seen.",
         markdown_table(["recipe", "world", f"{a} updates", f"{b} updates", f"{a} epochs", f"{b} epochs", "updates an epoch"], counts),
         "## The learning rate that works",

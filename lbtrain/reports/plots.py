@@ -235,7 +235,7 @@ def _set_batch_ticks(axes: Axes, items: Sequence[Line | Mark]) -> None:
         axes.xaxis.set_minor_locator(NullLocator())
 
 
-SEED_BAND = "95% CI (bootstrap over seeds)"
+SEED_BAND = "95% CI (Student-t over seeds)"
 
 
 def _legend_handles(panels: Mapping[str, Sequence[Line | Mark]], colors: Mapping[str, str], styles: Mapping[str, str],

@@ -1,8 +1,8 @@
 """``lbtrain report results/<name>``: an experiment's runs (and sweep, if any) as ``report.md``,
 ``report.json`` and ``figures/*.png``.
 
-Sections: accuracy and generalization gap per recipe and global batch (mean, 95% bootstrap
-interval and n over seeds) with the large-batch gap against a small-batch reference; learning
+Sections: accuracy and generalization gap per recipe and global batch (mean, 95% Student-t
+interval, n and df over seeds; ``lbtrain.reports.statistics``) with the large-batch gap against a small-batch reference; learning
 curves per world size; the learning-rate schedules the runs applied; steps to a target
 validation accuracy per batch size with the perfect-scaling line (Shallue et al. 2018) and the
 critical batch fitted to them (McCandlish et al. 2018) beside the measured gradient noise
@@ -124,7 +124,7 @@ def comparison_axis(records: Sequence[RunRecord], panels: dict[str, list[Line | 
 
 
 def batch_lines(items: Sequence[Aggregate], names: Sequence[str]) -> list[Line]:
-    """Per recipe, its mean at each global batch with ok runs, and the 95% bootstrap band
+    """Per recipe, its mean at each global batch with ok runs, and the 95% Student-t band
     where two or more seeds gave a value."""
     lines = []
     for recipe in names:
@@ -213,7 +213,7 @@ def _reached_in_first_epoch(record: RunRecord, target: float, metric: str) -> bo
 
 def steps_rows(records: Sequence[RunRecord], target: float, metric: str) -> list[dict[str, Any]]:
     """Per (recipe, global batch): mean steps to ``target`` over the seeds that reached it, with
-    its 95% bootstrap interval (``low``, ``high``); ``reached`` of ``ok_runs`` ok runs (of
+    its 95% Student-t interval (``low``, ``high``, ``df``); ``reached`` of ``ok_runs`` ok runs (of
     ``runs``); ``upper_bound`` when a seed reached it by the end of its first epoch (the first
     point measured), so the true count may be lower."""
     rows = []
@@ -221,7 +221,7 @@ def steps_rows(records: Sequence[RunRecord], target: float, metric: str) -> list
         group = [r for r in records if r.recipe == item.recipe and r.global_batch == item.global_batch]
         estimate = item.estimate()
         rows.append({"recipe": item.recipe, "global_batch": item.global_batch, "world_size": item.world_size,
-                     "steps_to_target": item.mean, "low": estimate.low, "high": estimate.high, "reached": item.runs,
+                     "steps_to_target": item.mean, "low": estimate.low, "high": estimate.high, "df": estimate.df, "reached": item.runs,
                      "ok_runs": item.ok_runs, "runs": len(group),
                      "upper_bound": any(r.ok and _reached_in_first_epoch(r, target, metric) for r in group)})
     return rows
@@ -338,8 +338,9 @@ def failure_sentence(failure: dict[str, Any]) -> str:
         return (f"`{failure['recipe']}` at global batch {failure['global_batch']} (world {failure['world_size']}, seed "
                 f"{failure['seed']}, lr {failure['learning_rate']:.4g}) {failure['status']}: {failure['reason']}")
     drop = failure["drop"]
-    interval = f" ({100 * drop['level']:.0f}% CI {100 * drop['low']:.1f} to {100 * drop['high']:.1f}, n={drop['n']})" \
-        if drop["n"] > 1 else " (n=1)"
+    estimate = Estimate(**drop)
+    interval = (f" ({100 * drop['level']:.0f}% CI {100 * drop['low']:.1f} to {100 * drop['high']:.1f}, {estimate.count_text()})"
+                if drop["low"] is not None else f" ({estimate.count_text()})")
     return (f"`{failure['recipe']}` at global batch {failure['global_batch']} loses {100 * drop['mean']:.1f} points of test "
             f"accuracy against the small-batch reference{interval}")
 
@@ -406,7 +407,7 @@ def _accuracy_section(report: _Report, records: Sequence[RunRecord]) -> list[Agg
         key = (item.recipe, item.global_batch)
         estimate = item.estimate()
         entries.append({"recipe": item.recipe, "world_size": item.world_size, "global_batch": item.global_batch,
-                        "learning_rate": rates[key], "test_accuracy": item.mean, "low": estimate.low, "high": estimate.high,
+                        "learning_rate": rates[key], "test_accuracy": item.mean, "low": estimate.low, "high": estimate.high, "df": estimate.df,
                         "std": item.std, "runs": item.runs, "ok_runs": item.ok_runs, "total": item.total, "excluded": item.excluded,
                         "train_accuracy": _estimate_record(train[key].estimate()), "gap_accuracy": _estimate_record(gap[key].estimate()),
                         "large_batch_gap": _estimate_record(drop)})
@@ -415,10 +416,11 @@ def _accuracy_section(report: _Report, records: Sequence[RunRecord]) -> list[Agg
     report.summary["accuracy"] = entries
     report.add("## Accuracy and generalization gap",
                f"Budget: {budgets_text(records)}. Final accuracy on the full train and test sets: mean [{100 * DEFAULT_LEVEL:.0f}% "
-               "bootstrap confidence interval] (n) over the seeds whose run was judged ok (diverged, collapsed and failed runs "
+               "Student-t confidence interval] (n, df) over the seeds whose run was judged ok (diverged, collapsed and failed runs "
                "are counted in *runs*, never averaged in). *gap* = train − test accuracy; *large-batch gap* = test accuracy at "
                "the recipe's smallest batch (for a recipe run at one batch only: at the experiment's smallest batch, its "
-               "recipes pooled) − test accuracy here, the interval resampling both groups' seeds.",
+               "recipes pooled) − test accuracy here, with Welch's interval (n of the reference and of this arm, "
+               "Welch–Satterthwaite df).",
                markdown_table(["recipe", "world", "global batch", "lr", "train acc", "test acc", "gap", "large-batch gap", "runs"], rows))
     names, marks = recipes(records), status_marks(records)
     panels, axis = comparison_axis(records, {"test accuracy": [*batch_lines(test, names), *marks]})
@@ -516,7 +518,7 @@ def _flatness_section(report: _Report, records: Sequence[RunRecord]) -> None:
     groups = values[measures[0].key]
     report.add(
         f"## {heading[0].upper()}{heading[1:]}",
-        " ".join(measure.definition for measure in measures) + " Mean [95% interval] (n) over ok seeds.",
+        " ".join(measure.definition for measure in measures) + " Mean [95% Student-t interval] (n, df) over ok seeds.",
         markdown_table(["recipe", "global batch", "train acc", "test acc", *(measure.header for measure in measures)],
                        [[a.recipe, a.global_batch, train[(a.recipe, a.global_batch)].describe(),
                          test[(a.recipe, a.global_batch)].describe(),

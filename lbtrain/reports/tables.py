@@ -5,7 +5,8 @@ The *generalization gap* of a run is train accuracy - test accuracy; the *large-
 a recipe at global batch B is test accuracy(smallest batch) - test accuracy(B), same epoch
 budget (Keskar et al. 2017). Only runs with status ``ok`` enter the means; runs that diverged,
 collapsed or failed are counted beside them ("2 of 3 ok, 1 diverged"), never averaged in. Every
-mean comes with its 95% bootstrap interval and n (``lbtrain.reports.statistics``).
+mean comes with its 95% Student-t interval, n and df, and every difference with its Welch interval
+(``lbtrain.reports.statistics``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from lbtrain.reports.statistics import Estimate, bootstrap_difference, bootstrap_mean
+from lbtrain.reports.statistics import Estimate, difference_interval, mean_interval
 from lbtrain.results import RUNS_FOLDER, STATUSES, SUMMARY_FILE, ResultsError, RunResult, is_finished, read_run
 
 
@@ -63,11 +64,11 @@ class Aggregate:
         return self.ok_runs + sum(self.excluded.values())
 
     def estimate(self) -> Estimate:
-        """The mean of ``values`` with its 95% percentile-bootstrap interval."""
-        return bootstrap_mean(self.values)
+        """The mean of ``values`` with its 95% Student-t interval (``mean_interval``)."""
+        return mean_interval(self.values)
 
     def describe(self, digits: int = 4) -> str:
-        """``mean [low, high] (n=k)``, the 95% bootstrap interval (``Estimate.describe``)."""
+        """``mean [low, high] (n=k, df=k-1)``, the 95% t interval (``Estimate.describe``)."""
         return self.estimate().describe(digits)
 
     def count_text(self) -> str:
@@ -189,8 +190,8 @@ def peak_values(records: Iterable[RunRecord], metric: str, group: Callable[[RunR
 
 
 def large_batch_gap(test_accuracy: Sequence[Aggregate]) -> list[tuple[Aggregate, Estimate | None]]:
-    """For each aggregate of test accuracy: reference mean minus its own, with a 95% bootstrap
-    interval resampling both groups' seeds (``bootstrap_difference``); None for the reference
+    """For each aggregate of test accuracy: reference mean minus its own, with a 95% Welch
+    interval over both groups' seeds (``difference_interval``); None for the reference
     itself. The reference is the recipe's own smallest global batch; a recipe measured at one
     batch only (a grid whose variants are the batch sizes, as in keskar_gap) is compared with
     the experiment's smallest batch (the ok runs of every recipe measured there, pooled)."""
@@ -207,7 +208,7 @@ def large_batch_gap(test_accuracy: Sequence[Aggregate]) -> list[tuple[Aggregate,
         if reference == [item]:
             gaps.append((item, None))
         else:
-            gaps.append((item, bootstrap_difference([v for group in reference for v in group.values], item.values)))
+            gaps.append((item, difference_interval([v for group in reference for v in group.values], item.values)))
     return gaps
 
 

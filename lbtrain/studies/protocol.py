@@ -28,10 +28,10 @@ how lucky the base LR was. ``lbtrain sweep`` on an experiment with a ``protocol`
    ordinary runs of the experiment (``results/<name>/runs``, ``summary.csv``, resumable),
    labelled ``"<recipe> tuned"`` and ``"<recipe> rule"``.
 3. **Comparison.** ``protocol.json`` and ``protocol.md``: per recipe and world size, the test
-   accuracy of each arm (mean over its ok seeds with a 95% bootstrap interval and n), the
+   accuracy of each arm (mean over its ok seeds with a 95% Student-t interval, n and df), the
    cost of the rule, tuned − rule, and each arm against the recipe's tuned arm at the
    reference world size (arm − reference: what moving from the base batch costs), each with
-   its own interval; the trials each study had.
+   its own Welch interval and df (``lbtrain.reports.statistics``); the trials each study had.
 4. **Equal steps** (``protocol.equal_steps``, optional). The finals compare world sizes at
    equal epochs, so a world of W takes 1/W of the reference's updates. At each listed world
    size the best arm (the highest mean validation accuracy among arms whose every seed was ok)
@@ -315,10 +315,10 @@ def comparison_rows(arms: list[Arm], summary: list[dict[str, Any]], trials: dict
     the cost of the rule (tuned − rule), and each arm against the recipe's tuned arm at the
     reference world size (arm − reference), with the trials behind each arm. At the reference
     world size the rule arm is the tuned arm: one row, no differences."""
-    from lbtrain.reports.statistics import bootstrap_difference, bootstrap_mean
+    from lbtrain.reports.statistics import difference_interval, mean_interval
 
     def difference(a: list[float], b: list[float], at_reference: bool) -> dict[str, Any] | None:
-        return None if at_reference else dataclasses.asdict(bootstrap_difference(a, b))
+        return None if at_reference else dataclasses.asdict(difference_interval(a, b))
 
     rows = []
     for arm in (arm for arm in arms if arm.kind == "tuned"):
@@ -335,10 +335,10 @@ def comparison_rows(arms: list[Arm], summary: list[dict[str, Any]], trials: dict
                 "rule_name": "reference" if at_reference else str(config.lr.rule if rule_arm.rule is None else rule_arm.rule),
                 "world_size": arm.world_size,
                 "global_batch": config.global_batch,
-                "tuned": dataclasses.asdict(bootstrap_mean(tuned)),
+                "tuned": dataclasses.asdict(mean_interval(tuned)),
                 "tuned_runs": tuned_runs,
                 "tuned_trials": trials[arm.study.name],
-                "rule": dataclasses.asdict(bootstrap_mean(rule)),
+                "rule": dataclasses.asdict(mean_interval(rule)),
                 "rule_runs": rule_runs,
                 "rule_trials": trials[reference_study],
                 "cost_of_rule": difference(tuned, rule, at_reference),
@@ -352,7 +352,7 @@ def equal_steps_rows(arms: list[Arm], summary: list[dict[str, Any]], reference: 
     """Per arm re-run at equal steps: its test accuracy at equal steps and at equal epochs
     (``Estimate`` as plain data), the gain from the extra updates (equal steps − equal epochs)
     and equal steps against the recipe's tuned arm at the reference world size."""
-    from lbtrain.reports.statistics import bootstrap_difference, bootstrap_mean
+    from lbtrain.reports.statistics import difference_interval, mean_interval
 
     rows = []
     for arm in arms:
@@ -367,11 +367,11 @@ def equal_steps_rows(arms: list[Arm], summary: list[dict[str, Any]], reference: 
             "world_size": arm.world_size,
             "global_batch": run_config_from_dict(with_overrides(arm.base, {"training.world_size": arm.world_size})).global_batch,
             "steps": reference_steps(summary, arm.recipe, reference),
-            "equal_epochs": dataclasses.asdict(bootstrap_mean(shorter)),
-            "equal_steps": dataclasses.asdict(bootstrap_mean(longer)),
+            "equal_epochs": dataclasses.asdict(mean_interval(shorter)),
+            "equal_steps": dataclasses.asdict(mean_interval(longer)),
             "equal_steps_runs": longer_runs,
-            "gain_of_steps": dataclasses.asdict(bootstrap_difference(longer, shorter)),
-            "equal_steps_minus_reference": dataclasses.asdict(bootstrap_difference(longer, base)),
+            "gain_of_steps": dataclasses.asdict(difference_interval(longer, shorter)),
+            "equal_steps_minus_reference": dataclasses.asdict(difference_interval(longer, base)),
         })
     return rows
 
@@ -381,10 +381,7 @@ def _describe(record: dict[str, Any] | None, signed: bool = False) -> str:
 
     if record is None:
         return "reference"
-    estimate = Estimate(**record)
-    if not signed or estimate.mean is None:
-        return estimate.describe()
-    return f"{estimate.mean:+.3f} [{estimate.low:+.3f}, {estimate.high:+.3f}] (n={estimate.n})"
+    return Estimate(**record).describe(signed=signed)
 
 
 def protocol_markdown(experiment: ExperimentConfig, rows: list[dict[str, Any]], trials: dict[str, int],
@@ -416,7 +413,7 @@ def protocol_markdown(experiment: ExperimentConfig, rows: list[dict[str, Any]], 
         f"{reference_world_size(experiment)} and carried by its LR rule; *tuned*: tuned at this world size; *reference*: the "
         "recipe's tuned arm at that world size, so *− reference* is what the larger batch costs. "
         "Means over the seeds whose run was judged ok, "
-        "95% bootstrap intervals, n = ok seeds.",
+        "95% Student-t intervals (df = n − 1), differences with Welch's interval and df, n = ok seeds (of each arm).",
         table,
         *([] if not search else [_search_markdown(search)]),
         *([] if not lr_fits else [

@@ -15,7 +15,7 @@ from lbtrain.measures.steps_to_target import steps_to_target
 from lbtrain.reports.comparison import Side, compare, lr_that_works
 from lbtrain.reports.prose import unsupported_numbers
 from lbtrain.reports.report import ReportError
-from lbtrain.reports.statistics import bootstrap_difference
+from lbtrain.reports.statistics import difference_interval
 from lbtrain.reports.tables import RunRecord
 from lbtrain.results import RunResult, read_run
 from lbtrain.studies.runner import run_experiment
@@ -79,7 +79,7 @@ def test_compare_pairs_each_cell_with_numbers_from_the_runs(pair):
                 assert cell["updates_to_target"]["mean"] == pytest.approx(statistics.fmean(reached))
                 assert cell["epochs_to_target"]["mean"] == pytest.approx(statistics.fmean(u / results[0].steps_per_epoch for u in reached))
         assert row["first"]["staleness"] is None and row["second"]["staleness"] == 1.0
-        difference = bootstrap_difference(tests["stale"], tests["sync"])
+        difference = difference_interval(tests["stale"], tests["sync"])
         assert row["test_difference"]["mean"] == pytest.approx(difference.mean) and row["test_difference"]["n"] == difference.n
     text = (output / "compare.md").read_text()
     assert text.startswith("# sync vs stale\n") and "## The learning rate that works" in text

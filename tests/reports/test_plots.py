@@ -80,7 +80,7 @@ def test_marks_sit_in_a_strip_clear_of_the_data_and_the_legend_outside_every_pan
     legend_box = legend.get_window_extent()
     assert not legend_box.overlaps(axes.get_window_extent())
     assert [text.get_text() for text in legend.get_texts()] == [
-        "linear", "sqrt", "perfect", "95% CI (bootstrap over seeds)", "diverged run", "collapsed run",
+        "linear", "sqrt", "perfect", "95% CI (Student-t over seeds)", "diverged run", "collapsed run",
         "upper bound (reached in the first epoch)"]
 
 

@@ -5,6 +5,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+import scipy.stats
 import yaml
 
 from conftest import REPO_ROOT, run_cli, stderr_lines
@@ -13,7 +14,7 @@ from lbtrain.config import ExperimentConfig
 from lbtrain.reports.plots import OKABE_ITO
 from lbtrain.reports.prose import unsupported_numbers
 from lbtrain.reports.report import write_report
-from lbtrain.reports.statistics import bootstrap_mean
+from lbtrain.reports.statistics import mean_interval
 from lbtrain.studies.runner import run_experiment
 
 FIGURES = {"accuracy_vs_batch.png", "gap_vs_batch.png", "learning_curves.png", "lr_schedules.png", "steps_to_target.png",
@@ -114,12 +115,12 @@ def test_report_means_and_intervals_are_those_of_the_summary(tiny_results):
         assert entry["runs"] == len(group) == 2
         assert entry["test_accuracy"] == pytest.approx(statistics.fmean(group))
         assert entry["std"] == pytest.approx(statistics.stdev(group))
-        estimate = bootstrap_mean(group)
+        estimate = mean_interval(group)
         assert (entry["low"], entry["high"]) == pytest.approx((estimate.low, estimate.high)) and entry["low"] <= entry["test_accuracy"]
         line = next(l for l in (tiny_results / "report.md").read_text().splitlines()
                     if l.startswith(f"| {entry['recipe']} | {entry['global_batch'] // 16} | {entry['global_batch']} |"))
         assert f"| {estimate.describe(4)} |" in line and line.endswith("| 2 |")
-        assert estimate.describe(4).endswith("(n=2)")
+        assert estimate.describe(4).endswith("(n=2, df=1)") and entry["df"] == 1
 
 
 def test_default_target_is_the_highest_every_batch_reaches(tiny_results):
@@ -208,7 +209,9 @@ def test_batch_figures_keep_every_bad_run_as_a_mark_and_band_only_with_two_seeds
                synthetic("a", 4, 1, [0.1], "diverged"), synthetic("b", 4, 0, [0.1], "collapsed"), synthetic("b", 4, 1, [0.1], "collapsed")]
     (line,) = batch_lines(aggregate(records, column("test_accuracy")), ["a", "b"])  # "b" has no ok run: no line ...
     assert line.x == [16, 64] and line.y == pytest.approx([0.82, 0.70])
-    assert line.low == pytest.approx([0.80, None]) and line.high == pytest.approx([0.84, None])
+    # Two seeds 0.80 and 0.84: 0.82 ± t(0.975, 1) * 0.02; one seed: no band.
+    half = scipy.stats.t.ppf(0.975, 1) * 0.02
+    assert line.low == pytest.approx([0.82 - half, None]) and line.high == pytest.approx([0.82 + half, None])
     assert status_marks(records) == [Mark("diverged", "a", 64), Mark("collapsed", "b", 64, count=2)]  # ... but its marks
 
 
@@ -256,8 +259,8 @@ def test_steps_rows_best_steps_and_failures_on_synthetic_runs():
     found = failures(records, aggregate(records, column("test_accuracy")))
     assert [failure_sentence(f) for f in found] == [
         "`b` at global batch 64 (world 4, seed 0, lr 0.4) diverged: loss became nan",
-        "`a` at global batch 32 loses 5.0 points of test accuracy against the small-batch reference (n=1)",
-        "`b` at global batch 64 loses 26.0 points of test accuracy against the small-batch reference (n=1)"]
+        "`a` at global batch 32 loses 5.0 points of test accuracy against the small-batch reference (n=1 vs 1)",
+        "`b` at global batch 64 loses 26.0 points of test accuracy against the small-batch reference (n=1 vs 1)"]
     assert found[1]["drop"]["mean"] == pytest.approx(0.05)
 
 

@@ -34,7 +34,7 @@ from lbtrain.reports.results_page.goyal import (
 )
 from lbtrain.reports.results_page.keskar import anchor_hoffer, anchor_keskar, section_keskar_v2
 from lbtrain.reports.results_page.lr_scaling import anchor_malladi
-from lbtrain.reports.statistics import bootstrap_difference, bootstrap_mean
+from lbtrain.reports.statistics import difference_interval, mean_interval
 
 RESULTS = Path(REPO_ROOT) / "results"
 
@@ -51,11 +51,11 @@ def test_the_committed_page_is_what_the_data_render():
 
 
 def estimate(values):
-    return dataclasses.asdict(bootstrap_mean(values))
+    return dataclasses.asdict(mean_interval(values))
 
 
 def difference(a, b):
-    return dataclasses.asdict(bootstrap_difference(a, b))
+    return dataclasses.asdict(difference_interval(a, b))
 
 
 def test_goyal_bn_renders_the_best_arm_per_world_size_and_the_goyal_anchors(tmp_path):
@@ -95,21 +95,22 @@ def test_goyal_bn_renders_the_best_arm_per_world_size_and_the_goyal_anchors(tmp_
     (folder / "protocol.json").write_text(json.dumps(protocol))
 
     verdict, evidence = anchor_goyal_linear_warmup(tmp_path)
-    assert verdict == "reproduced up to batch 128"
+    assert verdict == "inconclusive at batch 128; worse at batch 1024"  # -0.5 [-3.0, +2.0]: too wide to say
     assert "batch 128: -0.5" in evidence and "batch 1024: -9.0" in evidence
     verdict, evidence = anchor_goyal_no_warmup(tmp_path)
-    assert verdict == "reproduced" and "at batch 1024: -20.0 [-20.0, -20.0] (n=3) points" in evidence
+    assert verdict == "worse" and "at batch 1024: -20.0 [-20.0, -20.0] (n=3 vs 3) points" in evidence
 
     chosen = chosen_arms(protocol, goyal_bn_arms(protocol))
     assert {size: arm["label"] for size, arm in chosen.items()} == {
         1: "momentum+warmup, tuned", 8: "momentum+warmup, linear rule", 64: "momentum+warmup, tuned"}
     text = "\n".join(section_goyal_bn(tmp_path))
-    assert "| 1 | 16 | momentum+warmup, tuned | 0.910 [0.900, 0.920] (n=3) | reference | the reference | reference |" in text
-    assert "| 8 | 128 | momentum+warmup, linear rule | 0.905 [0.905, 0.905] (n=3) | -0.5 [-1.5, +0.5] (n=3) | not run | - |" in text
+    assert "| 1 | 16 | momentum+warmup, tuned | 0.910 [0.885, 0.935] (n=3, df=2) | reference | the reference | reference |" in text
+    assert ("| 8 | 128 | momentum+warmup, linear rule | 0.905 [0.905, 0.905] (n=3, df=2) | -0.5 [-3.0, +2.0] (n=3 vs 3, df=2): "
+            "inconclusive | not run | - |") in text
     at_epochs, at_steps = (points_text(difference(values, reference)) for values in (seeds[("momentum+warmup tuned", 64)], longer))
     assert at_epochs.startswith("-5.0 [") and at_steps.startswith("-2.0 [")
-    assert (f"| 64 | 1024 | momentum+warmup, tuned | 0.860 [0.850, 0.870] (n=3) | {at_epochs} | "
-            f"0.890 [0.880, 0.900] (n=3), 3000 updates | {at_steps} |") in text
+    assert (f"| 64 | 1024 | momentum+warmup, tuned | 0.860 [0.835, 0.885] (n=3, df=2) | {at_epochs}: worse | "
+            f"0.890 [0.865, 0.915] (n=3, df=2), 3000 updates | {at_steps}: inconclusive |") in text
     assert "every recipe tuned with 5 trials per study" in text
 
     # The figure beside Goyal et al.'s Table 1: ours in points at 1x, 8x, 64x, theirs at 32x.
@@ -133,8 +134,8 @@ def test_shallues_regions_follow_the_fitted_critical_batch():
 
 
 @pytest.mark.parametrize("alpha, low, high, verdict", [
-    (0.5, 0.3, 0.7, "reproduced"), (0.6, 0.3, 1.2, "reproduced with a caveat"), (1.0, 0.8, 1.2, "not reproduced"),
-    (None, None, None, "not measurable"),
+    (0.5, 0.3, 0.7, "matches"), (0.6, 0.3, 1.2, "inconclusive"), (1.0, 0.8, 1.2, "not reproduced"),
+    (None, None, None, "inconclusive"),
 ])
 def test_malladis_sqrt_rule_is_judged_by_the_interval_of_adams_exponent(tmp_path, alpha, low, high, verdict):
     (tmp_path / "adam_scaling").mkdir()
@@ -151,8 +152,10 @@ def accuracy_row(recipe, batch, values):
 
 
 def test_keskar_v2_calls_a_gap_that_equal_steps_closes_under_training(tmp_path):
-    arms = {"SB": (32, [0.90, 0.91, 0.89]), "LB equal epochs": (256, [0.85, 0.86, 0.84]), "LB equal steps": (256, [0.90, 0.905, 0.895]),
-            "Hoffer": (256, [0.905, 0.91, 0.90]), "LB equal loss": (256, [0.89, 0.90, 0.88])}
+    # Seeds 0.1 point apart: Welch intervals of about ±0.2 to ±0.3 points, narrow enough for a claim.
+    arms = {"SB": (32, [0.900, 0.901, 0.899]), "LB equal epochs": (256, [0.850, 0.851, 0.849]),
+            "LB equal steps": (256, [0.900, 0.9005, 0.8995]), "Hoffer": (256, [0.9050, 0.9055, 0.9045]),
+            "LB equal loss": (256, [0.899, 0.900, 0.898])}
     folder = tmp_path / "keskar_v2"
     folder.mkdir()
     (folder / "report.json").write_text(json.dumps({"accuracy": [accuracy_row(label, batch, values) for label, (batch, values) in arms.items()]}))
@@ -167,9 +170,9 @@ def test_keskar_v2_calls_a_gap_that_equal_steps_closes_under_training(tmp_path):
     text = "\n".join(section_keskar_v2(tmp_path))
     assert "**under-training**" in text and "| LB equal epochs | 256 | 1500 | 0.300 |" in text
     verdict, evidence = anchor_hoffer(tmp_path)
-    assert verdict == "reproduced" and "equal epochs -5.0 [" in evidence
+    assert verdict == "matches" and "equal epochs -5.0 [" in evidence and "(worse)" in evidence
 
-    # goyal_bn's equal-steps re-runs: training longer holds at 8x the small batch, not at 64x.
+    # goyal_bn's equal-steps re-runs: at 8x the small batch too wide to say, at 64x worse.
     reference = [0.90, 0.91, 0.92]
     def longer(world, at_epochs, at_steps):
         return {"world_size": world, "global_batch": 16 * world, "steps": 3000, "equal_steps": estimate(at_steps),
@@ -178,7 +181,7 @@ def test_keskar_v2_calls_a_gap_that_equal_steps_closes_under_training(tmp_path):
     (tmp_path / "goyal_bn" / "protocol.json").write_text(json.dumps({"rows": [], "equal_steps": [
         longer(64, [0.70, 0.71, 0.72], [0.80, 0.81, 0.82]), longer(8, [0.88, 0.89, 0.90], [0.91, 0.91, 0.91])]}))
     verdict, evidence = anchor_hoffer(tmp_path)
-    assert verdict == "reproduced up to 8x the small batch"
+    assert verdict == "matches (keskar_v2); inconclusive (goyal_bn, batch 128); worse (goyal_bn, batch 1024)"
     assert "batch 128: +0.0 [" in evidence and "batch 1024: -10.0 [" in evidence and "(+10.0 [" in evidence
 
 
@@ -198,11 +201,13 @@ def test_the_staleness_table_sets_each_damping_against_synchronous_sgd(tmp_path)
         writer.writerow({"run_id": "x", "label": "tau15 none", "status": "diverged", "world_size": 1, "global_batch": 32, "seed": 3,
                          "test_accuracy": 0.1})
     text = "\n".join(section_staleness(tmp_path))
-    assert "| 15 | 0.910 [0.900, 0.920] (n=3); -7.0 [-8.0, -6.0] (n=3); 1 diverged | 0.960 [0.960, 0.960] (n=3); -2.0" in text
+    # 0.91 ± t(0.975, 2) * 0.01 / sqrt(3) = ± 0.025; tau 0 has no spread, so Welch's df is tau 15's n − 1.
+    assert ("| 15 | 0.910 [0.885, 0.935] (n=3, df=2); -7.0 [-9.5, -4.5] (n=3 vs 3, df=2); 1 diverged | "
+            "0.960 [0.960, 0.960] (n=3, df=2); -2.0 [-2.0, -2.0] (n=3 vs 3)") in text
     verdict, evidence = anchor_staleness(tmp_path)
-    assert verdict == "reproduced" and "staleness 15: -7.0 [-8.0, -6.0] (n=3) points (1 diverged)" in evidence
+    assert verdict == "worse" and "staleness 15: -7.0 [-9.5, -4.5] (n=3 vs 3, df=2) points, worse (1 diverged)" in evidence
     verdict, evidence = anchor_staleness_damping(tmp_path)
-    assert verdict == "reproduced" and "LR / (tau + 1) -3.0 [-3.0, -3.0] (n=3) points; undamped -7.0 [" in evidence
+    assert verdict == "reproduced" and "LR / (tau + 1) -3.0 [-3.0, -3.0] (n=3 vs 3) points, worse; undamped -7.0 [" in evidence
 
 
 @pytest.mark.parametrize("sync_lrs, async_lrs, verdict", [

@@ -1,4 +1,5 @@
 import pytest
+import scipy.stats
 
 from lbtrain.reports.tables import RunRecord, aggregate, column, large_batch_gap, load_records, markdown_table
 from lbtrain.results import RunResult
@@ -27,16 +28,21 @@ def test_aggregate_means_ok_runs_per_recipe_and_batch_and_counts_diverged():
     assert linear_large.count_text() == "2 of 3 ok (1 diverged)" and linear_small.count_text() == "2"
     assert sqrt_large.runs == 1 and sqrt_large.std == 0.0 and sqrt_large.world_size == 8
     assert linear_large.values == (0.86, 0.88) and sqrt_large.describe() == "0.8700 (n=1)"
-    # Two seeds: the bootstrap means are 0.86, 0.87 or 0.88, so the 95% interval spans both values.
-    assert linear_small.describe() == "0.9100 [0.9000, 0.9200] (n=2)"
+    # Two seeds 0.90 and 0.92: s = 0.02 / sqrt(2), so 0.91 ± t(0.975, 1) * 0.01.
+    half = scipy.stats.t.ppf(0.975, 1) * 0.01
+    assert linear_small.describe() == f"0.9100 [{0.91 - half:.4f}, {0.91 + half:.4f}] (n=2, df=1)"
 
 
 def test_large_batch_gap_is_measured_against_the_recipes_smallest_batch():
     gaps = large_batch_gap(aggregate(SYNTHETIC, column("test_accuracy")))
     assert [gap is None for _, gap in gaps] == [True, False, True, False]  # each recipe's reference
     linear, sqrt = gaps[1][1], gaps[3][1]
-    assert linear.mean == pytest.approx(0.04) and linear.n == 2 and (linear.low, linear.high) == pytest.approx((0.02, 0.06))
-    assert sqrt.mean == pytest.approx(0.04) and sqrt.n == 1 and sqrt.low == sqrt.high == pytest.approx(0.04)
+    # Welch: both groups have s^2 = 2e-4 over 2 seeds, se = sqrt(2e-4 / 2 * 2) = 0.01414, df = 2.
+    half = scipy.stats.t.ppf(0.975, 2) * (2e-4) ** 0.5
+    assert linear.mean == pytest.approx(0.04) and (linear.n, linear.n_second, linear.df) == (2, 2, pytest.approx(2.0))
+    assert (linear.low, linear.high) == pytest.approx((0.04 - half, 0.04 + half))
+    # One seed on a side: a difference, no interval.
+    assert sqrt.mean == pytest.approx(0.04) and (sqrt.n, sqrt.n_second) == (1, 1) and sqrt.low is None and sqrt.high is None
 
 
 def test_recipes_at_one_batch_each_are_compared_with_the_smallest_batch():

@@ -60,11 +60,14 @@ def test_world_advice_follows_mccandlish_s_model():
 
 
 def test_the_noise_scale_is_the_ratio_of_the_late_means_with_an_interval():
-    steps = [ProbeStep(i, 1000.0, 1.0, None, 0.1) for i in range(10)]
-    steps += [ProbeStep(10 + i, 100.0 * (1 + i % 2), 1.0, 150.0, 0.1) for i in range(10)]
+    steps = [ProbeStep(i, 1000.0, 1.0, None, 0.1) for i in range(20)]
+    steps += [ProbeStep(20 + i, 100.0 * (1 + i % 2), 1.0, 150.0, 0.1) for i in range(20)]
     estimate = noise_scale_estimate(steps)
-    assert estimate.mean == pytest.approx(150.0) and estimate.n == 10
+    assert estimate.mean == pytest.approx(150.0) and estimate.n == 20
     assert 100 <= estimate.low < 150 < estimate.high <= 200
+    # Fewer late steps than the bootstrap's threshold (BOOTSTRAP_MIN_N = 20): the ratio alone.
+    short = noise_scale_estimate(steps[2:-2])
+    assert short.mean == pytest.approx(150.0) and short.n == 18 and short.low is None
     undetermined = noise_scale_estimate([ProbeStep(i, 5.0, -1.0, None, 0.1) for i in range(6)])
     assert undetermined.mean is None
 

@@ -5,8 +5,9 @@ Every number on that page comes from a study's ``report.json`` (``lbtrain report
 them are fixed here, one module per family of studies (``goyal``, ``keskar``, ``critical_batch``,
 ``lr_scaling``, ``asynchrony``), each with the anchors judged on its studies (``anchors`` lists
 them), and a study that is not committed yet is named with the command that makes it. Headline
-numbers carry their 95% bootstrap interval and n (``lbtrain.reports.statistics``); differences
-between recipes resample each recipe's seeds on their own. ``tests/reports/test_results_page.py``
+numbers carry their 95% Student-t interval, n and df, and differences between recipes Welch's
+interval (``lbtrain.reports.statistics``); every claim comes from the one decision rule of
+``lbtrain.reports.decisions``. ``tests/reports/test_results_page.py``
 checks that the committed page is what this renders.
 
 The README's quickstart table is rendered the same way, from ``make run``'s summary committed

@@ -47,9 +47,12 @@ def section_anchors(results: Path) -> list[str]:
     for paper, claim, judge in ANCHORS:
         verdict, evidence = judge(results)
         rows.append([paper, claim, f"**{verdict}**", evidence])
-    return ["## Published findings: reproduced or not", "",
+    return ["## Published findings: what the data say", "",
             "Each verdict is computed from the data below (scripts/render_results_readme.py says how); intervals as everywhere "
-            "on this page. \"Matches\" means the interval of the difference reaches within 1 point of none.", "",
+            "on this page. Verdicts on a difference of accuracies (the evidence names arm − reference) follow one decision rule "
+            "(lbtrain/reports/decisions.py) with a margin of 1 point: *matches* when the whole 95% interval lies above −1 point "
+            "(non-inferiority), *better* when it lies above +1 point, *worse* when it lies below −1 point, *inconclusive* "
+            "otherwise or without an interval (one seed, no ok run).", "",
             markdown_table(["paper", "claim", "here", "evidence"], rows), "",
             *figure_lines(results, "goyal_bn", GOYAL_FIGURE, "goyal_bn's linear rule with and without gradual warmup beside Goyal et al. 2017's "
                           f"ImageNet numbers (Table 1: top-1 error {GOYAL_2017_BASE_ERROR:.2f} at batch 256, at 8k "

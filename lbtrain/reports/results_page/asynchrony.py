@@ -9,17 +9,19 @@ from pathlib import Path
 from typing import Any
 
 from lbtrain.reports.comparison import count_text, works_sentence
+from lbtrain.reports.decisions import BETTER
 from lbtrain.reports.results_page.common import (
-    MATCH_POINTS,
     as_estimate,
+    claims_at,
     failed_text,
     figure_lines,
+    judge,
     opening,
     points_text,
     study_json,
     study_runs,
 )
-from lbtrain.reports.statistics import bootstrap_difference, bootstrap_mean
+from lbtrain.reports.statistics import difference_interval, mean_interval
 from lbtrain.reports.tables import markdown_table
 from lbtrain.results import COMPARE_JSON, FIGURE_ACCURACY_VS_LR, REPORT_JSON
 
@@ -58,13 +60,13 @@ def section_staleness(results: Path) -> list[str]:
         failed = failed_text(statuses[key])
         if key not in accuracies:
             return f"{failed} (of {sum(statuses[key].values())})"
-        text = f"{bootstrap_mean(accuracies[key]).describe()}; {points_text(bootstrap_difference(accuracies[key], synchronous))}"
+        text = f"{mean_interval(accuracies[key]).describe()}; {points_text(difference_interval(accuracies[key], synchronous))}"
         return text + (f"; {failed}" if failed else "")
 
     table = [[tau, *[cell(tau, damping) for damping in STALENESS_DAMPINGS]] for tau in taus]
     return lines + ["One worker of batch 32 whose gradients are applied tau updates late (tau + 1 asynchronous workers taking "
                     "turns, experiments/staleness.yaml); the LR undamped, divided by sqrt(tau + 1) or by tau + 1. Test accuracy "
-                    "[95% interval] (n); then minus the synchronous run (tau 0), in points; runs that were not ok named. "
+                    "[95% interval] (n, df); then minus the synchronous run (tau 0), in points; runs that were not ok named. "
                     "[report](staleness/report.md)", "",
                     markdown_table(["tau", *[STALENESS_LABELS[damping] for damping in STALENESS_DAMPINGS]],
                                    table), "", *figure_lines(results, "staleness", STALENESS_FIGURE, "test accuracy against the staleness")]
@@ -81,7 +83,7 @@ def staleness_figure(results: Path) -> Path | None:
     taus, accuracies, statuses = staleness_cells(results)
     items: list[Line | Mark] = []
     for damping in STALENESS_DAMPINGS:
-        points = [(tau, bootstrap_mean(accuracies[(tau, damping if tau else "none")]))
+        points = [(tau, mean_interval(accuracies[(tau, damping if tau else "none")]))
                   for tau in taus if (tau, damping if tau else "none") in accuracies]
         items.append(Line(STALENESS_LABELS[damping], [tau + 1 for tau, _ in points], [e.mean for _, e in points],
                           [e.low for _, e in points], [e.high for _, e in points]))
@@ -94,11 +96,11 @@ def staleness_figure(results: Path) -> Path | None:
 def _staleness_effect(accuracies: dict[tuple[int, str], list[float]], statuses: dict[tuple[int, str], dict[str, int]],
                       tau: int, damping: str) -> str:
     """One cell of the staleness study (``staleness_cells``) as evidence: its difference from
-    synchronous SGD, or its failures."""
+    synchronous SGD and the claim on it, or its failures."""
     if (tau, damping) in accuracies:
         failed = failed_text(statuses[(tau, damping)])
-        difference = points_text(bootstrap_difference(accuracies[(tau, damping)], accuracies.get((0, "none"), [])))
-        return f"{difference} points" + (f" ({failed})" if failed else "")
+        difference = difference_interval(accuracies[(tau, damping)], accuracies.get((0, "none"), []))
+        return f"{points_text(difference)} points, {judge(difference)}" + (f" ({failed})" if failed else "")
     return f"no run trained ({failed_text(statuses[(tau, damping)])})"
 
 
@@ -109,15 +111,10 @@ def anchor_staleness(results: Path) -> tuple[str, str]:
     synchronous = accuracies.get((0, "none"), [])
     stale = [tau for tau in taus if tau > 0 and (tau, "none") in statuses]
 
-    def worse(tau: int) -> bool:
-        if (tau, "none") not in accuracies:
-            return True  # no undamped run at this staleness trained
-        difference = bootstrap_difference(accuracies[(tau, "none")], synchronous)
-        return difference.high is not None and difference.high < -MATCH_POINTS
-
-    verdict = "reproduced" if stale and worse(max(stale)) else "not reproduced"
+    claims = [judge(difference_interval(accuracies.get((tau, "none"), []), synchronous)) for tau in stale]
     effects = [f"staleness {tau}: {_staleness_effect(accuracies, statuses, tau, 'none')}" for tau in stale]
-    return verdict, "undamped LR against synchronous SGD: " + "; ".join(effects)
+    return (claims_at(claims, [f"at staleness {tau}" for tau in stale]) if stale else "not measured yet",
+            "undamped LR minus synchronous SGD: " + "; ".join(effects))
 
 
 def anchor_staleness_damping(results: Path) -> tuple[str, str]:
@@ -129,8 +126,9 @@ def anchor_staleness_damping(results: Path) -> tuple[str, str]:
     if not linear:
         return ("not reproduced",
                 f"at staleness {largest} the LR divided by tau + 1: {_staleness_effect(accuracies, statuses, largest, 'linear')}")
-    difference = bootstrap_difference(linear, undamped) if undamped else None
-    helps = not undamped or (difference.low is not None and difference.low > 0)
+    # Without an undamped run that trained, damping kept training where none did: a claim on
+    # statuses (run verdicts), not on an interval.
+    helps = not undamped or judge(difference_interval(linear, undamped)) == BETTER
     evidence = (f"at staleness {largest}, against synchronous SGD: LR / (tau + 1) {_staleness_effect(accuracies, statuses, largest, 'linear')}; "
                 f"undamped {_staleness_effect(accuracies, statuses, largest, 'none')}")
     return ("reproduced" if helps else "not reproduced"), evidence

@@ -1,6 +1,7 @@
 """What every section of the results page shares: reading a committed study (its
 ``report.json``, ``protocol.json``, ``compare.json`` and ``summary.csv`` under the results
-folder), a section's opening lines, and how estimates and accuracy cells are written."""
+folder), a section's opening lines, and how estimates, the claims drawn from them
+(``lbtrain.reports.decisions``) and accuracy cells are written."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ from typing import Any
 
 import yaml
 
+from lbtrain.reports.decisions import BEST, DEFAULT_MARGIN, TIED_WITH_THE_BEST, claim, standing
 from lbtrain.reports.report import machine_minutes as folder_minutes
 from lbtrain.reports.statistics import Estimate
 from lbtrain.reports.tables import markdown_table, read_summary
 from lbtrain.results import COMPARE_JSON, EXPERIMENT_FILE, SUMMARY_FILE
 
-# A difference whose interval lies within this many points of 0 counts as "matches".
-MATCH_POINTS = 0.01
+# The margin of every claim on the page (``lbtrain.reports.decisions``): 1 point of accuracy.
+MARGIN = DEFAULT_MARGIN
 # Fewer points than this are shown, never fitted.
 MIN_FIT_POINTS = 4
 # Steps to target "follow" Shallue's curve when the fit's relative rms error is at most this.
@@ -104,29 +106,39 @@ def as_estimate(record: dict[str, Any] | None) -> Estimate | None:
 
 
 def points_text(record: dict[str, Any] | Estimate | None) -> str:
-    """A difference of accuracies in points, ``-1.2 [-2.0, -0.4] (n=3)``."""
+    """A difference of accuracies in points, ``-1.2 [-2.0, -0.4] (n=3 vs 3, df=3.9)``."""
     estimate = record if isinstance(record, Estimate) or record is None else Estimate(**record)
     if estimate is None or estimate.mean is None:
         return "-"
-    if estimate.n == 1 or estimate.low is None:
-        return f"{100 * estimate.mean:+.1f} (n={estimate.n})"
-    return f"{100 * estimate.mean:+.1f} [{100 * estimate.low:+.1f}, {100 * estimate.high:+.1f}] (n={estimate.n})"
+    if estimate.low is None or estimate.high is None:
+        return f"{100 * estimate.mean:+.1f} ({estimate.count_text()})"
+    return f"{100 * estimate.mean:+.1f} [{100 * estimate.low:+.1f}, {100 * estimate.high:+.1f}] ({estimate.count_text()})"
 
 
-def matches(estimate: Estimate) -> bool:
-    """Within ``MATCH_POINTS`` of no difference: the interval reaches above ``-MATCH_POINTS``."""
-    return estimate.mean is not None and (estimate.high if estimate.high is not None else estimate.mean) >= -MATCH_POINTS
+def judge(record: dict[str, Any] | Estimate | None) -> str:
+    """The claim on a difference arm − reference (``lbtrain.reports.decisions.claim`` with the
+    page's ``MARGIN``): ``matches``, ``better``, ``worse`` or ``inconclusive``."""
+    estimate = record if isinstance(record, Estimate) or record is None else Estimate(**record)
+    return claim(estimate, MARGIN)
 
 
-def direction(difference: Estimate) -> str:
-    """``better`` or ``worse`` when the 95% interval of a difference excludes 0, else ``no different``."""
-    if difference.mean is None:
-        return "not measured"
-    if difference.low is not None and difference.low > 0:
-        return "better"
-    if difference.high is not None and difference.high < 0:
-        return "worse"
-    return "no different"
+def claims_at(claims: list[str], places: list[str]) -> str:
+    """One verdict from a claim per place: the claim when they all agree, else each claim with
+    its place (``inconclusive at batch 128; worse at batch 1024``).
+
+    >>> claims_at(["worse", "worse"], ["at 8", "at 64"]), claims_at(["matches", "worse"], ["at 8", "at 64"])
+    ('worse', 'matches at 8; worse at 64')
+    """
+    if len(set(claims)) == 1:
+        return claims[0]
+    return "; ".join(f"{claim} {place}" for claim, place in zip(claims, places))
+
+
+def judged_points(record: dict[str, Any] | Estimate | None) -> str:
+    """``points_text`` and its claim: ``-1.2 [-2.5, -0.4] (n=3 vs 3, df=3.9): inconclusive``; ``-``
+    for no difference."""
+    text = points_text(record)
+    return text if text == "-" else f"{text}: {judge(record)}"
 
 
 def failed_text(counts: dict[str, int]) -> str:
@@ -147,20 +159,25 @@ def accuracy_cell(row: dict[str, Any] | None) -> str:
     failures = _failures(row)
     if not row.get("ok_runs"):
         return f"{failures} (of {row['total']})" if failures else "-"
-    estimate = Estimate(row["test_accuracy"], row["low"], row["high"], row["ok_runs"])
+    estimate = Estimate(row["test_accuracy"], row["low"], row["high"], row["ok_runs"], df=row.get("df"))
     return estimate.describe() + (f"; {failures}" if failures else "")
 
 
-def accuracy_table(report: dict[str, Any]) -> str:
-    """Global batch x recipe of a ``report.json``, each cell ``accuracy_cell``; the best mean of
-    each batch in bold."""
+ACCURACY_TABLE_NOTE = ("Bold: at each batch the highest mean and every recipe tied with it (the Welch interval of its "
+                       "difference from the highest contains 0); a single bold cell is the best, separable from every other.")
+
+
+def accuracy_table(report: dict[str, Any], seeds: dict[tuple[str, int], list[float]]) -> str:
+    """Global batch x recipe of a ``report.json``, each cell ``accuracy_cell``; in bold at each
+    batch the recipes ``best`` or ``tied with the best`` by ``lbtrain.reports.decisions.standing``
+    over their ok seeds (``seeds``: ``seed_accuracies`` of the study), ``ACCURACY_TABLE_NOTE``."""
     rows = report["accuracy"]
     recipes = list(dict.fromkeys(row["recipe"] for row in rows))
     batches = sorted({row["global_batch"] for row in rows})
     table = []
     for batch in batches:
         cells = {row["recipe"]: row for row in rows if row["global_batch"] == batch}
-        ok = [row for row in cells.values() if row.get("ok_runs")]
-        top = max(ok, key=lambda row: row["test_accuracy"])["recipe"] if ok else None
-        table.append([batch, *[(f"**{accuracy_cell(cells.get(r))}**" if r == top else accuracy_cell(cells.get(r))) for r in recipes]])
+        ranks = standing({recipe: seeds.get((recipe, batch), []) for recipe in cells})
+        bold = {recipe for recipe, rank in ranks.items() if rank in (BEST, TIED_WITH_THE_BEST)}
+        table.append([batch, *[(f"**{accuracy_cell(cells.get(r))}**" if r in bold else accuracy_cell(cells.get(r))) for r in recipes]])
     return markdown_table(["global batch", *recipes], table)

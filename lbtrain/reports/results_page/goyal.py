@@ -8,13 +8,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from lbtrain.reports.decisions import BEST, TIED_WITH_THE_BEST, standing
 from lbtrain.reports.results_page.arms import arm_label, no_ok_seed, run_labels
 from lbtrain.reports.results_page.common import (
+    ACCURACY_TABLE_NOTE,
     accuracy_table,
     as_estimate,
-    direction,
+    claims_at,
     figure_lines,
-    matches,
+    judge,
+    judged_points,
     ok_accuracies,
     opening,
     points_text,
@@ -23,7 +26,7 @@ from lbtrain.reports.results_page.common import (
     study_json,
     study_runs,
 )
-from lbtrain.reports.statistics import Estimate, bootstrap_difference, bootstrap_mean
+from lbtrain.reports.statistics import Estimate, difference_interval, mean_interval
 from lbtrain.reports.tables import markdown_table
 from lbtrain.results import FIGURE_ACCURACY_VS_BATCH, PROTOCOL_FILE, REPORT_JSON
 
@@ -66,11 +69,33 @@ def chosen_arms(protocol: dict[str, Any], arms: list[dict[str, Any]]) -> dict[in
     return chosen
 
 
-def what_to_use_rows(protocol: dict[str, Any], arms: list[dict[str, Any]]) -> list[list[Any]]:
-    """Per world size: the chosen arm (``chosen_arms``), its test accuracy and its difference
-    from its recipe's reference at equal epochs, then the same re-run at equal steps where the
-    protocol did (``equal_steps`` of protocol.json)."""
+def validation_standing(runs: list[dict[str, Any]], world_size: int, label: str) -> str:
+    """The chosen arm ``label`` at ``world_size`` against the other arms the protocol chose among
+    (final runs at that world size whose every seed was ok, equal-steps re-runs left out), on
+    mean validation accuracy (``lbtrain.reports.decisions.standing``): ``best`` when separable
+    from every other, else ``tied with the best (k others)``; empty when it is not ranked (no validation accuracy)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in runs:
+        if int(row["world_size"]) == world_size and not str(row["label"]).endswith(" equal steps"):
+            groups.setdefault(row["label"], []).append(row)
+    eligible = {name: [float(r["validation_accuracy"]) for r in rows] for name, rows in groups.items()
+                if all(r["status"] == "ok" and r.get("validation_accuracy") is not None for r in rows)}
+    ranks = standing(eligible)
+    if label not in ranks:
+        return ""
+    if ranks[label] == BEST:
+        return BEST
+    others = sum(1 for name, rank in ranks.items() if rank == TIED_WITH_THE_BEST and name != label)
+    return f"{TIED_WITH_THE_BEST} ({others} other{'s' if others != 1 else ''})"
+
+
+def what_to_use_rows(protocol: dict[str, Any], arms: list[dict[str, Any]], runs: list[dict[str, Any]] | None = None) -> list[list[Any]]:
+    """Per world size: the chosen arm (``chosen_arms``) with its standing on validation
+    (``validation_standing``, when the study's summary rows ``runs`` are given), its test
+    accuracy and its difference from its recipe's reference at equal epochs, then the same re-run
+    at equal steps where the protocol did (``equal_steps`` of protocol.json)."""
     longer = {row["world_size"]: row for row in protocol.get("equal_steps", [])}
+    labels = protocol.get("best_arms", {})
     rows = []
     for size, arm in sorted(chosen_arms(protocol, arms).items()):
         steps = longer.get(size)
@@ -80,17 +105,19 @@ def what_to_use_rows(protocol: dict[str, Any], arms: list[dict[str, Any]]) -> li
             at_steps = ["not run", "-"]
         else:
             at_steps = [f"{as_estimate(steps['equal_steps']).describe()}, {steps['steps']} updates",
-                        points_text(steps["equal_steps_minus_reference"])]
-        rows.append([size, arm["global_batch"], arm["label"], as_estimate(arm["accuracy"]).describe(),
-                     "reference" if arm["minus_reference"] is None else points_text(arm["minus_reference"]), *at_steps])
+                        judged_points(steps["equal_steps_minus_reference"])]
+        rank = "" if runs is None else validation_standing(runs, size, labels[str(size)])
+        name = f"{arm['label']} ({rank})" if rank else arm["label"]
+        rows.append([size, arm["global_batch"], name, as_estimate(arm["accuracy"]).describe(),
+                     "reference" if arm["minus_reference"] is None else judged_points(arm["minus_reference"]), *at_steps])
     return rows
 
 
 def _arm_cell(arm: dict[str, Any] | None, runs: list[dict[str, Any]]) -> str:
-    """An arm's difference from its reference in points, or why it has none."""
+    """An arm's difference from its reference in points with its claim, or why it has none."""
     if arm is None or arm["accuracy"]["mean"] is None:
         return no_ok_seed(arm, runs)
-    return points_text(arm["minus_reference"])
+    return judged_points(arm["minus_reference"])
 
 
 def section_goyal_bn(results: Path) -> list[str]:
@@ -104,15 +131,17 @@ def section_goyal_bn(results: Path) -> list[str]:
         f"The resnet with batch norm on Fashion-MNIST (experiments/goyal_bn.yaml); every recipe tuned with "
         f"{' or '.join(map(str, trials))} trials per study on validation, the best of every arm re-run with "
         f"{max(row['tuned_runs'] for row in protocol['rows'])} seeds and tested. *− reference*: test accuracy minus the same "
-        "recipe tuned at world size 1, in points, with its 95% interval and n (ok seeds). [protocol](goyal_bn/protocol.md)",
+        "recipe tuned at world size 1, in points, with its 95% Welch interval, n (ok seeds of the arm vs the reference) and df, and "
+        "the claim on it. [protocol](goyal_bn/protocol.md)",
         "",
         "**What to use**, per world size: the arm with the highest mean validation accuracy among those whose every seed "
-        "was ok (chosen on validation, never on test), at equal epochs and re-run with the same seeds for world size 1's "
+        "was ok (chosen on validation, never on test; *best* only when the Welch interval of every other arm's difference "
+        "from it excludes 0, else *tied with the best* and how many arms are tied with it), at equal epochs and re-run with the same seeds for world size 1's "
         "number of updates (equal steps, Hoffer et al. 2017's \"train longer\": W times the samples, so W times the "
         "compute of world size 1's run; its tuning is the equal-epoch one):",
         "",
-        markdown_table(["world size", "global batch", "best arm", "equal epochs: test accuracy", "− reference (points)",
-                        "equal steps: test accuracy", "− reference (points)"], what_to_use_rows(protocol, arms)),
+        markdown_table(["world size", "global batch", "chosen arm (on validation)", "equal epochs: test accuracy", "− reference (points)",
+                        "equal steps: test accuracy", "− reference (points)"], what_to_use_rows(protocol, arms, runs)),
         "",
         "References (world size 1): " + "; ".join(f"{row['recipe']} {as_estimate(row['tuned']).describe()}" for row in references) + ".",
         "",
@@ -135,40 +164,55 @@ def section_warmup_ablation(results: Path) -> list[str]:
     reference = ok_accuracies(study_runs(results, "goyal_bn"), "momentum tuned", 1)
     labels = list(dict.fromkeys(row["recipe"] for row in report["accuracy"]))
     sizes = sorted({int(r["world_size"]) for r in runs})
-    table = [[label, *[points_text(bootstrap_difference(ok_accuracies(runs, label, size), reference)) for size in sizes]] for label in labels]
+    table = [[label, *[judged_points(difference_interval(ok_accuracies(runs, label, size), reference)) for size in sizes]]
+             for label in labels]
     largest, baseline = sizes[-1], labels[0]
-    against = [f"{label} {points_text(difference)} ({direction(difference)})" for label in labels[1:]
-               for difference in [bootstrap_difference(ok_accuracies(runs, label, largest), ok_accuracies(runs, baseline, largest))]]
-    return lines + [f"Linear scaling at goyal_bn's tuned base LR; test accuracy [95% interval] (n) per arm and batch, then each "
-                    f"minus goyal_bn's momentum recipe tuned at world size 1 ({bootstrap_mean(reference).describe()}), "
-                    "in points. [report](warmup_ablation/report.md)", "", accuracy_table(report), "",
+    against = [f"{label} {judged_points(difference)}" for label in labels[1:]
+               for difference in [difference_interval(ok_accuracies(runs, label, largest), ok_accuracies(runs, baseline, largest))]]
+    return lines + [f"Linear scaling at goyal_bn's tuned base LR; test accuracy [95% interval] (n, df) per arm and batch, then each "
+                    f"minus goyal_bn's momentum recipe tuned at world size 1 ({mean_interval(reference).describe()}), "
+                    f"in points, with its claim. {ACCURACY_TABLE_NOTE} [report](warmup_ablation/report.md)", "",
+                    accuracy_table(report, seed_accuracies(results, "warmup_ablation")), "",
                     markdown_table(["warmup", *[f"world {size} − reference" for size in sizes]], table), "",
                     f"Against {baseline} at world size {largest}, in points: " + "; ".join(against) + ".", "",
                     *figure_lines(results, "warmup_ablation", FIGURE_ACCURACY_VS_BATCH, "test accuracy against the global batch")]
 
 
 def best_per_batch_sentences(results: Path, study: str, report: dict[str, Any]) -> str:
-    """Per batch beyond the smallest: the best recipe (highest mean) and its difference from the
-    smallest batch's best recipe, with an interval over seeds (``summary.csv``)."""
+    """Per batch: the recipe with the highest mean, named the best only when it is separable
+    from every other recipe there (``lbtrain.reports.decisions.standing``), else with the recipes
+    tied with it; beyond the smallest batch, its difference from the smallest batch's highest
+    with the claim on it (seeds from ``summary.csv``)."""
     rows = [row for row in report["accuracy"] if row.get("ok_runs")]
     batches = sorted({row["global_batch"] for row in rows})
-    best = {batch: max((r for r in rows if r["global_batch"] == batch), key=lambda r: r["test_accuracy"]) for batch in batches}
     seeds = seed_accuracies(results, study)
-    base = best[batches[0]]
-    parts = [f"At batch {batches[0]} the best recipe is {base['recipe']} ({base['test_accuracy']:.3f})"]
+    top = {batch: max((r for r in rows if r["global_batch"] == batch), key=lambda r: r["test_accuracy"]) for batch in batches}
+
+    def leader(batch: int) -> str:
+        ranks = standing({r["recipe"]: seeds.get((r["recipe"], batch), []) for r in rows if r["global_batch"] == batch})
+        recipe = top[batch]["recipe"]
+        if ranks.get(recipe) == BEST:
+            return f"the best recipe is {recipe}"
+        tied = [name for name, rank in ranks.items() if rank == TIED_WITH_THE_BEST and name != recipe]
+        return f"the highest mean is {recipe}'s, tied with the best: {', '.join(tied)}"
+
+    base = top[batches[0]]
+    parts = [f"At batch {batches[0]} {leader(batches[0])} ({base['test_accuracy']:.3f})"]
     for batch in batches[1:]:
-        row = best[batch]
-        difference = bootstrap_difference(seeds.get((row["recipe"], batch), []), seeds.get((base["recipe"], batches[0]), []))
-        parts.append(f"at {batch} {row['recipe']}, {points_text(difference)} points")
-    return "; ".join(parts) + " (best recipe at each batch minus the best at the smallest, 95% interval over seeds)."
+        row = top[batch]
+        difference = difference_interval(seeds.get((row["recipe"], batch), []), seeds.get((base["recipe"], batches[0]), []))
+        parts.append(f"at {batch} {leader(batch)}, {points_text(difference)} points, {judge(difference)}")
+    return "; ".join(parts) + (" (the highest mean at each batch minus the highest at the smallest, in points, Welch's 95% "
+                               "interval over seeds and its claim).")
 
 
 def section_accuracy_study(results: Path, study: str, title: str, note: str) -> list[str]:
     lines, report = opening(results, study, title, REPORT_JSON, f"lbtrain run experiments/{study}.yaml")
     if report is None:
         return lines
-    return lines + [f"{note} Budget: {report['budget']}. Test accuracy, mean over ok seeds [95% interval] (n); runs that "
-                    f"were not ok named. [report]({study}/report.md)", "", accuracy_table(report), "",
+    return lines + [f"{note} Budget: {report['budget']}. Test accuracy, mean over ok seeds [95% interval] (n, df); runs that "
+                    f"were not ok named. {ACCURACY_TABLE_NOTE} [report]({study}/report.md)", "",
+                    accuracy_table(report, seed_accuracies(results, study)), "",
                     best_per_batch_sentences(results, study, report), "",
                     *figure_lines(results, study, FIGURE_ACCURACY_VS_BATCH, "test accuracy against the global batch")]
 
@@ -222,14 +266,9 @@ def anchor_goyal_linear_warmup(results: Path) -> tuple[str, str]:
         return "not measured yet", "goyal_bn is not committed"
     rows = sorted((r for r in protocol["rows"] if r["recipe"] == "momentum+warmup" and r["rule_name"] == "linear"),
                   key=lambda r: r["world_size"])
-    held = [r for r in rows if matches(as_estimate(r["rule_minus_reference"]))]
     evidence = "; ".join(f"batch {r['global_batch']}: {points_text(r['rule_minus_reference'])} points" for r in rows)
-    if len(held) == len(rows):
-        return "reproduced", f"linear + gradual warmup (tuned at batch 16) against the small batch: {evidence}"
-    if held and held == rows[:len(held)]:
-        return (f"reproduced up to batch {held[-1]['global_batch']}",
-                f"linear + gradual warmup against the small batch: {evidence}")
-    return "not reproduced", f"linear + gradual warmup against the small batch: {evidence}"
+    return (claims_at([judge(r["rule_minus_reference"]) for r in rows], [f"at batch {r['global_batch']}" for r in rows]),
+            f"linear + gradual warmup (tuned at the smallest batch) minus the small batch: {evidence}")
 
 
 def anchor_goyal_no_warmup(results: Path) -> tuple[str, str]:
@@ -237,12 +276,10 @@ def anchor_goyal_no_warmup(results: Path) -> tuple[str, str]:
     if protocol is None:
         return "not measured yet", "goyal_bn is not committed"
     runs, largest = study_runs(results, "goyal_bn"), max(r["world_size"] for r in protocol["rows"])
-    difference = bootstrap_difference(ok_accuracies(runs, "momentum linear rule", largest),
-                                      ok_accuracies(runs, "momentum+warmup linear rule", largest))
+    difference = difference_interval(ok_accuracies(runs, "momentum linear rule", largest),
+                                     ok_accuracies(runs, "momentum+warmup linear rule", largest))
     batch = next(r["global_batch"] for r in protocol["rows"] if r["world_size"] == largest)
-    verdict = ("reproduced" if difference.high is not None and difference.high < 0
-               else "not reproduced" if difference.mean is not None else "not measurable (no ok seeds)")
-    return verdict, f"linear scaling without minus with gradual warmup at batch {batch}: {points_text(difference)} points"
+    return judge(difference), f"linear scaling without minus with gradual warmup at batch {batch}: {points_text(difference)} points"
 
 
 def _largest_rows(results: Path, recipe: str) -> list[dict[str, Any]]:
@@ -259,10 +296,10 @@ def anchor_lars(results: Path) -> tuple[str, str]:
     if not rows:
         return "not measured yet", "goyal_bn is not committed"
     row = rows[0]
-    verdict = "reproduced" if matches(as_estimate(row["rule_minus_reference"])) else "not reproduced"
     effect = (f"{points_text(row['rule_minus_reference'])} points" if row["rule"]["n"]
               else f"no seed of {row['rule_runs']} ended ok")
-    return verdict, f"LARS + warmup carried by the linear rule to batch {row['global_batch']}: {effect} against LARS tuned at world size 1"
+    return (judge(row["rule_minus_reference"]),
+            f"LARS + warmup carried by the linear rule to batch {row['global_batch']} minus LARS tuned at world size 1: {effect}")
 
 
 def anchor_nado(results: Path) -> tuple[str, str]:
@@ -271,7 +308,7 @@ def anchor_nado(results: Path) -> tuple[str, str]:
         return "not measured yet", "goyal_bn is not committed"
     runs, size, batch = study_runs(results, "goyal_bn"), nesterov[0]["world_size"], nesterov[0]["global_batch"]
     tuned = ok_accuracies(runs, "nesterov+warmup tuned", size)
-    differences = {name: bootstrap_difference(tuned, ok_accuracies(runs, f"{name} tuned", size)) for name in ("lars+warmup", "lamb+warmup")}
-    verdict = "reproduced" if all(matches(d) for d in differences.values()) else "not reproduced"
+    differences = {name: difference_interval(tuned, ok_accuracies(runs, f"{name} tuned", size)) for name in ("lars+warmup", "lamb+warmup")}
+    verdict = claims_at([judge(d) for d in differences.values()], [f"against {name.split('+')[0].upper()}" for name in differences])
     return verdict, f"tuned Nesterov momentum minus tuned LARS / LAMB at batch {batch} (5 trials each): " + ", ".join(
         f"{name.split('+')[0].upper()} {points_text(d)} points" for name, d in differences.items())

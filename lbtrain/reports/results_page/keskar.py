@@ -7,29 +7,30 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from lbtrain.reports.decisions import BETTER, MATCHES, WORSE
 from lbtrain.reports.results_page.common import (
     accuracy_cell,
     as_estimate,
+    claims_at,
     figure_lines,
-    matches,
+    judge,
     opening,
     points_text,
     seed_accuracies,
     study_json,
     study_runs,
 )
-from lbtrain.reports.statistics import Estimate, bootstrap_difference
+from lbtrain.reports.statistics import Estimate, difference_interval
 from lbtrain.reports.tables import markdown_table
 from lbtrain.results import FIGURE_SHARPNESS_VS_BATCH, PROTOCOL_FILE, REPORT_JSON
 
 
 def keskar_v2_differences(results: Path) -> dict[str, Estimate]:
-    """keskar_v2: each large-batch arm's test accuracy minus the small batch's (seeds resampled
-    per arm)."""
+    """keskar_v2: each large-batch arm's test accuracy minus the small batch's (Welch intervals)."""
     runs = study_runs(results, "keskar_v2")
     small = [float(r["test_accuracy"]) for r in runs if r["label"] == "SB" and r["status"] == "ok"]
     labels = dict.fromkeys(r["label"] for r in runs if r["label"] != "SB")
-    return {label: bootstrap_difference([float(r["test_accuracy"]) for r in runs if r["label"] == label and r["status"] == "ok"], small)
+    return {label: difference_interval([float(r["test_accuracy"]) for r in runs if r["label"] == label and r["status"] == "ok"], small)
             for label in labels}
 
 
@@ -48,25 +49,28 @@ def section_keskar_v2(results: Path) -> list[str]:
 
     def measure(table: dict[str, Any], recipe: str, key: str, digits: int) -> str:
         row = table.get(recipe)
-        return "-" if row is None or row[key] is None else Estimate(row[key], row["low"], row["high"], row["n"]).describe(digits)
+        return "-" if row is None or row[key] is None else Estimate(row[key], row["low"], row["high"], row["n"], df=row.get("df")).describe(digits)
 
     table = [[row["recipe"], row["global_batch"], _mean_of(runs, row["recipe"], "total_steps", 0), _mean_of(runs, row["recipe"], "train_loss", 3),
               as_estimate(row["train_accuracy"]).describe(), accuracy_cell(row), points_text(differences.get(row["recipe"])),
               as_estimate(row["gap_accuracy"]).describe(), measure(sharp, row["recipe"], "sharpness", 1),
               measure(hessian, row["recipe"], "hessian_top_eigenvalue", 2)] for row in report["accuracy"]]
     epochs, steps, loss = (differences.get(label) for label in ("LB equal epochs", "LB equal steps", "LB equal loss"))
-    measured = "; ".join(f"at equal {budget} {points_text(difference)} points" for budget, difference in
+    measured = "; ".join(f"at equal {budget} {points_text(difference)} points, {judge(difference)}" for budget, difference in
                          (("epochs", epochs), ("steps", steps), ("training loss", loss)) if difference is not None)
     if epochs is None or epochs.mean is None:
         verdict = "Without an ok large-batch run at equal epochs there is nothing to explain."
-    elif matches(epochs):
-        verdict = f"The large batch against the small: {measured}. At equal epochs it is already no worse: there is no gap here."
-    elif (steps is not None and matches(steps)) or (loss is not None and matches(loss)):
-        verdict = (f"The large batch against the small: {measured}. Its loss at equal epochs is **under-training**: given the "
-                   "small batch's steps or its training loss it is no worse (within 1 point or better).")
-    else:
-        verdict = (f"The large batch against the small: {measured}. It still tests worse at equal steps and at equal training "
+    elif judge(epochs) in (MATCHES, BETTER):
+        verdict = f"The large batch against the small: {measured}. At equal epochs it already {judge(epochs)}: there is no gap here."
+    elif judge(steps) in (MATCHES, BETTER) or judge(loss) in (MATCHES, BETTER):
+        verdict = (f"The large batch against the small: {measured}. At equal epochs it is {judge(epochs)}; given the small "
+                   "batch's steps or its training loss it matches or is better (the whole interval above −1 point): "
+                   "**under-training**.")
+    elif judge(steps) == WORSE and judge(loss) == WORSE:
+        verdict = (f"The large batch against the small: {measured}. It is still worse at equal steps and at equal training "
                    "loss: a **generalization gap**, not only under-training.")
+    else:
+        verdict = f"The large batch against the small: {measured}. Neither under-training nor a gap: **inconclusive**."
     return lines + ["Small batch 32 against large batch 256 (experiments/keskar_v2.yaml). Final train loss and steps are "
                     "means over ok seeds; *− SB*: test accuracy minus the small batch's, in points. [report](keskar_v2/report.md)", "",
                     markdown_table(["arm", "global batch", "steps", "train loss", "train acc", "test acc", "− SB (points)",
@@ -84,16 +88,16 @@ def section_keskar_gap(results: Path) -> list[str]:
         s = sharp.get(row["recipe"])
         table.append([f"{row['recipe']}", as_estimate(row["train_accuracy"]).describe(), accuracy_cell(row),
                       as_estimate(row["gap_accuracy"]).describe(),
-                      "-" if s is None else Estimate(s["sharpness"], s["low"], s["high"], s["n"]).describe(1)])
+                      "-" if s is None else Estimate(s["sharpness"], s["low"], s["high"], s["n"], df=s.get("df")).describe(1)])
     small, large = report["accuracy"][0], report["accuracy"][-1]
     seeds = seed_accuracies(results, "keskar_gap")
-    difference = bootstrap_difference(seeds.get((large["recipe"], large["global_batch"]), []),
-                                      seeds.get((small["recipe"], small["global_batch"]), []))
+    difference = difference_interval(seeds.get((large["recipe"], large["global_batch"]), []),
+                                     seeds.get((small["recipe"], small["global_batch"]), []))
     ratio = sharp[large["recipe"]]["sharpness"] / sharp[small["recipe"]]["sharpness"] if large["recipe"] in sharp and small["recipe"] in sharp else None
     return lines + [f"Budget: {report['budget']}. [report](keskar_gap/report.md)", "",
                     markdown_table(["", "train acc", "test acc", "train − test", "sharpness (ε = 1e-3)"], table), "",
                     f"The large batch ({large['recipe']}) tests {points_text(difference)} points against the small batch "
-                    f"({small['recipe']})" + ("" if ratio is None else f" and sits in a minimum {ratio:.1f}x as sharp (means)")
+                    f"({small['recipe']}), {judge(difference)}," + ("" if ratio is None else f" and sits in a minimum {ratio:.1f}x as sharp (means)")
                     + f"; its train − test gap is {large['gap_accuracy']['mean']:.3f} against {small['gap_accuracy']['mean']:.3f}.", "",
                     *figure_lines(results, "keskar_gap", FIGURE_SHARPNESS_VS_BATCH, "sharpness against the global batch")]
 
@@ -101,19 +105,21 @@ def section_keskar_gap(results: Path) -> list[str]:
 def _keskar_judgement(small: dict[str, Any], large: dict[str, Any], sharp: dict[str, dict[str, Any]],
                       difference: Estimate) -> tuple[str, str]:
     """Keskar et al.'s claim judged on one small and one large batch (``report.json`` accuracy
-    rows) at equal epochs: sharper (the large batch's sharpness interval above the small
-    batch's) and worse (the test difference's interval below 0)."""
-    sharper = sharp[large["recipe"]]["low"] > sharp[small["recipe"]]["high"]
-    worse = difference.high is not None and difference.high < 0
-    smaller_gap = large["gap_accuracy"]["high"] < small["gap_accuracy"]["low"]
-    evidence = (f"batch {large['global_batch']} against {small['global_batch']}: test {points_text(difference)} points, sharpness "
-                f"{sharp[large['recipe']]['sharpness']:.0f} against {sharp[small['recipe']]['sharpness']:.0f}")
-    if sharper and worse and smaller_gap:
-        return ("reproduced with a caveat", evidence + f"; but the large batch's train − test gap is smaller "
-                f"({large['gap_accuracy']['mean']:.3f} against {small['gap_accuracy']['mean']:.3f}): it under-trains in the same epochs")
-    if worse and not sharper:
-        return "not reproduced (worse, not sharper)", evidence
-    return ("reproduced" if sharper and worse else "not reproduced"), evidence
+    rows) at equal epochs: the claim on the test difference large − small
+    (``lbtrain.reports.decisions``), with whether the large batch is sharper (its sharpness
+    interval above the small batch's) and whether its train − test gap is smaller as evidence."""
+    def separated(upper: dict[str, Any], lower: dict[str, Any]) -> bool:
+        return None not in (upper["low"], lower["high"]) and upper["low"] > lower["high"]
+
+    sharper = separated(sharp[large["recipe"]], sharp[small["recipe"]])
+    smaller_gap = separated(small["gap_accuracy"], large["gap_accuracy"])
+    evidence = (f"batch {large['global_batch']} minus {small['global_batch']}: test {points_text(difference)} points, sharpness "
+                f"{sharp[large['recipe']]['sharpness']:.0f} against {sharp[small['recipe']]['sharpness']:.0f} "
+                f"({'sharper' if sharper else 'not sharper: the intervals overlap or lie the other way'})")
+    if smaller_gap:
+        evidence += (f"; the large batch's train − test gap is smaller ({large['gap_accuracy']['mean']:.3f} against "
+                     f"{small['gap_accuracy']['mean']:.3f}): it under-trains in the same epochs")
+    return judge(difference), evidence
 
 
 def anchor_keskar(results: Path) -> tuple[str, str]:
@@ -130,15 +136,15 @@ def anchor_keskar(results: Path) -> tuple[str, str]:
     if v1 is not None:
         small, large = v1["accuracy"][0], v1["accuracy"][-1]
         seeds = seed_accuracies(results, "keskar_gap")
-        difference = bootstrap_difference(seeds.get((large["recipe"], large["global_batch"]), []),
-                                          seeds.get((small["recipe"], small["global_batch"]), []))
+        difference = difference_interval(seeds.get((large["recipe"], large["global_batch"]), []),
+                                         seeds.get((small["recipe"], small["global_batch"]), []))
         judgements.append(("first edition",) + _keskar_judgement(small, large, {row["recipe"]: row for row in v1["sharpness"]},
                                                                   difference))
     if not judgements:
         return "not measured yet", "neither keskar_v2 nor keskar_gap is committed"
     if len(judgements) == 1:
         return judgements[0][1], judgements[0][2]
-    return ("; ".join(f"{verdict} ({edition})" for edition, verdict, _ in judgements),
+    return (claims_at([verdict for _, verdict, _ in judgements], [f"({edition})" for edition, _, _ in judgements]),
             "; ".join(f"{edition}, {evidence}" for edition, _, evidence in judgements))
 
 
@@ -150,17 +156,15 @@ def anchor_hoffer(results: Path) -> tuple[str, str]:
     hoffer, epochs = differences.get("Hoffer"), differences.get("LB equal epochs")
     if hoffer is None or epochs is None:
         return "not measurable", "keskar_v2 lacks an ok Hoffer or equal-epochs arm"
-    verdict = "reproduced" if matches(hoffer) and not matches(epochs) else (
-        "no gap to close" if matches(epochs) else "not reproduced")
-    evidence = (f"keskar_v2, batch 256 against 32: large batch at equal epochs {points_text(epochs)} points, with ghost batch norm "
-                f"and equal steps {points_text(hoffer)} points")
+    claims, places = [judge(hoffer)], ["(keskar_v2)"]
+    evidence = (f"keskar_v2, batch 256 minus 32: large batch at equal epochs {points_text(epochs)} points ({judge(epochs)}), with "
+                f"ghost batch norm and equal steps {points_text(hoffer)} points ({judge(hoffer)})")
     longer = sorted((study_json(results, "goyal_bn", PROTOCOL_FILE) or {}).get("equal_steps", []), key=lambda row: row["world_size"])
+    claims += [judge(row["equal_steps_minus_reference"]) for row in longer]
+    places += [f"(goyal_bn, batch {row['global_batch']})" for row in longer]
     if not longer:
-        return verdict, evidence
-    held = [row for row in longer if matches(as_estimate(row["equal_steps_minus_reference"]))]
-    if verdict == "reproduced" and len(held) < len(longer):
-        verdict = (f"reproduced up to {held[-1]['world_size']}x the small batch" if held and held == longer[:len(held)]
-                   else "reproduced with a caveat")
-    return verdict, evidence + "; goyal_bn's best arm (ghost batch norm) for world size 1's updates against its recipe at batch 16: " + "; ".join(
+        return claims_at(claims, places), evidence
+    return claims_at(claims, places), evidence + ("; goyal_bn's best arm (ghost batch norm) for world size 1's updates minus its "
+                                                  "recipe at batch 16: ") + "; ".join(
         f"batch {row['global_batch']}: {points_text(row['equal_steps_minus_reference'])} points "
         f"({points_text(row['gain_of_steps'])} over equal epochs)" for row in longer)

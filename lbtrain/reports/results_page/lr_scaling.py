@@ -7,11 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from lbtrain.reports.decisions import INCONCLUSIVE, MATCHES
 from lbtrain.reports.results_page.arms import no_ok_seed, run_labels
 from lbtrain.reports.results_page.common import (
     MIN_FIT_POINTS,
     as_estimate,
     figure_lines,
+    judged_points,
     opening,
     points_text,
     study_json,
@@ -33,7 +35,8 @@ def section_adam_scaling(results: Path) -> list[str]:
         return no_ok_seed({"run_labels": run_labels(row, "rule"), "world_size": row["world_size"]}, runs)
 
     table = [[row["world_size"], row["global_batch"], row["rule_name"], rule_cell(row),
-              points_text(row["rule_minus_reference"]), as_estimate(row["tuned"]).describe(), points_text(row["cost_of_rule"])]
+              judged_points(row["rule_minus_reference"]) if row["rule_minus_reference"] else "-", as_estimate(row["tuned"]).describe(),
+              points_text(row["cost_of_rule"])]
              for row in protocol["rows"]]
     tuned = markdown_table(["global batch", "ok trials", "tuned LR (geometric mean of the top 3)"],
                            [[b["global_batch"], b["ok_trials"], "-" if b["learning_rate"] is None else f"{b['learning_rate']:.3g}"]
@@ -52,18 +55,18 @@ def anchor_malladi(results: Path) -> tuple[str, str]:
         return "not measured yet", "adam_scaling is not committed"
     fit = protocol["lr_fits"]["adam"]
     if fit["alpha"] is None:
-        return "not measurable", f"Adam's tuned LR: {fit['note']}"
+        return INCONCLUSIVE, f"Adam's tuned LR: {fit['note']}"
     low, high = fit["alpha_95_low"], fit["alpha_95_high"]
     interval = "" if low is None else f" (95% interval {low:.2f} to {high:.2f})"
-    if low is None:
-        verdict = "not measurable"
-    elif low <= 0.5 <= high and not low <= 1 <= high:
-        verdict = "reproduced"
+    # The sqrt rule's exponent 0.5 inside the interval and the linear rule's 1 outside: matches;
+    # both inside (or no interval): inconclusive.
+    if low is None or low <= 1 <= high and low <= 0.5 <= high:
+        verdict = INCONCLUSIVE
     elif low <= 0.5 <= high:
-        verdict = "reproduced with a caveat"
+        verdict = MATCHES
     else:
         verdict = "not reproduced"
-    caveat = " (the interval also holds the linear rule's 1)" if verdict == "reproduced with a caveat" else ""
+    caveat = " (the interval also holds the linear rule's 1)" if low is not None and low <= 0.5 <= high and low <= 1 <= high else ""
     return verdict, f"Adam's tuned LR grows as batch^{fit['alpha']:.2f}{interval} over {fit['points']} batch sizes{caveat}"
 
 

@@ -46,9 +46,11 @@ INTRODUCTION = [
     "",
     "Rendered by `python scripts/render_results_readme.py --write` from each study's committed `report.json`, "
     "`protocol.json` and `summary.csv` (a test keeps this page equal to what it renders): no number here is typed by "
-    "hand. Simulated worlds on 2 CPU cores, real Fashion-MNIST (MNIST-1D where said). Intervals are 95% bootstrap "
-    "intervals over seeds; n counts the seeds whose run was judged ok, and runs that diverged or collapsed are named, "
-    "never averaged in. Second-edition studies (tuned with equal budgets, decay clocked from step 0, precise batch-norm "
+    "hand. Simulated worlds on 2 CPU cores, real Fashion-MNIST (MNIST-1D where said). Intervals are 95% Student-t "
+    "intervals over seeds for a mean (df = n − 1) and Welch's intervals for a difference of two means (n of each arm, "
+    "Welch–Satterthwaite df); n counts the seeds whose run was judged ok, and runs that diverged or collapsed are named, "
+    "never averaged in. Claims follow one decision rule with a margin of 1 point (the first section says it), and a best "
+    "is named only when it is separable from every other arm; otherwise the arms are *tied with the best*. Second-edition studies (tuned with equal budgets, decay clocked from step 0, precise batch-norm "
     "statistics) come first; the first edition follows.",
     "",
 ]
