@@ -1,15 +1,23 @@
 """Which Keras lbtrain runs on, and the few places where the two Keras lines differ.
 
 lbtrain supports TensorFlow 2.15 to 2.21. TensorFlow 2.15's ``tf.keras`` is Keras 2.15; from
-TensorFlow 2.16 on it is Keras 3 (here only with the TensorFlow backend, since lbtrain's update
-formulas and layers are TensorFlow ops). Everything else in lbtrain writes ``tf.keras`` and goes
+TensorFlow 2.16 on it is Keras 3. Everything else in lbtrain writes ``tf.keras`` and goes
 through this module where the lines differ, so this is the only module that asks which Keras is
-present (``KERAS_3``):
+present (``KERAS_3``) and on which backend (``BACKEND``):
 
+- the backend: LARS and LAMB (``lbtrain.optimizers``) run on every Keras 3 backend (TensorFlow,
+  JAX, PyTorch), since their formulas are written in ``ops``; the rest of lbtrain (the trainer,
+  the worlds and Horovod, the callbacks, the layers, the measures) is TensorFlow code, and the
+  names it imports from here (``TENSORFLOW_ONLY``) refuse any other backend with a one-line
+  ImportError;
+- ``ops``, the operations the update formulas are written in, once for both lines:
+  ``keras.ops`` on Keras 3 (any backend), the same functions in TensorFlow on tf.keras 2;
 - optimizers: ``Optimizer`` gives LARS and LAMB one interface over both base classes
-  (``build_slots``, ``apply_update(gradient, variable, learning_rate)``, ``slot_index``); Keras 3
-  takes ``learning_rate`` in the base ``__init__`` and passes it to ``update_step``, Keras 2
-  reads it from ``self.learning_rate`` and keeps slot indices in ``_index_dict``;
+  (``build_slots``, ``apply_update(gradient, variable, learning_rate)``, ``slot_index``, and
+  ``assign``/``assign_add``/``assign_sub``, through which every variable is updated, as Keras 3
+  requires for JAX's stateless training); Keras 3 takes ``learning_rate`` in the base
+  ``__init__`` and passes it to ``update_step``, Keras 2 reads it from ``self.learning_rate``
+  and keeps slot indices in ``_index_dict``;
 - the names that exclusion regexes match (``variable_name``): the layer and the weight,
   ``dense_0/kernel`` on both, from Keras 3's ``path`` (``beta_vae/dense_0/kernel`` in a
   Sequential named ``beta_vae``; ``variable.name`` is only ``kernel``) and Keras 2's ``name``
@@ -61,9 +69,41 @@ if TENSORFLOW_RELEASE > SUPPORTED_TENSORFLOW[1]:
 KERAS_VERSION = _keras_version()
 KERAS_3 = _release(KERAS_VERSION) >= (3, 0)
 
-if KERAS_3 and tf.keras.backend.backend() != "tensorflow":
-    raise ImportError(f"lbtrain runs Keras 3 on the TensorFlow backend, but KERAS_BACKEND is "
-                      f"{tf.keras.backend.backend()!r}: unset it or set it to 'tensorflow'")
+# Keras 3's backend (KERAS_BACKEND); tf.keras 2 has only TensorFlow.
+BACKEND = tf.keras.backend.backend() if KERAS_3 else "tensorflow"
+BACKEND_ERROR = (f"lbtrain runs Keras 3 on the TensorFlow backend, but KERAS_BACKEND is {BACKEND!r}: unset it or set it to "
+                 f"'tensorflow' (only lbtrain.optimizers' LARS and LAMB run on every backend)")
+
+
+class _Ops:
+    """The operations LARS's and LAMB's formulas are written in, each the same function on both
+    Keras lines: ``keras.ops``'s on Keras 3 (whatever the backend), TensorFlow's on tf.keras 2
+    (``tf.pow`` for ``power``), so a formula is written once and tf.keras 2 runs the TensorFlow
+    ops it always ran. Two are lbtrain's own, for what the two differ in: ``norm`` is the
+    Euclidean norm of all of a tensor's elements, in its dtype (``tf.norm``'s default on
+    tf.keras 2; ``keras.ops.norm`` takes only vectors and matrices, and on JAX returns float32
+    for float64), ``dense`` a gradient as a dense tensor (TensorFlow hands an embedding's as
+    ``tf.IndexedSlices``, which ``keras.ops`` leaves as they are)."""
+
+    NAMES = ("cast", "convert_to_tensor", "logical_and", "ones_like", "power", "sqrt", "square", "where")
+
+    def __init__(self, module, **renamed):
+        self._module = module
+        for name in self.NAMES:
+            setattr(self, name, getattr(module, renamed.get(name, name)))
+
+    def norm(self, tensor):
+        if KERAS_3:
+            return self.sqrt(self._module.sum(self.square(tensor)))
+        return tf.norm(tensor)
+
+    def dense(self, gradient):
+        if isinstance(gradient, tf.IndexedSlices):
+            return tf.convert_to_tensor(gradient)
+        return self.convert_to_tensor(gradient)
+
+
+ops = _Ops(tf.keras.ops) if KERAS_3 else _Ops(tf, power="pow")
 
 # What the base optimizer's ``__init__`` takes besides ``learning_rate`` and ``weight_decay``
 # (which LARS and LAMB take themselves). Keras 2 also writes ``is_legacy_optimizer`` into every
@@ -204,9 +244,10 @@ class Optimizer(tf.keras.optimizers.Optimizer):
 
     A subclass implements ``build_slots(var_list)`` (its slot variables, made with
     ``add_variable_from_reference(variable, name)``) and ``apply_update(gradient, variable,
-    learning_rate)`` (its formula, in TensorFlow ops, finding a variable's slots at
-    ``slot_index(variable)``), and extends ``get_config``. Its ``__init__`` passes the learning
-    rate and the base optimizer's keyword arguments here.
+    learning_rate)`` (its formula, in ``ops``, finding a variable's slots at
+    ``slot_index(variable)`` and updating every variable through ``self.assign``,
+    ``self.assign_add`` or ``self.assign_sub``), and extends ``get_config``. Its ``__init__``
+    passes the learning rate and the base optimizer's keyword arguments here.
     """
 
     def __init__(self, learning_rate, name: str, **kwargs):
@@ -278,11 +319,39 @@ class Optimizer(tf.keras.optimizers.Optimizer):
             """The index of ``variable`` in the list ``build_slots`` was given."""
             return self._index_dict[self._var_key(variable)]
 
+        # Keras 3's names for updating a variable (there, what a backend's stateless training
+        # sees); tf.keras 2 updates the variable itself.
+        def assign(self, variable, value) -> None:
+            variable.assign(value)
+
+        def assign_add(self, variable, value) -> None:
+            variable.assign_add(value)
+
+        def assign_sub(self, variable, value) -> None:
+            variable.assign_sub(value)
+
     def get_config(self) -> dict:
         config = super().get_config()
         if not KERAS_3:  # Keras 3's base config has the learning rate already
             config["learning_rate"] = self._serialize_hyperparameter(self._learning_rate)
         return config
+
+
+# What only the TensorFlow backend runs: on another Keras 3 backend these names are withdrawn,
+# so the modules that import them (the trainer, the worlds, Horovod's launcher, the callbacks,
+# the layers, the measures) fail to import with ``BACKEND_ERROR``, one line, as they always did.
+TENSORFLOW_ONLY = ("HOROVOD_INSTALL", "applied_learning_rate", "default_training", "horovod_problem", "optimizer_step",
+                   "set_learning_rate", "tensorflow_variables")
+if BACKEND != "tensorflow":
+    for _name in TENSORFLOW_ONLY:
+        del globals()[_name]
+    del _name
+
+
+def __getattr__(name: str) -> Any:
+    if name in TENSORFLOW_ONLY:
+        raise ImportError(BACKEND_ERROR)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # Imported first, this module's ``import tensorflow`` set off lbtrain's registration, which

@@ -17,16 +17,32 @@ and ``hvd.DistributedOptimizer`` wraps an optimizer in an unregistered subclass 
 name, so a saved model names the optimizer ``LARS``, not ``lbtrain>LARS``. A bare name is
 looked up before Keras's own modules, so it must not be the name of a Keras class
 (``keras.initializers.Constant`` is why the constant schedule is ``ConstantLearningRate``).
+
+Registering never makes ``import tensorflow`` (or ``import keras``) raise, whatever Keras 3's
+backend (``KERAS_BACKEND``):
+
+- on another backend than TensorFlow (``jax``, ``torch``), the registering modules that refuse
+  it (``TENSORFLOW_BACKEND_ONLY``: ghost batch norm's) are not imported: the schedules, LARS and
+  LAMB are registered, and ``import lbtrain.layers`` (like the trainer, the worlds, ...) gives
+  the one-line error of ``lbtrain._keras`` when the user imports it;
+- when Keras itself cannot load (``KERAS_BACKEND=jax`` without JAX installed: ``import keras``
+  fails in Keras, ``import tensorflow`` alone works), nothing is registered, since lbtrain's
+  classes subclass Keras's: ``import lbtrain; import tensorflow`` works as ``import tensorflow``
+  does, and ``import keras`` or anything of lbtrain's that needs Keras raises Keras's own error.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.abc
+import os
 import sys
 from typing import Callable, TypeVar
 
 REGISTERING_MODULES = ("lbtrain.schedules", "lbtrain.optimizers", "lbtrain.layers")
+# Those of them that refuse another Keras 3 backend than TensorFlow (``lbtrain._keras.BACKEND_ERROR``):
+# not imported there, so their classes are registered on the TensorFlow backend only.
+TENSORFLOW_BACKEND_ONLY = ("lbtrain.layers",)
 
 # Every class registered by ``keras_serializable``, by bare name.
 KERAS_CLASSES: dict[str, type] = {}
@@ -56,9 +72,28 @@ def register_keras_objects(keras_module_loaded: bool = False) -> None:
     keras_module = sys.modules.get("lbtrain._keras")
     if not keras_module_loaded and keras_module is not None and getattr(keras_module.__spec__, "_initializing", False):
         return
+    if not keras_module_loaded and keras_module is None and not _keras_loads():
+        return
+    # Imported here, ``lbtrain._keras`` registers everything itself (``keras_module_loaded``).
+    backend = importlib.import_module("lbtrain._keras").BACKEND
     for name in REGISTERING_MODULES:
-        if name not in sys.modules:
+        if name not in sys.modules and (backend == "tensorflow" or name not in TENSORFLOW_BACKEND_ONLY):
             importlib.import_module(name)
+
+
+def _keras_loads() -> bool:
+    """Whether the Keras behind ``tf.keras`` (which lbtrain's classes subclass) loads: ``keras``,
+    or ``tf_keras`` under TensorFlow's ``TF_USE_LEGACY_KERAS``. It does not when Keras 3's backend
+    is not installed (``KERAS_BACKEND=jax`` without JAX): then Keras's own error is left to the
+    user's ``import keras`` or ``tf.keras``, and ``import tensorflow`` works as it does without
+    lbtrain. The module is imported, not ``tf.keras`` read: TensorFlow's lazy ``tf.keras`` fails
+    once with ImportError, then recurses without end on the next read."""
+    legacy = os.environ.get("TF_USE_LEGACY_KERAS") in ("true", "True", "1")
+    try:
+        importlib.import_module("tf_keras" if legacy else "keras")
+    except ImportError:
+        return False
+    return True
 
 
 # Keras loads TensorFlow while it is itself loading (and TensorFlow 2.16+ loads tf_keras): the

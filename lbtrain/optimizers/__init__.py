@@ -1,4 +1,4 @@
-"""Large-batch optimizers as ordinary Keras optimizers (tf.keras 2.15 and Keras 3): ``from lbtrain.optimizers import LARS``."""
+"""Large-batch optimizers as ordinary Keras optimizers (tf.keras 2.15, and Keras 3 on any backend): ``from lbtrain.optimizers import LARS``."""
 
 from lbtrain.optimizers._layerwise import DEFAULT_EXCLUDE, trust_ratio
 from lbtrain.optimizers.lamb import LAMB

@@ -7,10 +7,9 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable
+from typing import Any
 
-import tensorflow as tf
-
-from lbtrain._keras import KERAS_3, OTHER_LINE_CONFIG, Optimizer, learning_rate_config_for_this_line, variable_name
+from lbtrain._keras import KERAS_3, OTHER_LINE_CONFIG, Optimizer, learning_rate_config_for_this_line, ops, variable_name
 from lbtrain.optimizers._arguments import accepted_arguments, check_arguments, check_learning_rate, check_number
 
 DEFAULT_EXCLUDE = (r"bias", r"batch_norm", r"gamma", r"beta")
@@ -18,12 +17,13 @@ DEFAULT_EXCLUDE = (r"bias", r"batch_norm", r"gamma", r"beta")
 logger = logging.getLogger(__name__)
 
 
-def trust_ratio(weight_norm: tf.Tensor, denominator: tf.Tensor, eta: float = 1.0) -> tf.Tensor:
+def trust_ratio(weight_norm: Any, denominator: Any, eta: float = 1.0) -> Any:
     """``eta * ||w|| / denominator``, and 1 where ``||w||`` or the denominator is 0
-    (a freshly zeroed layer or a layer with no gradient keeps the global learning rate)."""
-    usable = tf.logical_and(weight_norm > 0, denominator > 0)
-    safe_denominator = tf.where(usable, denominator, tf.ones_like(denominator))
-    return tf.where(usable, eta * weight_norm / safe_denominator, tf.ones_like(weight_norm))
+    (a freshly zeroed layer or a layer with no gradient keeps the global learning rate).
+    Tensors of any Keras 3 backend (``lbtrain._keras.ops``), or TensorFlow's on tf.keras 2."""
+    usable = ops.logical_and(weight_norm > 0, denominator > 0)
+    safe_denominator = ops.where(usable, denominator, ops.ones_like(denominator))
+    return ops.where(usable, eta * weight_norm / safe_denominator, ops.ones_like(weight_norm))
 
 
 def _matches(name: str, patterns: list[str]) -> bool:

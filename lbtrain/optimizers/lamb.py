@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-import tensorflow as tf
-
+from lbtrain._keras import ops
 from lbtrain._registration import keras_serializable
 from lbtrain.optimizers._arguments import check_number
 from lbtrain.optimizers._layerwise import DEFAULT_EXCLUDE, LayerwiseAdaptiveOptimizer, trust_ratio
@@ -63,23 +62,23 @@ class LAMB(LayerwiseAdaptiveOptimizer):
 
     def apply_update(self, gradient, variable, learning_rate) -> None:
         dtype = variable.dtype
-        lr = tf.cast(learning_rate, dtype)
-        step = tf.cast(self.iterations + 1, dtype)
+        lr = ops.cast(learning_rate, dtype)
+        step = ops.cast(self.iterations + 1, dtype)
         index = self.slot_index(variable)
         first, second = self._first_moments[index], self._second_moments[index]
-        gradient = tf.cast(tf.convert_to_tensor(gradient), dtype)
+        gradient = ops.cast(ops.dense(gradient), dtype)
 
-        first.assign(self.beta_1 * first + (1 - self.beta_1) * gradient)
-        second.assign(self.beta_2 * second + (1 - self.beta_2) * tf.square(gradient))
-        first_hat = first / (1 - tf.pow(tf.constant(self.beta_1, dtype), step))
-        second_hat = second / (1 - tf.pow(tf.constant(self.beta_2, dtype), step))
-        update = first_hat / (tf.sqrt(second_hat) + self.epsilon)
+        self.assign(first, self.beta_1 * first + (1 - self.beta_1) * gradient)
+        self.assign(second, self.beta_2 * second + (1 - self.beta_2) * ops.square(gradient))
+        first_hat = first / (1 - ops.power(ops.convert_to_tensor(self.beta_1, dtype), step))
+        second_hat = second / (1 - ops.power(ops.convert_to_tensor(self.beta_2, dtype), step))
+        update = first_hat / (ops.sqrt(second_hat) + self.epsilon)
         if self.decays(variable):
             update += self.weight_decay * variable
         step_size = lr
         if self.adapts(variable):
-            step_size = lr * trust_ratio(tf.norm(variable), tf.norm(update))
-        variable.assign_sub(step_size * update)
+            step_size = lr * trust_ratio(ops.norm(variable), ops.norm(update))
+        self.assign_sub(variable, step_size * update)
 
     def get_config(self) -> dict:
         config = super().get_config()

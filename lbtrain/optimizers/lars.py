@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-import tensorflow as tf
-
+from lbtrain._keras import ops
 from lbtrain._registration import keras_serializable
 from lbtrain.optimizers._arguments import check_number
 from lbtrain.optimizers._layerwise import DEFAULT_EXCLUDE, LayerwiseAdaptiveOptimizer, trust_ratio
@@ -109,10 +108,10 @@ class LARS(LayerwiseAdaptiveOptimizer):
 
     def apply_update(self, gradient, variable, learning_rate) -> None:
         dtype = variable.dtype
-        lr = tf.cast(learning_rate, dtype)
-        momentum = tf.constant(self.momentum, dtype)
+        lr = ops.cast(learning_rate, dtype)
+        momentum = ops.convert_to_tensor(self.momentum, dtype)
         velocity = self.momentums[self.slot_index(variable)]
-        gradient = tf.cast(tf.convert_to_tensor(gradient), dtype)
+        gradient = ops.cast(ops.dense(gradient), dtype)
         weight_decay = self.weight_decay if self.decays(variable) else 0.0
         decayed = gradient + weight_decay * variable if weight_decay else gradient
         adapts = self.adapts(variable)
@@ -120,22 +119,22 @@ class LARS(LayerwiseAdaptiveOptimizer):
         if self.classic_momentum:
             step_size = lr
             if adapts:
-                weight_norm = tf.norm(variable)
+                weight_norm = ops.norm(variable)
                 if self.trust_ratio_denominator == "paper":
-                    gradient_norm = tf.norm(gradient) + weight_decay * weight_norm
+                    gradient_norm = ops.norm(gradient) + weight_decay * weight_norm
                 else:
-                    gradient_norm = tf.norm(decayed)
+                    gradient_norm = ops.norm(decayed)
                 step_size = lr * trust_ratio(weight_norm, gradient_norm + self.epsilon, self.eta)
-            velocity.assign(momentum * velocity + step_size * decayed)
+            self.assign(velocity, momentum * velocity + step_size * decayed)
             update = momentum * velocity + step_size * decayed if self.nesterov else velocity
-            variable.assign_sub(update)
+            self.assign_sub(variable, update)
         else:
-            velocity.assign(momentum * velocity + decayed)
+            self.assign(velocity, momentum * velocity + decayed)
             update = momentum * velocity + decayed if self.nesterov else velocity
             step_size = lr
             if adapts:
-                step_size = lr * trust_ratio(tf.norm(variable), tf.norm(update) + self.epsilon, self.eta)
-            variable.assign_sub(step_size * update)
+                step_size = lr * trust_ratio(ops.norm(variable), ops.norm(update) + self.epsilon, self.eta)
+            self.assign_sub(variable, step_size * update)
 
     def get_config(self) -> dict:
         config = super().get_config()

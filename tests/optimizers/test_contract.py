@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import run_horovod
-from lbtrain._keras import KERAS_3
+from lbtrain._keras import KERAS_3, tensorflow_variables
 from lbtrain.models import build_model
 from lbtrain.optimizers import LAMB, LARS, OPTIMIZERS, build_optimizer
 from lbtrain.schedules import Warmup
@@ -86,6 +86,30 @@ def test_default_layer_adaptation_mask_follows_weight_decay_mask_through_config(
     optimizer = LARS(exclude_from_weight_decay=[r"logits"])
     assert optimizer.exclude_from_layer_adaptation_names == [r"logits"]
     assert LARS.from_config(optimizer.get_config()).exclude_from_layer_adaptation_names == [r"logits"]
+
+
+@pytest.mark.parametrize("cls", [LARS, LAMB])
+def test_an_embeddings_sparse_gradient_updates_as_its_dense_gradient(cls):
+    """TensorFlow hands an embedding's gradient as ``tf.IndexedSlices`` (``keras.ops`` keeps them
+    sparse on Keras 3): the update is the one of the same gradient dense."""
+    embeddings = {sparse: tf.keras.layers.Embedding(6, 3, name="embedding") for sparse in (True, False)}
+    tf.keras.utils.set_random_seed(0)
+    for layer in embeddings.values():
+        layer.build((None,))
+    embeddings[False].set_weights(embeddings[True].get_weights())
+    start = embeddings[True].get_weights()[0]
+    for sparse, layer in embeddings.items():
+        optimizer = cls(0.1, weight_decay=0.01)
+        for step in range(2):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(tf.square(layer(tf.constant([0, 2, 2, 5 - step]))))
+            variables = tensorflow_variables(layer.trainable_variables)
+            (gradient,) = tape.gradient(loss, variables)
+            assert isinstance(gradient, tf.IndexedSlices)
+            optimizer.apply_gradients([(gradient if sparse else tf.convert_to_tensor(gradient), layer.trainable_variables[0])])
+    sparse_weights, dense_weights = (embeddings[sparse].get_weights()[0] for sparse in (True, False))
+    np.testing.assert_array_equal(sparse_weights, dense_weights)
+    assert np.all(sparse_weights != start)  # rows without a gradient decay too
 
 
 # ---------------------------------------------------------------- a config from the other Keras line
