@@ -1,5 +1,17 @@
-"""lbtrain's user error: what the command line reports as one line, exit code 2."""
+"""lbtrain's errors that the command line reports as one line: ``ConfigError`` (bad input, exit
+code 2) and ``WorkersFailed`` (processes it started that ended with their own one-line errors)."""
 
 
 class ConfigError(ValueError):
     """A config that cannot be used; the message is one line naming the field path and what is allowed."""
+
+
+class WorkersFailed(RuntimeError):
+    """Processes started side by side (a parallel sweep's workers) that failed, each having
+    printed its reason as one line; the message gathers the distinct reasons, so a storage that
+    fails under eight workers is one line, not eight. ``exit_code``: 2 when every failed process
+    ended on bad input (exit 2), else 1."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

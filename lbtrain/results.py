@@ -200,7 +200,15 @@ def claim_folder(folder: Path, name: str, config_file: str | None, experiment: d
     owner = _read_owner(owner_path)
     recorded = folder / EXPERIMENT_FILE
     if owner is not None and owner["config_file"] != config_file:
-        previous = yaml.safe_load(recorded.read_text()) if recorded.is_file() else None
+        try:
+            previous = yaml.safe_load(recorded.read_text()) if recorded.is_file() else None
+        except (yaml.YAMLError, UnicodeDecodeError) as error:
+            reason = " ".join(str(error).split())[:100]
+            raise ResultsError(
+                f"{recorded} is damaged ({type(error).__name__}: {reason}), so {config_file} cannot be checked against the "
+                f"experiment {name!r} of {owner['config_file']} that owns the folder: give this one another name or output_dir, "
+                "or rerun that one (which writes the record again)"
+            ) from None
         if previous != experiment:
             raise ResultsError(
                 f"{folder} holds experiment {name!r} from {owner['config_file']}; {config_file} has the same name but "

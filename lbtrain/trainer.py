@@ -57,15 +57,62 @@ class _RunState:
             model=model, optimizer=optimizer, epoch=self.epoch, initial_loss=self.initial_loss, history=self.history_json,
         )
 
-    def restore(self, directory: Path) -> tuple[int, list[dict], float | None]:
+    def restore(self, directory: Path, set_aside: bool = True) -> tuple[int, list[dict], float | None]:
         """Restores the latest checkpoint of ``directory`` if any; returns (epochs done, history,
-        step-0 loss)."""
-        latest = tf.train.latest_checkpoint(str(directory))
+        step-0 loss). A damaged checkpoint (``checkpoint_damage``: a truncated data file, a
+        garbled index) restores nothing: the run starts from scratch, and with ``set_aside`` (the
+        root's call) the folder is moved to ``<directory>.damaged-<n>`` with one warning naming it,
+        so no rerun trips on it again and nothing is deleted."""
+        latest, damage = checkpoint_damage(directory)
+        if damage is not None:
+            if set_aside:
+                moved = _set_aside(directory)
+                logger.warning("%s is damaged (%s): moved it to %s; training the run from scratch", directory, damage, moved)
+            return 0, [], None
         if latest is None:
             return 0, [], None
         self.checkpoint.restore(latest).assert_existing_objects_matched()
         initial_loss = float(self.initial_loss.numpy())
         return int(self.epoch.numpy()), json.loads(self.history_json.numpy().decode()), initial_loss if math.isfinite(initial_loss) else None
+
+
+# TensorFlow's checkpoint index in a checkpoint folder: it names the latest checkpoint's files.
+CHECKPOINT_INDEX = "checkpoint"
+
+
+def checkpoint_damage(directory: Path) -> tuple[str | None, str | None]:
+    """``(latest checkpoint prefix, None)`` when ``directory`` holds a readable checkpoint (or
+    ``(None, None)`` when it holds none), else ``(None, why it cannot be read)``: an index that is
+    not one or names files that are missing, or a data file that does not read in full. Every
+    tensor is read before anything is restored, so a damaged checkpoint never half-restores a model."""
+    index = Path(directory) / CHECKPOINT_INDEX
+    if not index.exists():
+        return None, None
+    quiet, level = tf.get_logger(), tf.get_logger().level
+    quiet.setLevel(logging.ERROR)  # TensorFlow logs an unparsable index as a warning and ignores it
+    try:
+        latest = tf.train.latest_checkpoint(str(directory))
+        if latest is None:
+            return None, f"its index {index.name} names no checkpoint whose files are there"
+        reader = tf.train.load_checkpoint(latest)
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)
+    except (tf.errors.OpError, UnicodeDecodeError, ValueError, IndexError) as error:  # IndexError: a short read
+        message = getattr(error, "message", None) or str(error)
+        lines = [line for line in message.splitlines() if line.strip()] or [""]
+        return None, f"{type(error).__name__}: {lines[0][:200]}"
+    finally:
+        quiet.setLevel(level)
+    return latest, None
+
+
+def _set_aside(directory: Path) -> Path:
+    """Renames ``directory`` to the first free ``<name>.damaged-<n>`` beside it; returns the new path."""
+    number = 1
+    while (target := directory.with_name(f"{directory.name}.damaged-{number}")).exists():
+        number += 1
+    directory.rename(target)
+    return target
 
 
 class _RunCheckpoint(tf.keras.callbacks.Callback):
@@ -187,7 +234,7 @@ def make_callbacks(
     state = _RunState(built.model, built.optimizer)
     initial_epoch, previous_history, initial_loss = 0, [], None
     if resume and run_dir is not None:
-        initial_epoch, previous_history, initial_loss = state.restore(run_dir / CHECKPOINT_FOLDER)
+        initial_epoch, previous_history, initial_loss = state.restore(run_dir / CHECKPOINT_FOLDER, set_aside=world.is_root)
         if initial_epoch and world.is_root:
             logger.debug("resuming after epoch %d from %s", initial_epoch, run_dir / CHECKPOINT_FOLDER)
     # Rank 0's: every rank then measures the step-0 loss (one collective) or none does.

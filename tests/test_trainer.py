@@ -78,6 +78,47 @@ def test_resume_after_a_kill_at_epoch_one_ends_like_an_uninterrupted_run(tmp_pat
     assert resumed.history[-1]["noise_scale"] == pytest.approx(uninterrupted.history[-1]["noise_scale"], rel=1e-4)
 
 
+def _truncate_data_file(checkpoints):
+    data = next(checkpoints.glob("ckpt-1.data-*"))
+    data.write_bytes(data.read_bytes()[:100])
+
+
+def _garble_index(checkpoints):
+    (checkpoints / "checkpoint").write_bytes(b"\xff\xfe garbage \x00\x01")
+
+
+def _index_names_missing_files(checkpoints):
+    (checkpoints / "checkpoint").write_text('model_checkpoint_path: "ckpt-7"\nall_model_checkpoint_paths: "ckpt-7"\n')
+
+
+@pytest.mark.parametrize("damage", [_truncate_data_file, _garble_index, _index_names_missing_files])
+def test_a_damaged_checkpoint_is_moved_aside_with_one_warning_and_the_run_starts_over(tmp_path, caplog, damage):
+    """An interrupted run whose checkpoint a crash or a full disk damaged trains again from
+    scratch (equal to a run never interrupted) instead of failing on every rerun; the damaged
+    folder is kept beside it, byte for byte."""
+    run = config(training={"epochs": 2})
+    uninterrupted = train(run, SimulatedWorld(4))
+    run_dir = tmp_path / "run"
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not lbtrain's")
+    with pytest.raises(KeyboardInterrupt):
+        train(run, SimulatedWorld(4), run_dir=run_dir, callbacks=[StopAfterFirstEpoch()])
+    checkpoints = run_dir / "checkpoints"
+    damage(checkpoints)
+    damaged = {path.name: path.read_bytes() for path in checkpoints.iterdir()}
+    with caplog.at_level("WARNING", logger="lbtrain"):
+        resumed = train(run, SimulatedWorld(4), run_dir=run_dir, resume=True)
+    warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING" and record.name.startswith("lbtrain")]
+    assert len(warnings) == 1 and len(warnings[0]) < 400, warnings
+    assert warnings[0].startswith(f"{checkpoints} is damaged (") and warnings[0].endswith(
+        f"moved it to {run_dir / 'checkpoints.damaged-1'}; training the run from scratch")
+    assert {path.name: path.read_bytes() for path in (run_dir / "checkpoints.damaged-1").iterdir()} == damaged
+    assert [row["epoch"] for row in resumed.history] == [1, 2]
+    assert resumed.metrics == pytest.approx(uninterrupted.metrics, abs=1e-6)
+    assert tf.train.latest_checkpoint(str(checkpoints)).endswith("ckpt-2")
+    assert outside.read_text() == "not lbtrain's"
+
+
 def test_resume_of_a_finished_run_trains_no_more(tmp_path):
     run = config(training={"epochs": 1}, lr={"warmup_epochs": 0.5})
     first = train(run, SimulatedWorld(4), run_dir=tmp_path)

@@ -11,12 +11,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 from typing import Sequence
 
 from lbtrain.cli import advise, bench, compare, datasets, report, run, sweep, train
+from lbtrain.errors import WorkersFailed
 
 USAGE_ERROR = 2
+# A command ended by Ctrl-C (SIGINT) exits as a shell reports a process SIGINT killed: 128 + 2.
+INTERRUPTED = 130
+INTERRUPTED_LINE = "lbtrain: interrupted; rerun the same command to resume"
 # In the order ``lbtrain --help`` lists them.
 COMMANDS = (datasets, run, sweep, report, compare, advise, bench, train)
 
@@ -73,13 +79,54 @@ def one_line(message: str) -> str:
     return f"{message[:MAX_ERROR_LENGTH // 2]} ... {message[-(MAX_ERROR_LENGTH // 2 - 5):]}"
 
 
+def runtime_failure(error: Exception) -> str | None:
+    """One line for a failure found while working that is no bug of lbtrain's (a storage damaged
+    or full mid-sweep: ``lbtrain.studies.storages.storage_failure``), or None."""
+    if "optuna" not in sys.modules:  # no storage was opened
+        return None
+    from lbtrain.studies.storages import storage_failure
+
+    return storage_failure(error)
+
+
+def _interrupt_again(previous_hook):
+    """An ``sys.unraisablehook``: Python cannot raise a KeyboardInterrupt out of a callback (JAX's
+    garbage-collector callback, say) and prints it as ``Exception ignored in ...``, dropping the
+    Ctrl-C; this sends SIGINT again a moment later instead, so the interrupt reaches ``main``
+    (one line)."""
+
+    def hook(unraisable) -> None:
+        if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
+            # A moment later, once Python is out of the callback (raised here, it would be dropped again).
+            again = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT))
+            again.daemon = True
+            again.start()
+            return
+        previous_hook(unraisable)
+
+    return hook
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from lbtrain.logs import configure
 
     args = build_parser().parse_args(argv)
     configure(args.verbosity)
+    sys.unraisablehook = _interrupt_again(sys.unraisablehook)
     try:
         return args.handler(args)
+    except KeyboardInterrupt:
+        # What was written stays (every file is written atomically; a run resumes from its last
+        # checkpoint), so Ctrl-C is a normal way to stop: one line, no traceback. A sweep worker
+        # this command started (``--worker``) leaves the line to its parent, which a terminal
+        # interrupts too.
+        if "optuna" in sys.modules:  # a sweep: its unfinished trials are failed, the rerun tops the studies up
+            from lbtrain.studies.storages import fail_claimed_trials
+
+            fail_claimed_trials()
+        if getattr(args, "worker", None) is None:
+            print(INTERRUPTED_LINE, file=sys.stderr)
+        return INTERRUPTED
     except user_errors() as error:
         print(f"lbtrain: error: {one_line(str(error))}", file=sys.stderr)
         return USAGE_ERROR
@@ -92,4 +139,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         # written before stays (every file is written atomically); say which file, no traceback.
         where = f" ({error.filename})" if error.filename else ""
         print(f"lbtrain: error: {error.strerror or error}{where}", file=sys.stderr)
+        return 1
+    except WorkersFailed as error:
+        print(f"lbtrain: error: {one_line(str(error))}", file=sys.stderr)
+        return error.exit_code
+    except Exception as error:
+        failure = runtime_failure(error)
+        if failure is None:
+            raise
+        print(f"lbtrain: error: {one_line(failure)}", file=sys.stderr)
         return 1

@@ -32,13 +32,35 @@ def run(args: argparse.Namespace) -> int:
         args.usage_error("the following arguments are required: results (or give --results-page)")
     import tensorflow as tf
 
-    from lbtrain.reports.report import write_report
+    from lbtrain.reports.report import ReportError, write_report
 
     tf.get_logger().setLevel("ERROR")  # rebuilding many schedules makes TensorFlow warn about retracing
-    path = write_report(args.results, target=args.target, metric=args.metric,
-                        on_damaged=lambda problem: print(f"lbtrain: warning: {problem}", file=sys.stderr))
+    try:
+        path = write_report(args.results, target=args.target, metric=args.metric,
+                            on_damaged=lambda problem: print(f"lbtrain: warning: {problem}", file=sys.stderr))
+    except ReportError as error:
+        raise ReportError(f"{error}; {_storage_hint(Path(args.results))}") if _unreadable_storage(error) else error from None
     print(f"wrote {path} and its figures in {path.parent / 'figures'}")
     return 0
+
+
+def _unreadable_storage(error: BaseException) -> bool:
+    from lbtrain.reports.tuning import StorageReadError
+
+    return isinstance(error.__cause__, StorageReadError)
+
+
+def _storage_hint(results: Path) -> str:
+    """How to report a folder whose sweep storage cannot be read (a damaged ``optuna.db``)."""
+    from lbtrain.reports.tuning import results_storage
+    from lbtrain.storage_urls import local_path
+
+    url = results_storage(results)
+    path = local_path(url) if url else None
+    if path is None:
+        return "check that its database server runs and is reachable, then report again"
+    return (f"if the file is damaged, move it aside (mv {path} {path}.damaged) or restore it from a backup, then report "
+            "again (without the storage the report leaves out the tuning time)")
 
 
 def _results_page(args: argparse.Namespace) -> int:

@@ -13,7 +13,9 @@ The protocol is one JSON line per request on the child's stdin (``{"config": ...
 passed through to this process's stdout and stderr as it comes (its log records too: it logs to
 stderr at this process's verbosity, ``lbtrain.logs.child_environment``). The child dies with this
 process (``prctl(PR_SET_PDEATHSIG)`` on Linux), so a killed ``lbtrain run`` leaves no orphan
-writing into the results.
+writing into the results. Ctrl-C is the parent's to handle: the child ignores SIGINT (a
+terminal sends it to both), and the parent, interrupted, ends the child at once (its run resumes
+from its last checkpoint on the rerun), so an interrupted ``lbtrain run`` prints one line.
 """
 
 from __future__ import annotations
@@ -73,8 +75,23 @@ class RunProcess:
     def __enter__(self) -> "RunProcess":
         return self
 
-    def __exit__(self, *exc_info) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc_info) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.kill()  # interrupted (Ctrl-C) or failed: the run in the child resumes on the rerun
+
+    def kill(self) -> None:
+        """Ends the child now: SIGTERM, then SIGKILL if it is still there after seconds."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
     @property
     def pid(self) -> int | None:
@@ -188,5 +205,6 @@ if __name__ == "__main__":
     from lbtrain.logs import configure
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the parent ends this process (see the module doc)
     configure()
     serve(int(sys.argv[1]))

@@ -202,7 +202,21 @@ def run_planned(
         write_experiment(experiment)
         rows = _train_all(experiment, planned, runs_dir, progress)
         write_atomic(folder / SUMMARY_FILE, summary_csv(rows))
+        _note_runs_left_out(runs_dir, planned)
     return rows
+
+
+def _note_runs_left_out(runs_dir: Path, planned: list[PlannedRun]) -> None:
+    """One warning when the folder holds finished runs of an earlier grid that this one does not
+    have (a rerun with another ``--set grid...``): the summary and the report are this grid's,
+    and the earlier runs stay on disk."""
+    planned_ids = {run.run_id for run in planned}
+    earlier = [path for path in runs_dir.iterdir() if path.is_dir() and path.name not in planned_ids and is_finished(path)] \
+        if runs_dir.is_dir() else []
+    if earlier:
+        logger.warning("%d earlier run%s in %s %s not in this grid: left out of %s and the report, kept on disk (rerun with "
+                       "their grid to summarize them again, without training them; --fresh deletes every earlier run)",
+                       len(earlier), "" if len(earlier) == 1 else "s", runs_dir, "is" if len(earlier) == 1 else "are", SUMMARY_FILE)
 
 
 def _previous_result(run_dir: Path) -> RunResult | None:

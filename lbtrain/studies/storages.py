@@ -21,11 +21,18 @@ with the writing node's clock (keep the nodes' clocks in sync, as NTP does).
 Exact budgets: ``claim_trial`` hands a process the next trial only while the study has fewer
 finished (complete or pruned) plus running trials than asked for, so any number of processes,
 started together or one by one, on one machine or many, finish exactly that many trials.
+
+Damage: a storage that is not one (a file that is not a database, a journal whose last line a
+killed process tore) is a one-line ``ConfigError`` when it is opened, naming the file and how to
+recover; one that fails later (a disk that filled up, a file damaged meanwhile) is a one-line
+``StorageError`` (``storage_failure`` turns Optuna's and SQLAlchemy's errors into one). Nothing
+here repairs or deletes a storage: the recovery is the user's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import threading
 import time
@@ -39,6 +46,7 @@ import sqlalchemy.exc
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.storages._heartbeat import BaseHeartbeat  # the interface Optuna's fail_stale_trials reads
 from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
+from optuna.storages.journal._file import get_lock_file  # how Optuna's own appends hold the lock
 from optuna.trial import FrozenTrial, TrialState
 
 from lbtrain.storage_urls import JOURNAL, describe, local_path, sqlalchemy_url
@@ -47,6 +55,19 @@ MAX_RETRIES = 3
 TAKEN = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
 # libpq waits for the operating system's TCP timeout (minutes) on a host that does not answer.
 POSTGRES_CONNECT_TIMEOUT = 10
+# The storages this process opened, in order: an error found mid-way carries no URL.
+_OPENED: list[str] = []
+# Trials this process claimed and has not finished, by id (``fail_claimed_trials``).
+_CLAIMED: dict[int, optuna.Study] = {}
+
+
+class StorageError(RuntimeError):
+    """A storage that failed or was found damaged after it was opened; the message is one line
+    naming it and how to recover."""
+
+
+class _Damaged(Exception):
+    """A storage file found damaged while opening it; the message says how to recover."""
 
 
 class HeartbeatJournalStorage(JournalStorage, BaseHeartbeat):
@@ -79,6 +100,37 @@ class HeartbeatJournalStorage(JournalStorage, BaseHeartbeat):
         return self.stale_trial_callback
 
 
+class _CheckedJournalFile(JournalFileBackend):
+    """Optuna's journal file, whose damaged lines (found while reading, by any process) are a
+    ``StorageError`` naming the file instead of a JSON decoding traceback."""
+
+    def read_logs(self, log_number_from: int):
+        try:
+            yield from super().read_logs(log_number_from)
+        except ValueError as error:  # json.JSONDecodeError, or Optuna's "Invalid log format."
+            raise StorageError(f"journal file {self._file_path} is damaged ({type(error).__name__}: {error}); "
+                               f"{_damaged_hint(self._file_path)}") from None
+
+
+def _damaged_hint(path: str | Path) -> str:
+    return (f"move it aside (mv {path} {path}.damaged) and rerun to start its studies over, "
+            "or restore it from a backup")
+
+
+def _torn_tail(path: str, lock: JournalFileSymlinkLock) -> int | None:
+    """The size of ``path`` without its torn last line (one a killed or starved writer left
+    without its newline), or None when it has none. Read under the journal's lock, so a line
+    another process is appending right now is not taken for a torn one."""
+    if not os.path.isfile(path) or os.path.getsize(path) == 0:
+        return None
+    with get_lock_file(lock), open(path, "rb") as handle:
+        handle.seek(-1, os.SEEK_END)
+        if handle.read(1) == b"\n":
+            return None
+        handle.seek(0)
+        return handle.read().rfind(b"\n") + 1
+
+
 def _make_parents(path: Path) -> list[Path]:
     """Creates the missing folders above ``path``; returns them, deepest last."""
     missing = [folder for folder in reversed(path.parents) if not folder.exists()]
@@ -90,7 +142,13 @@ def _make_parents(path: Path) -> list[Path]:
 def _open_journal(path: str, heartbeat_seconds: int, grace_seconds: int) -> HeartbeatJournalStorage:
     if not path.startswith("/"):
         raise ValueError(f"a journal needs an absolute path, as in {JOURNAL}/shared/sweeps/name.log")
-    return HeartbeatJournalStorage(JournalFileBackend(path, lock_obj=JournalFileSymlinkLock(path)), heartbeat_seconds,
+    lock = JournalFileSymlinkLock(path)
+    kept = _torn_tail(path, lock)
+    if kept is not None:
+        # The next append would join the torn line and the new one into a line no process can read.
+        raise _Damaged(f"its last line is torn (a process was killed or the disk filled while writing it): cut it off "
+                       f"with truncate -s {kept} {path} and rerun (the trials before it are kept), or {_damaged_hint(path)}")
+    return HeartbeatJournalStorage(_CheckedJournalFile(path, lock_obj=lock), heartbeat_seconds,
                                    grace_seconds, RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES))
 
 
@@ -113,6 +171,12 @@ def _open_rdb(url: str, heartbeat_seconds: int, grace_seconds: int) -> RDBStorag
 
 
 def _hint(url: str, error: BaseException) -> str:
+    path = local_path(url)
+    if isinstance(error, (sqlalchemy.exc.DatabaseError, optuna.exceptions.StorageInternalError)) and path is not None \
+            and path.is_file() and path.stat().st_size:
+        reason = str(getattr(error, "orig", None) or error.__cause__ or error)
+        if "not a database" in reason or "malformed" in reason:
+            return f"the file is not an Optuna database or is damaged: {_damaged_hint(path)}"
     if isinstance(error, ImportError):
         return ("install the PostgreSQL driver: pip install 'lbtrain[postgres]' (psycopg 3, for postgresql:// "
                 "and postgresql+psycopg://)" if url.startswith("postgres") else "install the database driver that URL names")
@@ -150,19 +214,51 @@ def open_storage(url: str, heartbeat_seconds: int, grace_seconds: int) -> BaseSt
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             if url.startswith(JOURNAL):
-                return _open_journal(url.removeprefix(JOURNAL), heartbeat_seconds, grace_seconds)
-            return _open_rdb(sqlalchemy_url(url), heartbeat_seconds, grace_seconds)
-    except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.OperationalError, sqlalchemy.exc.NoSuchModuleError,
-            sqlalchemy.exc.InterfaceError, ImportError, OSError, ValueError) as error:
+                return _opened(url, _open_journal(url.removeprefix(JOURNAL), heartbeat_seconds, grace_seconds))
+            return _opened(url, _open_rdb(sqlalchemy_url(url), heartbeat_seconds, grace_seconds))
+    except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.DatabaseError, sqlalchemy.exc.NoSuchModuleError,
+            sqlalchemy.exc.InterfaceError, optuna.exceptions.StorageInternalError, ImportError, OSError, ValueError,
+            _Damaged, StorageError) as error:
         from lbtrain.config import ConfigError  # here: lbtrain.config loads TensorFlow, this module need not
 
         for folder in reversed(created):
             with contextlib.suppress(OSError):
                 folder.rmdir()
-        if isinstance(error, ImportError) and error.__cause__ is not None:
+        if isinstance(error, (StorageError, _Damaged)):
+            raise ConfigError(f"storage {describe(url)!r} cannot be opened: {error}") from None
+        if isinstance(error, (ImportError, optuna.exceptions.StorageInternalError)) and error.__cause__ is not None:
             error = error.__cause__  # Optuna's "Failed to import DB access module" hides which one
         reason = " ".join(str(getattr(error, "orig", None) or getattr(error, "strerror", None) or error).split())
         raise ConfigError(f"storage {describe(url)!r} cannot be opened ({type(error).__name__}: {reason}); {_hint(url, error)}") from None
+
+
+def _opened(url: str, storage: BaseStorage) -> BaseStorage:
+    if url not in _OPENED:
+        _OPENED.append(url)
+    return storage
+
+
+def storage_failure(error: BaseException) -> str | None:
+    """One line for an error a storage this process opened raised after opening it (naming the
+    storage and how to recover), or None when ``error`` is no storage's: Optuna's
+    ``StorageInternalError`` (which wraps the database's own), SQLAlchemy's ``DatabaseError``
+    (a file damaged meanwhile, a disk that filled up) and ``StorageError``."""
+    if isinstance(error, StorageError):
+        return str(error)
+    if not isinstance(error, (optuna.exceptions.StorageInternalError, sqlalchemy.exc.DatabaseError)) or not _OPENED:
+        return None
+    cause = error.__cause__ if isinstance(error, optuna.exceptions.StorageInternalError) and error.__cause__ else error
+    reason = " ".join(str(getattr(cause, "orig", None) or cause).split())
+    url = _OPENED[-1]
+    path = local_path(url)
+    if "full" in reason or "I/O" in reason or "readonly" in reason:
+        hint = ("free space on its disk (or make it writable) and rerun the same command: the finished trials are kept "
+                "and the sweep resumes")
+    elif path is not None and ("malformed" in reason or "not a database" in reason):
+        hint = _damaged_hint(path)
+    else:
+        hint = "check the storage and rerun the same command: the finished trials are kept and the sweep resumes"
+    return f"storage {describe(url)!r} failed while in use ({type(cause).__name__}: {reason}); {hint}"
 
 
 def heartbeats(storage: BaseStorage) -> bool:
@@ -221,6 +317,7 @@ def claim_trial(study: optuna.Study, trials: int) -> optuna.Trial | None:
                 storage.record_heartbeat(trial_id)
             if _pop(storage, trial_id):
                 claimed = trial_id
+                _CLAIMED[claimed] = study  # at once: Ctrl-C from here on fails it (fail_claimed_trials)
                 break
         if claimed is None:
             continue
@@ -228,6 +325,7 @@ def claim_trial(study: optuna.Study, trials: int) -> optuna.Trial | None:
             return optuna.Trial(study, claimed)
         with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
             storage.set_trial_state_values(claimed, state=TrialState.WAITING)
+        _CLAIMED.pop(claimed, None)
         put_back.add(storage.get_trial(claimed).number)
         time.sleep(random.uniform(0.05, 0.5))
 
@@ -257,6 +355,26 @@ def heartbeat(study: optuna.Study, trial: optuna.Trial) -> Iterator[None]:
         thread.join()
 
 
+@contextlib.contextmanager
+def _claimed_until_done(trial: optuna.Trial) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        _CLAIMED.pop(trial._trial_id, None)
+
+
+def fail_claimed_trials() -> None:
+    """Fails the trials this process claimed and did not finish (Ctrl-C between a claim and its
+    run, or in the middle of one), so the rerun tops the study up at once instead of waiting for
+    their heartbeats to go stale. Best effort: a storage that fails here is left as it is."""
+    for trial_id, study in list(_CLAIMED.items()):
+        with contextlib.suppress(Exception):
+            storage = _storage_of(study)
+            if not storage.get_trial(trial_id).state.is_finished():
+                storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
+        _CLAIMED.pop(trial_id, None)
+
+
 def _stored(study: optuna.Study, trial: optuna.Trial) -> FrozenTrial:
     """The trial as the storage holds it now (another process may have finished it)."""
     return _storage_of(study).get_trial(trial._trial_id)
@@ -272,16 +390,19 @@ def run_claimed(study: optuna.Study, trial: optuna.Trial, objective: Callable[[o
     state, value = TrialState.COMPLETE, None
     # Telling a trial another process finished raises one of these (Optuna's tell: ValueError).
     finished_elsewhere = (optuna.exceptions.UpdateFinishedTrialError, ValueError)
-    with heartbeat(study, trial):
+    with heartbeat(study, trial), _claimed_until_done(trial):
         try:
             value = objective(trial)
         except optuna.TrialPruned:
             state = TrialState.PRUNED
         except optuna.exceptions.UpdateFinishedTrialError:
             return _stored(study, trial)
-        except BaseException:
-            if not _stored(study, trial).state.is_finished():
-                with contextlib.suppress(*finished_elsewhere):
+        except BaseException as error:
+            # Interrupted (Ctrl-C), the FAIL is best effort: a storage busy with the other workers'
+            # FAILs must not turn the interrupt into a storage error (a trial left RUNNING goes stale).
+            quiet = (Exception,) if isinstance(error, KeyboardInterrupt) else finished_elsewhere
+            with contextlib.suppress(*quiet):
+                if not _stored(study, trial).state.is_finished():
                     study.tell(trial, state=TrialState.FAIL)
             raise
     if _stored(study, trial).state.is_finished():
@@ -292,4 +413,5 @@ def run_claimed(study: optuna.Study, trial: optuna.Trial, objective: Callable[[o
         return _stored(study, trial)
 
 
-__all__ = ["HeartbeatJournalStorage", "claim_trial", "describe", "heartbeat", "local_path", "open_storage", "run_claimed"]
+__all__ = ["HeartbeatJournalStorage", "StorageError", "claim_trial", "describe", "fail_claimed_trials", "heartbeat", "local_path",
+           "open_storage", "run_claimed", "storage_failure"]

@@ -31,6 +31,7 @@ import optuna
 import tensorflow as tf
 
 from lbtrain.config import ConfigError, ExperimentConfig, SearchParam, run_config_from_dict, with_overrides
+from lbtrain.errors import WorkersFailed
 from lbtrain.files import csv_text, write_atomic, write_json_atomic
 from lbtrain.modes import DEFAULT_MODE, default_mode_name, get_mode
 from lbtrain.reports.scaling_laws import LrExponentFit, lr_exponent
@@ -307,7 +308,8 @@ def _spawn_workers(experiment: ExperimentConfig, experiment_path: str, overrides
                    workers: int) -> None:
     """``workers`` processes of ``lbtrain sweep --worker INDEX`` sharing the storage; the
     studies are created first so the workers do not race to create them (or Optuna's tables).
-    Returns once every worker has ended; raises when any failed."""
+    Returns once every worker has ended; ``WorkersFailed`` when any failed, with the distinct
+    one-line errors they printed (eight workers meeting one full disk make one line)."""
     import sys
 
     from lbtrain.launch import run_side_by_side
@@ -317,10 +319,13 @@ def _spawn_workers(experiment: ExperimentConfig, experiment_path: str, overrides
     command = [sys.executable, "-m", "lbtrain.cli", "sweep", experiment_path, "--trials", str(trials), "--storage", storage,
                *(item for value in overrides for item in ("--set", value))]
     # Every worker is waited for: the survivors finish the studies, retrying a dead worker's stale trial.
-    codes = run_side_by_side([[*command, "--worker", str(index)] for index in range(workers)])
-    failed = [index for index, code in enumerate(codes) if code]
+    exits = run_side_by_side([[*command, "--worker", str(index)] for index in range(workers)])
+    failed = [index for index, ended in enumerate(exits) if ended.code]
     if failed:
-        raise RuntimeError(f"sweep worker(s) {', '.join(map(str, failed))} failed (see the output above)")
+        reasons = list(dict.fromkeys(error for index in failed for error in exits[index].errors))
+        which = f"sweep worker {failed[0]}" if len(failed) == 1 else f"sweep workers {', '.join(map(str, failed))}"
+        raise WorkersFailed(f"{which} of {workers} failed: " + ("; ".join(reasons) or "see the output above"),
+                            exit_code=2 if all(exits[index].code == 2 for index in failed) else 1)
 
 
 def _check_storage(experiment: ExperimentConfig, storage: str) -> None:

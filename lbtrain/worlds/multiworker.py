@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from lbtrain._keras import KERAS_3, KERAS_VERSION
 from lbtrain.config import ConfigError, RunConfig
+from lbtrain.worlds.peers import wait_for_peers
 from lbtrain.worlds.strategy import StrategyWorld, unsupported_by_strategy
 
 MODE = "multiworker"
@@ -73,6 +74,9 @@ class MultiWorkerWorld(StrategyWorld):
         gpus = tf.config.list_physical_devices("GPU")
         if gpus:
             tf.config.set_visible_devices(gpus[index % len(gpus)], "GPU")
+        # TensorFlow's own wait for the other workers has no deadline (lbtrain.worlds.peers).
+        wait_for_peers({f"worker {other}": address for other, address in enumerate(workers) if other != index},
+                       what=f"mode: multiworker: worker {index}", own=workers[index])
         try:
             self.strategy = tf.distribute.MultiWorkerMirroredStrategy()
         except tf.errors.UnknownError as error:

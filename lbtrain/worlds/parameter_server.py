@@ -62,6 +62,7 @@ import tensorflow as tf
 
 from lbtrain._keras import KERAS_3, KERAS_VERSION, tensorflow_variables
 from lbtrain.config import ConfigError, RunConfig
+from lbtrain.worlds.peers import wait_for_peers
 from lbtrain.worlds.strategy import FullBatchStrategyWorld, settings_outside_keras_step
 
 logger = logging.getLogger(__name__)
@@ -163,6 +164,9 @@ class ParameterServerWorld(FullBatchStrategyWorld):
         if len(spec.get("worker", [])) != size or not spec.get("ps"):
             raise ConfigError(f"training.world_size is {size} but $TF_CONFIG lists {len(spec.get('worker', []))} workers "
                               f"and {len(spec.get('ps', []))} parameter servers (at least one is needed)")
+        # TensorFlow's own wait for the workers and parameter servers has no deadline (lbtrain.worlds.peers).
+        wait_for_peers({f"{task} {index}": address for task in ("worker", "ps") for index, address in enumerate(spec[task])},
+                       what="mode: parameter_server: the chief")
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         try:
             self.strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)

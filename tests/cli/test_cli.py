@@ -3,13 +3,18 @@ traceback and nothing written under results/."""
 
 import os
 import re
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 import yaml
 
-from conftest import horovod_installed, run_cli, stderr_lines
+from conftest import REPO_ROOT, horovod_installed, run_cli, stderr_lines
 from lbtrain._keras import KERAS_3
 from lbtrain.cli import main
+from lbtrain.results import read_run
 
 GOOD = {
     "name": "cli",
@@ -256,3 +261,116 @@ def test_sweep_workers_are_capped_by_trials_and_cores(tmp_path, capsys):
     assert main(["sweep", str(path), "--workers", str(cap + 1), "--trials", str(cap + 1)]) == 2
     assert f"is more than 4 per core ({cap} on this machine); add --force-workers" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def _children(pid: int) -> list[int]:
+    """The ids of the processes ``pid`` started (Linux)."""
+    return [int(child) for task in os.listdir(f"/proc/{pid}/task")
+            for child in open(f"/proc/{pid}/task/{task}/children").read().split()]
+
+
+def _interrupt_when(command: list[str], started, timeout: float = 120) -> tuple[subprocess.CompletedProcess, list[int]]:
+    """Starts ``lbtrain COMMAND`` in its own session, waits until ``started()``, then sends
+    SIGINT to its whole process group, as Ctrl-C in a terminal does; returns how it ended and
+    the processes it had started."""
+    process = subprocess.Popen([sys.executable, "-m", "lbtrain.cli", *command], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while not started() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    children = _children(process.pid) if process.poll() is None else []
+    os.killpg(process.pid, signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=60)
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr), children
+
+
+INTERRUPTED = "lbtrain: interrupted; rerun the same command to resume"
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_run_is_one_line_exit_130_and_the_rerun_resumes(tmp_path):
+    # One run of 150 epochs (about ten seconds): long enough that a starved test process still
+    # interrupts it mid-way, after its first checkpoint.
+    path = experiment_file(tmp_path, **merge("training", epochs=150), grid={"world_sizes": [1]})
+    outside = tmp_path / "notes.txt"
+    outside.write_text("mine\n")
+    runs = tmp_path / "results" / "cli" / "runs"
+    interrupted, children = _interrupt_when(["-q", "run", str(path)], lambda: any(runs.glob("*/checkpoints/checkpoint")))
+    assert interrupted.returncode == 130, interrupted.stderr[-2000:]
+    assert stderr_lines(interrupted.stderr) == [INTERRUPTED]
+    assert children and not any(os.path.exists(f"/proc/{child}") for child in children)  # the run's process ended too
+    assert not any(runs.glob("*/metrics.json"))
+    resumed = run_cli("-v", "run", str(path))
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resuming after epoch" in resumed.stderr and "Traceback" not in resumed.stderr
+    assert [len(read_run(run).history) for run in sorted(runs.iterdir())] == [150]
+    assert outside.read_text() == "mine\n"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_ctrl_c_in_sweep_is_one_line_exit_130_and_the_rerun_tops_up(tmp_path, workers):
+    import sqlite3
+
+    path = experiment_file(tmp_path, **merge("data", validation_split=0.25), **merge("training", epochs=1000),
+                           grid={"world_sizes": [1]}, search={"lr.base_lr": {"type": "float", "low": 0.01, "high": 0.1}},
+                           sweep={"trials": 2, "pruner": "none"})
+    database = tmp_path / "results" / "cli" / "optuna.db"
+
+    def training() -> bool:
+        if not database.exists():
+            return False
+        try:
+            with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as connection:
+                return bool(connection.execute("select 1 from trials where state = 'RUNNING'").fetchall())
+        except sqlite3.Error:  # its tables are being created
+            return False
+
+    interrupted, children = _interrupt_when(["-q", "sweep", str(path), "--workers", workers], training)
+    assert interrupted.returncode == 130, interrupted.stderr[-2000:]
+    assert stderr_lines(interrupted.stderr) == [INTERRUPTED]
+    assert not any(os.path.exists(f"/proc/{child}") for child in children)  # its workers ended too
+    with sqlite3.connect(database) as connection:  # interrupted trials failed at once: the rerun need not wait for them
+        states = [state for (state,) in connection.execute("select state from trials")]
+    assert "FAIL" in states and "RUNNING" not in states
+    finished = run_cli("-q", "sweep", str(path), "--set", "training.epochs=1", "--workers", workers)
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    with sqlite3.connect(database) as connection:
+        states = [state for (state,) in connection.execute("select state from trials")]
+    assert states.count("COMPLETE") == 2, finished.stderr
+
+
+def test_a_damaged_experiment_record_with_a_new_config_of_the_same_name_is_one_line(tmp_path, capsys):
+    from lbtrain.results import claim_folder
+
+    folder = tmp_path / "results" / "cli"
+    first = experiment_file(tmp_path)
+    claim_folder(folder, "cli", str(first), {"name": "cli"})
+    (folder / "experiment.yaml").write_text("name: cli\ntraining: {epochs: [1, 2\n")  # cut short, as a full disk leaves it
+    before = {path.name: path.read_bytes() for path in folder.iterdir()}
+    other = tmp_path / "other.yaml"
+    other.write_text(first.read_text())
+    assert main(["run", str(other)]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"lbtrain: error: {folder / 'experiment.yaml'} is damaged (ParserError: ")
+    assert line.endswith(f"so {other} cannot be checked against the experiment 'cli' of {first} that owns the folder: give this "
+                         "one another name or output_dir, or rerun that one (which writes the record again)")
+    assert {path.name: path.read_bytes() for path in folder.iterdir()} == before
+
+
+def test_train_refuses_a_run_dir_that_is_a_file_and_threads_far_above_the_cores(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({key: GOOD[key] for key in ("data", "model", "lr")} | {"training": GOOD["training"]}))
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine\n")
+    cap = 8 * os.cpu_count()
+    for arguments, message in [
+        (["--run-dir", str(notes)], f"--run-dir {notes}: a file, not a folder; give a folder (new, or one of an earlier run)"),
+        (["--run-dir", str(notes / "run")],
+         f"--run-dir {notes / 'run'}: a file, not a folder ({notes} is); give a folder (new, or one of an earlier run)"),
+        (["--threads", "100000"], f"--threads 100000 is more than 8 per core ({cap} on this machine); add --force-threads to use them anyway"),
+    ]:
+        result = run_cli("train", str(config), *arguments)
+        assert result.returncode == 2 and stderr_lines(result.stderr) == [f"lbtrain: error: {message}"], result.stderr[-2000:]
+    assert notes.read_text() == "mine\n" and sorted(path.name for path in tmp_path.iterdir()) == ["notes.txt", "run.yaml"]
+    assert "--force-threads" in run_cli("train", "--help").stdout

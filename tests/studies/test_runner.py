@@ -291,6 +291,27 @@ def test_a_damaged_metrics_file_is_a_warning_and_its_run_trained_again(tmp_path,
     assert read_run(metrics.parent).metrics["test_accuracy"] == pytest.approx(first[1]["test_accuracy"])
 
 
+def test_a_rerun_with_another_grid_says_in_one_warning_which_earlier_runs_its_summary_leaves_out(tmp_path, caplog):
+    wide = experiment(tmp_path, grid={"world_sizes": [1, 2], "variants": [{"label": "none", "lr.rule": "none"}]})
+    first = run_experiment(wide, progress=lambda line: None)
+    runs = tmp_path / "results" / "tiny" / "runs"
+    before = {path.name: (path / "metrics.json").read_bytes() for path in runs.iterdir()}
+    narrow = experiment(tmp_path, grid={"world_sizes": [1], "variants": [{"label": "none", "lr.rule": "none"}]})
+    with caplog.at_level(logging.WARNING, logger="lbtrain"):
+        rows = run_experiment(narrow, progress=lambda line: None)
+    [warning] = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+    assert warning == (f"1 earlier run in {runs} is not in this grid: left out of summary.csv and the report, kept on disk "
+                       "(rerun with their grid to summarize them again, without training them; --fresh deletes every earlier run)")
+    assert [row["run_id"] for row in rows] == [first[0]["run_id"]]
+    assert [row["run_id"] for row in read_summary(tmp_path / "results" / "tiny" / "summary.csv")] == [first[0]["run_id"]]
+    assert {path.name: (path / "metrics.json").read_bytes() for path in runs.iterdir()} == before
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="lbtrain"):
+        again = run_experiment(wide, progress=lambda line: None)  # the earlier grid: summarized again, nothing trained
+    assert [row["run_id"] for row in again] == [row["run_id"] for row in first] and not caplog.records
+    assert {path.name: (path / "metrics.json").read_bytes() for path in runs.iterdir()} == before
+
+
 def test_fields_added_later_enter_a_run_id_only_away_from_their_default(tmp_path):
     """A study configured before lr.warmup_type, training.accumulation_steps and
     training.staleness existed keeps its run ids, so a rerun finds its runs done."""

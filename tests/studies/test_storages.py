@@ -381,3 +381,121 @@ def test_a_trial_another_process_finished_meanwhile_keeps_its_state(tmp_path, ob
     else:
         assert run_claimed(study, trial, objective).state == optuna.trial.TrialState.FAIL
     assert other.get_trials()[trial.number].state == optuna.trial.TrialState.FAIL
+
+
+# Damaged and failing storages: one line naming the file and how to recover, nothing else touched.
+
+def tiny_sweep(tmp_path, trials: int = 1):
+    """A one-world-size sweep spec of ``trials`` one-epoch trials; its path."""
+    return write_spec(tmp_path, sweep_spec(tmp_path, grid={"world_sizes": [1]}, sweep={"trials": trials, "pruner": "none"},
+                                           training={"per_worker_batch": 16, "epochs": 1}))
+
+
+@pytest.fixture(scope="module")
+def finished_sweep(tmp_path_factory):
+    """A sweep of one finished trial, in SQLite and in a journal file: the bytes of both, and the
+    dataset cache it filled (which the tests share)."""
+    tmp = tmp_path_factory.mktemp("finished")
+    path, journal = tiny_sweep(tmp), tmp / "sweep.log"
+    for storage in (f"sqlite:///{tmp / 'optuna.db'}", f"journal://{journal}"):
+        result = lbtrain_sweep(path, "--storage", storage, cache=tmp / "cache")
+        assert result.returncode == 0, result.stderr[-2000:]
+    return {"sqlite": (tmp / "optuna.db").read_bytes(), "journal": journal.read_bytes(), "cache": tmp / "cache"}
+
+
+def one_line(result, code: int) -> str:
+    from conftest import stderr_lines
+
+    assert result.returncode == code and "Traceback" not in result.stderr, result.stderr[-3000:]
+    [line] = stderr_lines(result.stderr)
+    assert len(line) <= len("lbtrain: error: ") + 600  # lbtrain.cli.MAX_ERROR_LENGTH
+    return line
+
+
+@pytest.mark.parametrize("damage", ["garbage header", "truncated"])
+def test_a_damaged_sqlite_file_is_one_line_naming_it_and_is_kept(tmp_path, finished_sweep, damage):
+    results = tmp_path / "results" / "tiny"
+    results.mkdir(parents=True)
+    database = results / "optuna.db"
+    database.write_bytes(os.urandom(4096) if damage == "garbage header" else finished_sweep["sqlite"][:20000])
+    damaged = database.read_bytes()
+    outside = tmp_path / "notes.txt"
+    outside.write_text("mine")
+    line = one_line(lbtrain_sweep(tiny_sweep(tmp_path), cache=finished_sweep["cache"]), 2)
+    assert line.startswith(f"lbtrain: error: storage 'sqlite:///{database}' cannot be opened (DatabaseError: ")
+    assert line.endswith(f"the file is not an Optuna database or is damaged: move it aside (mv {database} {database}.damaged) "
+                         "and rerun to start its studies over, or restore it from a backup")
+    assert database.read_bytes() == damaged and outside.read_text() == "mine"
+    assert sorted(path.name for path in results.iterdir()) == ["optuna.db", "owner.json"]
+
+
+def test_a_storage_url_naming_a_file_that_is_no_database_is_one_line_and_the_file_is_kept(tmp_path, finished_sweep):
+    other = tmp_path / "elsewhere" / "some.yaml"
+    other.parent.mkdir()
+    other.write_text("name: mine\n")
+    line = one_line(lbtrain_sweep(tiny_sweep(tmp_path), "--storage", f"sqlite:///{other}", cache=finished_sweep["cache"]), 2)
+    assert line.startswith(f"lbtrain: error: storage 'sqlite:///{other}' cannot be opened (DatabaseError: file is not a database); ")
+    assert other.read_text() == "name: mine\n" and os.listdir(other.parent) == ["some.yaml"]
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_journal_whose_last_line_is_torn_is_one_line_saying_how_to_cut_it_and_the_rerun_resumes(tmp_path, finished_sweep):
+    journal = tmp_path / "sweep.log"
+    whole = finished_sweep["journal"]
+    journal.write_bytes(whole + whole.splitlines(keepends=True)[-1][:40])  # a line cut short, as a kill leaves one
+    torn = journal.read_bytes()
+    path = tiny_sweep(tmp_path, trials=2)
+    line = one_line(lbtrain_sweep(path, "--storage", f"journal://{journal}", cache=finished_sweep["cache"]), 2)
+    assert line == (f"lbtrain: error: storage 'journal://{journal}' cannot be opened: its last line is torn (a process was "
+                    f"killed or the disk filled while writing it): cut it off with truncate -s {len(whole)} {journal} and rerun "
+                    f"(the trials before it are kept), or move it aside (mv {journal} {journal}.damaged) and rerun to start "
+                    "its studies over, or restore it from a backup")
+    assert journal.read_bytes() == torn
+    os.truncate(journal, len(whole))
+    rerun = lbtrain_sweep(path, "--storage", f"journal://{journal}", cache=finished_sweep["cache"])
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(journal)))
+    assert [trial.state for trial in optuna.load_study(study_name="tiny-w1", storage=storage).trials] == [COMPLETE, COMPLETE]
+
+
+def test_a_journal_with_a_damaged_line_inside_is_one_line_naming_it(tmp_path, finished_sweep):
+    journal = tmp_path / "sweep.log"
+    lines = finished_sweep["journal"].splitlines(keepends=True)
+    journal.write_bytes(b"".join(lines[:-1]) + lines[-1][:40] + b"\n" + lines[-1])  # a torn line written over
+    damaged = journal.read_bytes()
+    line = one_line(lbtrain_sweep(tiny_sweep(tmp_path, trials=2), "--storage", f"journal://{journal}",
+                                  cache=finished_sweep["cache"]), 2)
+    assert line.startswith(f"lbtrain: error: storage 'journal://{journal}' cannot be opened: journal file {journal} is "
+                           "damaged (JSONDecodeError: ")
+    assert line.endswith(f"move it aside (mv {journal} {journal}.damaged) and rerun to start its studies over, or restore it "
+                         "from a backup")
+    assert journal.read_bytes() == damaged
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_disk_that_fills_up_mid_sweep_is_one_line_exit_1_and_the_finished_trials_are_kept(tmp_path, finished_sweep, workers):
+    """A real full disk for one process and the workers it starts: their files may not grow
+    past 6000 bytes (RLIMIT_FSIZE; Python ignores SIGXFSZ, so a write past it fails), which
+    SQLite's rollback journal needs. Two workers meeting it make one line, not two."""
+    import resource
+
+    results = tmp_path / "results" / "tiny"
+    results.mkdir(parents=True)
+    database = results / "optuna.db"
+    database.write_bytes(finished_sweep["sqlite"])
+
+    def full_disk():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (6000, 6000))
+
+    result = subprocess.run([sys.executable, "-m", "lbtrain.cli", "-q", "sweep", str(tiny_sweep(tmp_path, trials=3)),
+                             "--workers", workers],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, preexec_fn=full_disk,
+                            env={**os.environ, "XDG_CACHE_HOME": str(finished_sweep["cache"])})
+    failure = (f"storage 'sqlite:///{database}' failed while in use (OperationalError: disk I/O error); free space on its "
+               "disk (or make it writable) and rerun the same command: the finished trials are kept and the sweep resumes")
+    if workers == "1":
+        assert one_line(result, 1) == f"lbtrain: error: {failure}"
+    else:
+        assert re.fullmatch(r"lbtrain: error: sweep workers? [01](, 1)? of 2 failed: " + re.escape(failure), one_line(result, 1))
+    study = optuna.load_study(study_name="tiny-w1", storage=f"sqlite:///{database}")
+    assert [trial.state for trial in study.trials][0] == COMPLETE
