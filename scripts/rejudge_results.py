@@ -7,8 +7,13 @@ For every study folder given (default: every folder of ``results/`` with an ``ex
   ``false``), and an ``experiment.yaml`` that relied on the old default gets
   ``lr.decay_clock: after_warmup`` written out;
 - each run is judged again by ``lbtrain.verdict.judge_recorded`` (its epoch losses against
-  ln(classes), its final train loss and accuracy against chance) and rewritten, and
-  ``summary.csv`` is rebuilt with the current columns;
+  its step-0 loss or ln(classes), its final train loss and accuracy against chance) under
+  today's rules, and rewritten, and ``summary.csv`` is rebuilt with the current columns. A run
+  recorded with the collapse margin that was the default before issue 35 (``OLD_COLLAPSE_MARGIN``,
+  0.05) is judged with today's default (``lbtrain.verdict.DEFAULT_MARGIN``, 0.1), and one
+  recorded before the instability rule with its default factor: neither was the user's choice,
+  and run ids hash the judging fields at fixed values (``lbtrain.config.JUDGING_FIELDS``), so
+  the runs keep their ids;
 - a sweep's trials get the user attribute ``status``: a trial pruned for its loss is
   ``diverged``; a complete trial whose validation accuracy is within the collapse margin of
   chance is ``collapsed`` (no train accuracy was stored for trials); the others ``ok``; then
@@ -33,13 +38,24 @@ from lbtrain.config import load_experiment, run_config_from_dict
 from lbtrain.data import load_dataset
 from lbtrain.files import write_atomic
 from lbtrain.reports.tuning import read_only_storage, results_storage
-from lbtrain.results import EXPERIMENT_FILE, METRICS_FILE, RUNS_FOLDER, SUMMARY_FILE, RunResult, write_run
+from lbtrain.results import EXPERIMENT_FILE, METRICS_FILE, PROTOCOL_FILE, RUNS_FOLDER, SUMMARY_FILE, RunResult, write_run
 from lbtrain.storage_urls import JOURNAL, sqlalchemy_url
 from lbtrain.studies.plan import PlannedRun
 from lbtrain.studies.runner import summary_csv, summary_row
-from lbtrain.verdict import DEFAULT_MARGIN, chance_accuracy, judge_recorded
+from lbtrain.verdict import DEFAULT_INSTABILITY_FACTOR, DEFAULT_MARGIN, chance_accuracy, judge_recorded
 
 OLD_CLOCK = {True: "after_warmup", False: "from_step_0"}
+OLD_COLLAPSE_MARGIN = 0.05
+
+
+def today_judging(training: dict) -> dict:
+    """A run's ``training`` section with the judging fields recorded at their old defaults set to
+    today's (module doc)."""
+    training = dict(training)
+    if training.get("collapse_margin", OLD_COLLAPSE_MARGIN) == OLD_COLLAPSE_MARGIN:
+        training["collapse_margin"] = DEFAULT_MARGIN
+    training.setdefault("instability_factor", DEFAULT_INSTABILITY_FACTOR)
+    return training
 
 
 def migrate_lr(lr: dict) -> dict:
@@ -50,12 +66,14 @@ def migrate_lr(lr: dict) -> dict:
     return lr
 
 
-def migrate_experiment(folder: Path) -> Path:
+def migrate_experiment(folder: Path) -> None:
+    """Renames ``offset_decay`` in ``experiment.yaml``; a record without it (written after the
+    rename, under today's default clock) is left as it is."""
     path = folder / EXPERIMENT_FILE
     data = yaml.safe_load(path.read_text())
-    data["lr"] = migrate_lr(data.get("lr", {}))
-    write_atomic(path, yaml.safe_dump(data, sort_keys=False))
-    return path
+    if "offset_decay" in data.get("lr", {}):
+        data["lr"] = migrate_lr(data["lr"])
+        write_atomic(path, yaml.safe_dump(data, sort_keys=False))
 
 
 def dataset_facts(config, cache: dict) -> tuple[float, int]:
@@ -74,12 +92,16 @@ def rejudge_runs(folder: Path) -> None:
     if summary.is_file():
         with open(summary, newline="") as handle:
             labels = {row["run_id"]: row["label"] for row in csv.DictReader(handle)}
+    if labels and not (folder / RUNS_FOLDER).is_dir():
+        print(f"{folder.name}: its runs are not committed (only {SUMMARY_FILE}): left as recorded")
+        return
     cache: dict = {}
     rows = []
     for run_id, label in labels.items():
         run_dir = folder / RUNS_FOLDER / run_id
         data = json.loads((run_dir / METRICS_FILE).read_text())
         data["config"]["lr"] = migrate_lr(data["config"]["lr"])
+        data["config"]["training"] = today_judging(data["config"]["training"])
         config = run_config_from_dict(data["config"])
         data["config"] = config.to_dict()
         result = RunResult.from_dict(data)
@@ -138,7 +160,10 @@ def rejudge_sweep(folder: Path) -> None:
             if attrs and trial.user_attrs.get("status") != attrs["status"]:
                 print(f"{study.study_name} trial {trial.number}: {trial.user_attrs.get('status', 'unjudged')} -> {attrs['status']}")
                 set_user_attrs(storage, study.study_name, trial.number, attrs)
+    record = (folder / EXPERIMENT_FILE).read_text()
     write_outputs(experiment, storage)
+    # write_outputs writes the experiment again with every field today has; the study ran under the record.
+    write_atomic(folder / EXPERIMENT_FILE, record)
 
 
 def main(folders: list[str]) -> None:
@@ -146,7 +171,8 @@ def main(folders: list[str]) -> None:
     for folder in targets:
         migrate_experiment(folder)
         rejudge_runs(folder)
-        if results_storage(folder) is not None:
+        # A protocol's trials were judged as they trained (its folder has no sweep outputs to write).
+        if results_storage(folder) is not None and not (folder / PROTOCOL_FILE).is_file():
             rejudge_sweep(folder)
 
 

@@ -28,6 +28,15 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+def ended_by(returncode: int) -> str:
+    """How a process ended, from its return code (``-signal`` when a signal killed it).
+
+    >>> ended_by(-9), ended_by(3)
+    ('was killed by SIGKILL', 'exited with code 3')
+    """
+    return f"was killed by {_signal_name(-returncode)}" if returncode < 0 else f"exited with code {returncode}"
+
+
 def failed_rank(output: str) -> tuple[int, str] | None:
     """The rank horovodrun (or mpirun) reports failed first, and how it ended (``exited with code
     137 (SIGKILL)``), or None when the output names none.

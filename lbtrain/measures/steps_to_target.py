@@ -1,6 +1,12 @@
 """Steps to a target (Shallue et al. 2018, "Measuring the Effects of Data Parallelism on Neural
 Network Training"): the training steps a run needed to reach a target validation metric, from
-its per-epoch history."""
+its per-epoch history.
+
+The metric is validation accuracy (``val_accuracy``, the held-out split of the training set) by
+default, and the reports count to it: the recipe chosen per batch from these steps
+(``lbtrain.reports.scaling_laws.critical_batch``) is chosen on validation, never on test
+accuracy. A run that never reaches the target has no count (None); what a fit does with such a
+seed is ``lbtrain.reports.scaling_laws.SEED_RULE``."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ _LOCATIONS = {
     **dict.fromkeys(("render_results_page", "write_results_page"), ".results_page"),
     **dict.fromkeys(("results_storage", "trial_seconds"), ".tuning"),
     **dict.fromkeys(("CriticalBatchFit", "LrExponentFit", "critical_batch", "lr_exponent", "reachable_target"), ".scaling_laws"),
-    **dict.fromkeys(("Aggregate", "RunRecord", "aggregate", "large_batch_gap", "load_records", "markdown_table"), ".tables"),
+    **dict.fromkeys(("Aggregate", "RunRecord", "aggregate", "differences_from_reference", "load_records", "markdown_table"), ".tables"),
 }
 __getattr__, __dir__ = lazy_exports(__name__, _LOCATIONS)
 __all__ = sorted(_LOCATIONS)

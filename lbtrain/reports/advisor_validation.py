@@ -327,7 +327,7 @@ def render_markdown(data: dict[str, Any]) -> str:
         "the experiment's base batch: B_simple = tr(Sigma) / |G|^2 measured inside every train step, the ratio of the mean "
         "estimates over the probe's second half with a 95% bootstrap interval over its steps. The measured B_crit is the fit "
         "of S(B) = S_min (1 + B_crit / B) to the fewest steps to the target at each global batch of a steps-to-target study "
-        "(`lbtrain report`, best recipe per batch). Within 2x means 0.5 <= predicted / measured <= 2.",
+        "(`lbtrain report`; the steps are counted on the validation metric the table names, never on test). Within 2x means 0.5 <= predicted / measured <= 2.",
         "",
         _pairs_table(pairs),
         "",

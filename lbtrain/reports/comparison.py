@@ -7,7 +7,9 @@ the same learning rate, per-worker batch and budget, as the same YAML run in two
 
 - test accuracy over the seeds judged ok: mean, 95% Student-t interval, n and df, with the runs
   that were not ok named; and the difference second - first with its Welch interval and df
-  (``lbtrain.reports.statistics.difference_interval``);
+  (``lbtrain.reports.statistics.difference_interval``): the first side is the one reference of
+  every difference, and each difference carries its claim (``lbtrain.reports.decisions.claim``:
+  matches / better / worse / inconclusive at a 1-point margin);
 - updates to a target validation accuracy (``steps_to_target`` on each run's history, in the
   updates its mode applies: one per global batch when synchronous, one per worker batch under
   a parameter server, so W times as many an epoch) and epochs to it (the samples seen), each
@@ -16,10 +18,13 @@ the same learning rate, per-worker batch and budget, as the same YAML run in two
   2015: the mean over the run's epochs, averaged over its ok seeds), when it records one.
 
 Per world size and side, *the LR that works* (the question Dutta et al. 2018 and Zhang et al.
-2016 ask of asynchronous SGD): the learning rate of the recipe with the best mean validation
-accuracy among the recipes whose every seed was ok (chosen on validation, never on test; its
-test accuracy reported), whether that is the grid's smallest or largest learning rate (the best
-may then lie beyond it), and the largest learning rate at which every seed was ok.
+2016 ask of asynchronous SGD): among the recipes whose every seed was ok, the one with the
+highest mean validation accuracy (chosen on validation, never on test; its test accuracy
+reported), named the best only when separable from every other by the decision rule
+(``lbtrain.reports.decisions.standing``: the Welch interval of each other's difference from it
+excludes 0), else reported with the learning rates *tied with the best*; whether it is the
+grid's smallest or largest learning rate (the best may then lie beyond it); and the largest
+learning rate at which every seed was ok.
 
 The same learning rate is not the same step per sample in both modes: a synchronous update
 averages W worker batches, an asynchronous one applies each, so at one nominal LR the
@@ -41,6 +46,7 @@ import yaml
 
 from lbtrain.files import write_atomic, write_json_atomic
 from lbtrain.measures.steps_to_target import steps_to_target
+from lbtrain.reports.decisions import BEST, DEFAULT_MARGIN, TIED_WITH_THE_BEST, claim, standing
 from lbtrain.reports.plots import Line, Mark, plot_panels, recipe_colors
 from lbtrain.reports.report import ReportError, budgets_text
 from lbtrain.reports.scaling_laws import reachable_target
@@ -153,10 +159,12 @@ def _updates_to_target(record: RunRecord, target: float) -> float | None:
 
 
 def side_cell(records: Sequence[RunRecord], target: float) -> dict[str, Any]:
-    """One side of a cell: test and validation accuracy, updates and epochs to ``target``
-    (over the ok seeds that reached it; ``reached`` counts them), mean staleness, the learning
-    rate, the updates an epoch, and the runs by status (``runs_text``: ``Aggregate.count_text``)."""
+    """One side of a cell: test and validation accuracy (and the ok seeds' validation values, for
+    ``lr_that_works``), updates and epochs to ``target`` (over the ok seeds that reached it;
+    ``reached`` counts them), mean staleness, the learning rate, the updates an epoch, and the
+    runs by status (``runs_text``: ``Aggregate.count_text``)."""
     test = _group(records, column("test_accuracy"))
+    validation = _group(records, column("validation_accuracy"))
     updates = _group(records, lambda r: _updates_to_target(r, target))
     return {
         "learning_rate": _setting(records, "learning_rate"),
@@ -164,7 +172,8 @@ def side_cell(records: Sequence[RunRecord], target: float) -> dict[str, Any]:
         "per_worker_batch": _setting(records, "per_worker_batch"),
         "runs": test.total, "ok_runs": test.ok_runs, "not_ok": test.excluded, "runs_text": test.count_text(),
         "test_accuracy": _estimate(test.estimate()),
-        "validation_accuracy": _estimate(_group(records, column("validation_accuracy")).estimate()),
+        "validation_accuracy": _estimate(validation.estimate()),
+        "validation_values": list(validation.values),
         "updates_to_target": _estimate(updates.estimate()),
         "epochs_to_target": _estimate(_group(records, lambda r: _epochs_to_target(r, target)).estimate()),
         "reached": updates.runs,
@@ -184,24 +193,31 @@ def default_target(sides: Sequence[Side]) -> float:
 
 
 def lr_that_works(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Of one side's cells at one world size: ``best``, the cell with the highest mean
-    validation accuracy among those whose every seed was ok (None when none was); ``edge``,
-    ``"smallest"`` or ``"largest"`` when that is the grid's smallest or largest learning rate
-    (the best may lie beyond), else None; and ``largest_ok_lr``, the largest learning rate at
-    which every seed was ok."""
+    """Of one side's cells at one world size, among those whose every seed was ok and that have a
+    validation accuracy: ``best``, the cell with the highest mean validation accuracy (None when
+    none qualifies); ``standing``, ``"best"`` when it is separable from every other such cell by
+    ``decisions.standing`` on the seeds' validation values, else ``"tied with the best"``;
+    ``tied``, the learning rates of the other cells tied with it, in grid order; ``edge``,
+    ``"smallest"`` or ``"largest"`` when its learning rate is the grid's smallest or largest (the
+    best may lie beyond), else None; and ``largest_ok_lr``, the largest learning rate at which
+    every seed was ok."""
     stable = [cell for cell in cells if cell["ok_runs"] == cell["runs"] and cell["validation_accuracy"]["mean"] is not None]
     best = max(stable, key=lambda cell: cell["validation_accuracy"]["mean"]) if stable else None
+    words = standing({str(index): cell["validation_values"] for index, cell in enumerate(stable)})
+    tied = [cell["learning_rate"] for index, cell in enumerate(stable)
+            if cell is not best and words.get(str(index)) == TIED_WITH_THE_BEST]
     rates = [cell["learning_rate"] for cell in cells]
     edge = None
     if best is not None and len(rates) > 1:
         edge = "smallest" if best["learning_rate"] == min(rates) else "largest" if best["learning_rate"] == max(rates) else None
-    return {"best": best, "edge": edge, "largest_ok_lr": max((cell["learning_rate"] for cell in stable), default=None)}
+    return {"best": best, "standing": None if best is None else TIED_WITH_THE_BEST if tied else BEST, "tied": tied, "edge": edge,
+            "largest_ok_lr": max((cell["learning_rate"] for cell in stable), default=None)}
 
 
 def compare(first: Side, second: Side, target: float | None = None) -> dict[str, Any]:
     """The comparison's record (module doc): ``first`` and ``second`` (name, mode, label,
     budget), ``rows`` per cell (each side's ``side_cell`` under ``first``/``second``),
-    ``lr_that_works`` per world size and side, and the ``target``."""
+    ``lr_that_works`` per world size and side, the decision rule's ``margin`` and the ``target``."""
     if target is not None and not 0 < target <= 1:
         raise ReportError(f"--target must be an accuracy in (0, 1], got {target!r}")
     if first.label == second.label:
@@ -213,13 +229,14 @@ def compare(first: Side, second: Side, target: float | None = None) -> dict[str,
         a, b = first.cell(recipe, world), second.cell(recipe, world)
         difference = difference_interval(_group(b, column("test_accuracy")).values, _group(a, column("test_accuracy")).values)
         rows.append({"recipe": recipe, "world_size": world, "first": side_cell(a, target), "second": side_cell(b, target),
-                     "test_difference": _estimate(difference)})
+                     "test_difference": _estimate(difference),
+                     "claim": None if difference.mean is None else claim(difference)})
     works = {str(world): {key: lr_that_works([row[key] for row in rows if row["world_size"] == world]) for key in SIDES}
              for world in sorted({world for _, world in cells})}
     return {
         **{key: {"name": side.name, "mode": side.mode, "label": side.label, "budget": budgets_text(side.records)}
            for key, side in zip(SIDES, (first, second))},
-        "confidence_level": DEFAULT_LEVEL, "metric": METRIC, "target": target, "rows": rows, "lr_that_works": works,
+        "confidence_level": DEFAULT_LEVEL, "margin": DEFAULT_MARGIN, "metric": METRIC, "target": target, "rows": rows, "lr_that_works": works,
     }
 
 
@@ -239,13 +256,24 @@ def count_text(cell: dict[str, Any], key: str = "updates_to_target", digits: int
 
 
 def works_sentence(world: str, label: str, works: dict[str, Any]) -> str:
-    """At W=4, parameter_server: lr 0.025 (validation ..., test ...); largest lr with every seed ok: 0.05."""
+    """``At W=4, parameter_server: best on validation: lr 0.025 (validation ..., test ...); largest
+    lr with every seed ok: 0.05.``, or ``tied with the best on validation: lr 0.025 (the highest
+    mean: validation ..., test ...), 0.05 and 0.0125; ...`` when the highest is not separable; a
+    record without ``tied`` (written before separability was judged) names no best."""
     best = works["best"]
     if best is None:
         return f"At W={world}, {label}: no learning rate had every seed ok."
     edge = f", the grid's {works['edge']}: the best may lie beyond it" if works["edge"] else ""
-    return (f"At W={world}, {label}: lr {best['learning_rate']:.4g}{edge} (validation {describe(best['validation_accuracy'])}, "
-            f"test {describe(best['test_accuracy'])}); largest lr with every seed ok: {works['largest_ok_lr']:.4g}.")
+    measured = f"validation {describe(best['validation_accuracy'])}, test {describe(best['test_accuracy'])}"
+    if "tied" not in works:  # a compare.json written before separability was judged: no "best" claimed
+        chosen = f"the highest mean validation accuracy: lr {best['learning_rate']:.4g}{edge} ({measured})"
+    elif works["tied"]:
+        others = [f"{rate:.4g}" for rate in works["tied"]]
+        listed = others[0] if len(others) == 1 else f"{', '.join(others[:-1])} and {others[-1]}"
+        chosen = f"tied with the best on validation: lr {best['learning_rate']:.4g}{edge} (the highest mean: {measured}), {listed}"
+    else:
+        chosen = f"best on validation: lr {best['learning_rate']:.4g}{edge} ({measured})"
+    return f"At W={world}, {label}: {chosen}; largest lr with every seed ok: {works['largest_ok_lr']:.4g}."
 
 
 def _title(side: dict[str, Any]) -> str:
@@ -261,7 +289,7 @@ def _markdown(record: dict[str, Any]) -> str:
     a, b, target = first["label"], second["label"], record["target"]
     rows = [[row["recipe"], row["world_size"], f"{row['first']['learning_rate']:.4g}", describe(row["first"]["test_accuracy"]),
              row["first"]["runs_text"], describe(row["second"]["test_accuracy"]), row["second"]["runs_text"],
-             describe(row["test_difference"], signed=True), _staleness(row["first"]), _staleness(row["second"])]
+             describe(row["test_difference"], signed=True), row["claim"] or "-", _staleness(row["first"]), _staleness(row["second"])]
             for row in record["rows"]]
     counts = [[row["recipe"], row["world_size"], count_text(row["first"]), count_text(row["second"]),
                count_text(row["first"], "epochs_to_target", 2), count_text(row["second"], "epochs_to_target", 2),
@@ -272,20 +300,24 @@ def _markdown(record: dict[str, Any]) -> str:
     return "\n\n".join([
         f"# {_title(first)} vs {_title(second)}",
         f"Budget: {budgets}. Test accuracy over the seeds judged ok: mean [{level} Student-t interval] (n, df); runs that "
-        f"were not ok are counted, never averaged in. *{b} − {a}*: Welch's interval of the difference (n of each side, "
-        "Welch–Satterthwaite df). Staleness: the mean "
+        f"were not ok are counted, never averaged in. One reference for every difference: {a}. *{b} − {a}*: Welch's "
+        f"interval of the difference (n of each side, Welch–Satterthwaite df); *claim* by the decision rule at a margin of "
+        f"{100 * record['margin']:.0f} point: matches when the whole interval lies above −margin, better above +margin, worse "
+        "below −margin, inconclusive otherwise. Staleness: the mean "
         "delay of a gradient in updates (tau of Lian et al. 2015), where the side records one. One nominal learning rate is "
         "not one step per sample: a synchronous update averages the W worker batches, an asynchronous one applies each.",
         markdown_table(["recipe", "world", "lr", f"{a} test acc", f"{a} runs", f"{b} test acc", f"{b} runs", f"{b} − {a}",
-                        f"{a} staleness", f"{b} staleness"], rows),
+                        "claim", f"{a} staleness", f"{b} staleness"], rows),
         "## Updates and epochs to target",
         f"Until `{record['metric']}` first reaches **{target:.3f}** (interpolated between epoch ends): mean [{level} interval] "
         "(n, df) over the ok seeds that reached it, then reached/ok. Updates are the optimizer updates each mode applied "
         f"({a} / {b} an epoch in the last column); epochs are the samples seen.",
         markdown_table(["recipe", "world", f"{a} updates", f"{b} updates", f"{a} epochs", f"{b} epochs", "updates an epoch"], counts),
         "## The learning rate that works",
-        "Per world size and mode: the recipe with the best mean validation accuracy among those whose every seed was ok "
-        "(chosen on validation, never on test), and the largest learning rate at which every seed was ok.",
+        "Per world size and mode, among the recipes whose every seed was ok: the one with the highest mean validation "
+        "accuracy (chosen on validation, never on test; its test accuracy reported), named the best only when the Welch "
+        "interval of every other's difference from it excludes 0, else listed with the learning rates tied with the best; "
+        "and the largest learning rate at which every seed was ok.",
         "\n".join(f"- {works_sentence(world, record[key]['label'], works)}" for world, by_side in record["lr_that_works"].items()
                   for key, works in by_side.items()),
         f"![test accuracy vs learning rate]({FIGURES_FOLDER}/accuracy_vs_lr.png)",

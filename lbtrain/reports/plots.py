@@ -10,7 +10,10 @@ Every figure follows the same conventions, so a reader can trust it:
 - global batch on a log2 axis, ticked at the measured batches;
 - 95% confidence bands, not error bars, where a point has two or more seeds;
 - runs that did not finish ok are marks at their batch, never dropped (``x`` diverged, a hollow
-  diamond collapsed, ``*`` failed); bounds are triangles pointing where the true value lies;
+  diamond collapsed, ``*`` failed, a hollow square ok-unstable: finished, but its loss blew up
+  and came back); bounds are triangles pointing where the true value lies;
+- nothing is highlighted as a best: a figure shows every arm's mean and band, and which arm is
+  best (on validation, never test) is said in the report's tables by the decision rule;
 - one seed's learning curve is a thin line, a mean over seeds a thick one; on a batch axis
   the measured points are dotted;
 - the legend outside the panels.
@@ -46,6 +49,7 @@ MARK_STYLES = {
     "diverged": ("x", True, "diverged run"),
     "collapsed": ("D", False, "collapsed run"),
     "failed": ("*", True, "failed run"),
+    "ok-unstable": ("s", False, "unstable run (ok-unstable)"),
     "upper bound": ("v", True, "upper bound (reached in the first epoch)"),
     "not reached": ("^", False, "target not reached"),
 }

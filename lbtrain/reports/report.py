@@ -2,8 +2,10 @@
 ``report.json`` and ``figures/*.png``.
 
 Sections: accuracy and generalization gap per recipe and global batch (mean, 95% Student-t
-interval, n and df over seeds; ``lbtrain.reports.statistics``) with the large-batch gap against a small-batch reference; learning
-curves per world size; the learning-rate schedules the runs applied; steps to a target
+interval, n and df over seeds; ``lbtrain.reports.statistics``), each arm's difference from the
+table's one stated reference (``lbtrain.reports.tables.reference_group``) with its claim
+(``lbtrain.reports.decisions``) and its standing among the arms at its batch on validation
+accuracy (never test); learning curves per world size; the learning-rate schedules the runs applied; steps to a target
 validation accuracy per batch size with the perfect-scaling line (Shallue et al. 2018) and the
 critical batch fitted to them (McCandlish et al. 2018) beside the measured gradient noise
 scale; sharpness (Keskar et al. 2017), the top Hessian eigenvalue (Yao et al. 2020) and the
@@ -22,6 +24,7 @@ import dataclasses
 import json
 import math
 import statistics
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -30,21 +33,23 @@ import yaml
 from lbtrain.files import write_atomic, write_json_atomic
 from lbtrain.measures.noise_scale import simple_noise_scale
 from lbtrain.measures.steps_to_target import steps_to_target
+from lbtrain.reports.decisions import DEFAULT_MARGIN, WORSE, claim
 from lbtrain.reports.plots import Line, Mark, plot_panels, recipe_colors
-from lbtrain.reports.scaling_laws import CriticalBatchFit, critical_batch, reachable_target
+from lbtrain.reports.scaling_laws import SEED_RULE, CriticalBatchFit, counts_in_fit, critical_batch, reachable_target
 from lbtrain.reports.statistics import DEFAULT_LEVEL, Estimate
 from lbtrain.reports.tables import (
     Aggregate,
     RunRecord,
     aggregate,
     column,
+    differences_from_reference,
     final_metric,
-    large_batch_gap,
     load_records,
     markdown_table,
     peak_values,
     read_summary,
     recipes,
+    standings_by_batch,
 )
 from lbtrain.results import (
     EXPERIMENT_FILE,
@@ -65,8 +70,6 @@ from lbtrain.results import (
     finite_or_none,
 )
 
-# A recipe "fails" at a batch when it loses this much test accuracy against its small-batch reference.
-FAILURE_DROP = 0.01
 BATCH_AXIS = {"xlabel": "global batch", "log2_x": True}
 
 
@@ -214,25 +217,28 @@ def _reached_in_first_epoch(record: RunRecord, target: float, metric: str) -> bo
 def steps_rows(records: Sequence[RunRecord], target: float, metric: str) -> list[dict[str, Any]]:
     """Per (recipe, global batch): mean steps to ``target`` over the seeds that reached it, with
     its 95% Student-t interval (``low``, ``high``, ``df``); ``reached`` of ``ok_runs`` ok runs (of
-    ``runs``); ``upper_bound`` when a seed reached it by the end of its first epoch (the first
-    point measured), so the true count may be lower."""
+    ``runs``); ``seed_steps``, each of those seeds' steps (what ``critical_batch`` resamples);
+    ``upper_bound`` when a seed reached it by the end of its first epoch (the first point
+    measured), so the true count may be lower."""
     rows = []
     for item in aggregate(records, lambda r: steps_to_target(r.result.history, r.result.steps_per_epoch, target, metric)):
         group = [r for r in records if r.recipe == item.recipe and r.global_batch == item.global_batch]
         estimate = item.estimate()
         rows.append({"recipe": item.recipe, "global_batch": item.global_batch, "world_size": item.world_size,
                      "steps_to_target": item.mean, "low": estimate.low, "high": estimate.high, "df": estimate.df, "reached": item.runs,
-                     "ok_runs": item.ok_runs, "runs": len(group),
+                     "ok_runs": item.ok_runs, "runs": len(group), "seed_steps": list(item.values),
                      "upper_bound": any(r.ok and _reached_in_first_epoch(r, target, metric) for r in group)})
     return rows
 
 
 def best_steps(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per global batch, the recipe that reached the target in the fewest steps (Shallue et al.
-    tune per batch size; the best recipe stands in for the tuned one)."""
+    """Per global batch, the recipe that reached the target in the fewest mean steps among those
+    whose every seed reached it (``counts_in_fit``, not an upper bound): the point that stands for
+    the batch in the critical-batch fit (Shallue et al. tune per batch size; the best recipe,
+    chosen on the validation target, stands in for the tuned one)."""
     best: dict[int, dict[str, Any]] = {}
     for row in rows:
-        if row["steps_to_target"] is None:
+        if not counts_in_fit(row):
             continue
         current = best.get(row["global_batch"])
         if current is None or row["steps_to_target"] < current["steps_to_target"]:
@@ -249,8 +255,8 @@ def _steps_text(row: dict[str, Any]) -> str:
 def steps_panel(rows: Sequence[dict[str, Any]], records: Sequence[RunRecord], fit: CriticalBatchFit) -> list[Line | Mark]:
     """Per recipe, measured steps (with bands) as a line; upper bounds as down-pointing marks;
     ok runs that never reached the target as marks on the top edge; runs that were not ok on
-    the bottom edge; the perfect-scaling line through the smallest measured (not bound) batch
-    of the best recipes, and the critical-batch fit when there is one."""
+    the bottom edge; the perfect-scaling line through the smallest batch of the best recipes
+    (``best_steps``: every seed reached, not a bound), and the critical-batch fit when there is one."""
     items: list[Line | Mark] = []
     for recipe in recipes(records):
         measured = [r for r in rows if r["recipe"] == recipe and r["steps_to_target"] is not None and not r["upper_bound"]]
@@ -264,7 +270,7 @@ def steps_panel(rows: Sequence[dict[str, Any]], records: Sequence[RunRecord], fi
         items += [Mark("not reached", recipe, r["global_batch"], count=r["ok_runs"] - r["reached"]) for r in mine
                   if r["ok_runs"] > r["reached"]]
     items += status_marks(records)
-    best = [row for row in best_steps(rows) if not row["upper_bound"]]
+    best = best_steps(rows)
     if best:
         batches, anchor = [row["global_batch"] for row in best], best[0]
         items.append(Line("perfect scaling", batches, [anchor["steps_to_target"] * anchor["global_batch"] / b for b in batches],
@@ -275,6 +281,19 @@ def steps_panel(rows: Sequence[dict[str, Any]], records: Sequence[RunRecord], fi
         grid = [low * (high / low) ** (i / 49) for i in range(50)]
         items.append(Line(f"fit, B_crit = {fit.b_crit:.0f}", grid, [fit.steps(b) for b in grid], reference=True))
     return items
+
+
+def critical_batch_interval_sentence(fit: CriticalBatchFit) -> str:
+    """How B_crit's interval was made and the interval claims use (``CriticalBatchFit.b_crit_interval``),
+    or nothing when there is no fit or no interval."""
+    interval = fit.b_crit_interval
+    if not fit.fitted or interval is None:
+        return ""
+    high = "unbounded" if not math.isfinite(interval[1]) else f"{interval[1]:.0f}"
+    return (f"B_crit's uncertainty over seeds: a seed bootstrap ({fit.resamples} resamples; each recipe's seeds at each "
+            f"batch drawn with replacement, the fewest mean steps per batch chosen again, refitted; percentile interval) and "
+            f"the range of the refits with one seed left out. With as few as {fit.seeds} seeds at a batch the bootstrap alone is too "
+            f"narrow, so claims on B_crit use the hull of the two: [{interval[0]:.0f}, {high}].")
 
 
 def noise_scale_at_target(records: Sequence[RunRecord], target: float, metric: str) -> list[dict[str, Any]]:
@@ -320,15 +339,19 @@ def noise_scale_sentence(summary: dict[str, Any]) -> str:
 
 
 def failures(records: Sequence[RunRecord], test_accuracy: Sequence[Aggregate]) -> list[dict[str, Any]]:
-    """Records: every run that was not ok (``kind`` "status", with its reason), then every
-    recipe and batch whose test accuracy is ``FAILURE_DROP`` or more below its small-batch
-    reference (``kind`` "drop", the ``large_batch_gap`` estimate)."""
+    """Records: every run that was not ok (``kind`` "status", with its reason), then every recipe
+    and batch whose test accuracy is ``worse`` than the table's reference by the decision rule
+    (``kind`` "worse": the whole Welch interval of arm − reference lies below −``DEFAULT_MARGIN``;
+    the ``differences_from_reference`` estimate, and the reference's recipe and batch)."""
     found = [{"kind": "status", "recipe": r.recipe, "global_batch": r.global_batch, "world_size": r.row["world_size"],
               "seed": r.row["seed"], "learning_rate": float(r.row["learning_rate"]), "status": r.row["status"],
               "reason": r.row.get("reason") or "no reason recorded"} for r in records if not r.ok]
-    for item, drop in large_batch_gap(test_accuracy):
-        if drop is not None and drop.mean is not None and drop.mean >= FAILURE_DROP:
-            found.append({"kind": "drop", "recipe": item.recipe, "global_batch": item.global_batch, "drop": _estimate_record(drop)})
+    reference, differences = differences_from_reference(test_accuracy)
+    for item, difference in differences:
+        if reference is not None and difference is not None and claim(difference) == WORSE:
+            found.append({"kind": WORSE, "recipe": item.recipe, "global_batch": item.global_batch,
+                          "reference": {"recipe": reference.recipe, "global_batch": reference.global_batch},
+                          "difference": _estimate_record(difference)})
     return found
 
 
@@ -337,18 +360,23 @@ def failure_sentence(failure: dict[str, Any]) -> str:
     if failure["kind"] == "status":
         return (f"`{failure['recipe']}` at global batch {failure['global_batch']} (world {failure['world_size']}, seed "
                 f"{failure['seed']}, lr {failure['learning_rate']:.4g}) {failure['status']}: {failure['reason']}")
-    drop = failure["drop"]
-    estimate = Estimate(**drop)
-    interval = (f" ({100 * drop['level']:.0f}% CI {100 * drop['low']:.1f} to {100 * drop['high']:.1f}, {estimate.count_text()})"
-                if drop["low"] is not None else f" ({estimate.count_text()})")
-    return (f"`{failure['recipe']}` at global batch {failure['global_batch']} loses {100 * drop['mean']:.1f} points of test "
-            f"accuracy against the small-batch reference{interval}")
+    difference, reference = failure["difference"], failure["reference"]
+    estimate = Estimate(**difference)
+    return (f"`{failure['recipe']}` at global batch {failure['global_batch']} is worse than the reference (`{reference['recipe']}` "
+            f"at global batch {reference['global_batch']}): {100 * difference['mean']:+.1f} points of test accuracy "
+            f"({100 * difference['level']:.0f}% CI {100 * difference['low']:+.1f} to {100 * difference['high']:+.1f}, "
+            f"{estimate.count_text()})")
 
 
 def budgets_text(records: Sequence[RunRecord]) -> str:
     """The budgets the runs were given, as the summary states them ("10 epochs"; several joined
     by "; "), so every comparison says whether it was at equal epochs, steps or samples."""
-    return "; ".join(dict.fromkeys(str(r.row.get("budget") or f"{r.row.get('epochs')} epochs") for r in records))
+    return "; ".join(dict.fromkeys(_budget(r) for r in records))
+
+
+def _budget(record: RunRecord) -> str:
+    """The run's budget as the summary states it ("10 epochs")."""
+    return str(record.row.get("budget") or f"{record.row.get('epochs')} epochs")
 
 
 def machine_minutes(results_dir: Path) -> dict[str, float | None]:
@@ -386,7 +414,7 @@ class _Report:
         self.figures = results_dir / FIGURES_FOLDER
         self.colors = colors
         self.sections: list[str] = []
-        self.summary: dict[str, Any] = {"confidence_level": DEFAULT_LEVEL, "failure_drop": FAILURE_DROP}
+        self.summary: dict[str, Any] = {"confidence_level": DEFAULT_LEVEL, "margin": DEFAULT_MARGIN}
 
     def figure(self, name: str, panels: dict[str, list[Line | Mark]], caption: str, **options) -> None:
         if any(panels.values()):
@@ -397,31 +425,67 @@ class _Report:
         self.sections.extend(part for part in parts if part)
 
 
+def reference_sentence(reference: dict[str, Any] | None, margin: float) -> str:
+    """The caption sentence that states the table's one reference (``reference_group``) and the
+    rule of its *claim* column, or that there is none (no ok run measured test accuracy)."""
+    if reference is None:
+        return "No run was ok: no reference, no difference."
+    return (f"One reference for the whole table: `{reference['recipe']}` at global batch {reference['global_batch']} (world "
+            f"{reference['world_size']}), the first recipe at the smallest global batch. *test − reference*: this arm's test "
+            "accuracy minus the reference's, Welch's interval (n of this arm vs the reference, Welch–Satterthwaite df); "
+            f"*claim* by the decision rule at a margin of {100 * margin:.0f} point: matches when the whole interval lies "
+            "above −margin, better above +margin, worse below −margin, inconclusive otherwise.")
+
+
 def _accuracy_section(report: _Report, records: Sequence[RunRecord]) -> list[Aggregate]:
+    """The accuracy table: per recipe and batch, train, validation and test accuracy and the gap
+    over ok seeds; test accuracy − the table's one reference with its claim; the standing among
+    the recipes at its batch on validation accuracy (test accuracy is reported, never ranked)."""
     test = aggregate(records, column("test_accuracy"))
     train = {(a.recipe, a.global_batch): a for a in aggregate(records, column("train_accuracy"))}
     gap = {(a.recipe, a.global_batch): a for a in aggregate(records, column("gap_accuracy"))}
+    validation = {(a.recipe, a.global_batch): a for a in aggregate(records, column("validation_accuracy"))}
+    ranked: dict[tuple[str, int], str] = {}
+    for budget in dict.fromkeys(_budget(r) for r in records):  # arms given another budget (equal steps) are ranked apart
+        ranked.update(standings_by_batch(aggregate([r for r in records if _budget(r) == budget], column("validation_accuracy"))))
+    has_validation = any(a.mean is not None for a in validation.values())
     rates = {(r.recipe, r.global_batch): float(r.row["learning_rate"]) for r in records}
+    reference, differences = differences_from_reference(test)
+    report.summary["reference"] = None if reference is None else {
+        "recipe": reference.recipe, "global_batch": reference.global_batch, "world_size": reference.world_size}
     entries, rows = [], []
-    for item, drop in large_batch_gap(test):
+    for item, difference in differences:
         key = (item.recipe, item.global_batch)
         estimate = item.estimate()
+        word = None if difference is None or difference.mean is None else claim(difference)
         entries.append({"recipe": item.recipe, "world_size": item.world_size, "global_batch": item.global_batch,
                         "learning_rate": rates[key], "test_accuracy": item.mean, "low": estimate.low, "high": estimate.high, "df": estimate.df,
                         "std": item.std, "runs": item.runs, "ok_runs": item.ok_runs, "total": item.total, "excluded": item.excluded,
                         "train_accuracy": _estimate_record(train[key].estimate()), "gap_accuracy": _estimate_record(gap[key].estimate()),
-                        "large_batch_gap": _estimate_record(drop)})
-        rows.append([item.recipe, item.world_size, item.global_batch, f"{rates[key]:.4g}", train[key].describe(), item.describe(),
-                     gap[key].describe(), "reference" if drop is None else drop.describe(4), item.count_text()])
+                        "validation_accuracy": _estimate_record(validation[key].estimate()),
+                        "standing_on_validation": ranked.get(key),
+                        "difference_from_reference": _estimate_record(difference), "claim": word})
+        is_reference = reference is not None and item is reference
+        rows.append([item.recipe, item.world_size, item.global_batch, f"{rates[key]:.4g}", train[key].describe(),
+                     *([validation[key].describe()] if has_validation else []), item.describe(), gap[key].describe(),
+                     "reference" if is_reference else "-" if difference is None else difference.describe(4, signed=True),
+                     "reference" if is_reference else word or "-",
+                     *([ranked.get(key, "-")] if has_validation else []), item.count_text()])
     report.summary["accuracy"] = entries
+    standing_text = (
+        " *standing at its batch*: among the recipes at the same global batch and budget, by validation accuracy (never test): best "
+        "only when separable from every other, tied with the best when the Welch interval of its difference from the "
+        "highest mean contains 0, below the best otherwise." if has_validation else
+        " The runs held out no validation split: no arm is ranked (test accuracy is reported, never used to choose).")
     report.add("## Accuracy and generalization gap",
-               f"Budget: {budgets_text(records)}. Final accuracy on the full train and test sets: mean [{100 * DEFAULT_LEVEL:.0f}% "
-               "Student-t confidence interval] (n, df) over the seeds whose run was judged ok (diverged, collapsed and failed runs "
-               "are counted in *runs*, never averaged in). *gap* = train − test accuracy; *large-batch gap* = test accuracy at "
-               "the recipe's smallest batch (for a recipe run at one batch only: at the experiment's smallest batch, its "
-               "recipes pooled) − test accuracy here, with Welch's interval (n of the reference and of this arm, "
-               "Welch–Satterthwaite df).",
-               markdown_table(["recipe", "world", "global batch", "lr", "train acc", "test acc", "gap", "large-batch gap", "runs"], rows))
+               f"Budget: {budgets_text(records)}. Final accuracy on the full train and test sets"
+               f"{' and on the held-out validation split' if has_validation else ''}: mean [{100 * DEFAULT_LEVEL:.0f}% Student-t "
+               "confidence interval] (n, df) over the seeds whose run was "
+               "judged ok (runs that were not ok are counted in *runs*, never averaged in). *gap* = train − test accuracy. "
+               + reference_sentence(report.summary["reference"], DEFAULT_MARGIN) + standing_text,
+               markdown_table(["recipe", "world", "global batch", "lr", "train acc", *(["validation acc"] if has_validation else []),
+                               "test acc", "gap", "test − reference", "claim",
+                               *(["standing at its batch (validation)"] if has_validation else []), "runs"], rows))
     names, marks = recipes(records), status_marks(records)
     panels, axis = comparison_axis(records, {"test accuracy": [*batch_lines(test, names), *marks]})
     report.figure(FIGURE_ACCURACY_VS_BATCH, panels, "test accuracy vs global batch", ylabel="test accuracy", **axis)
@@ -439,10 +503,9 @@ def _steps_section(report: _Report, records: Sequence[RunRecord], target: float 
         return
     target = _default_target(records, metric) if target is None else target
     rows = steps_rows(records, target, metric)
-    best = best_steps(rows)
     noise = noise_scale_at_target(records, target, metric)
     noise_summary = noise_scale_summary(noise)
-    fit = critical_batch([row for row in best if not row["upper_bound"]], noise_scale=noise_summary["median"])
+    fit = critical_batch(rows, noise_scale=noise_summary["median"])
     report.summary.update({"target": target, "metric": metric, "steps_to_target": rows, "critical_batch": fit.to_dict()})
     if noise:
         report.summary["noise_scale"] = {**noise_summary, "runs_at_target": noise}
@@ -454,16 +517,18 @@ def _steps_section(report: _Report, records: Sequence[RunRecord], target: float 
         markdown_table(["recipe", "global batch", "steps to target", "reached"],
                        [[row["recipe"], row["global_batch"], _steps_text(row), f"{row['reached']}/{row['runs']}"] for row in rows]),
         "### Critical batch (McCandlish et al. 2018)",
-        f"`S(B) = S_min (1 + B_crit / B)` fitted to the fewest steps at each batch (the best recipe there; upper bounds left "
-        f"out; a fit needs {fit.min_batches} batch sizes or more): {fit.describe()}.",
+        f"`S(B) = S_min (1 + B_crit / B)` fitted to the fewest mean steps at each batch (the best recipe there, chosen on "
+        f"`{metric}`; upper bounds left out; a fit needs {fit.min_batches} batch sizes or more). The rule for a seed that "
+        f"never reaches the target: {SEED_RULE}. Left out by this rule: {fit.excluded_text()}.",
+        f"Result: {fit.describe()}.",
+        critical_batch_interval_sentence(fit),
         noise_scale_sentence(noise_summary) if noise else "",
     )
     if fit.fitted:
-        recipe_of = {row["global_batch"]: row["recipe"] for row in best}
         report.add(markdown_table(
-            ["global batch", "best recipe", "measured steps", "fitted steps", "residual"],
-            [[point["global_batch"], recipe_of[point["global_batch"]], f"{point['steps']:.0f}", f"{point['fitted_steps']:.0f}",
-              f"{100 * point['relative_residual']:+.1f}%"] for point in fit.residuals]))
+            ["global batch", "best recipe", "seeds", "measured steps", "fitted steps", "residual"],
+            [[point["global_batch"], point.get("recipe", "-"), point.get("seeds", "-"), f"{point['steps']:.0f}",
+              f"{point['fitted_steps']:.0f}", f"{100 * point['relative_residual']:+.1f}%"] for point in fit.residuals]))
     report.figure(FIGURE_STEPS_TO_TARGET, {f"steps to {metric} >= {target:.3f}": steps_panel(rows, records, fit)},
                   "steps to target vs global batch", ylabel="steps", log_y=True, **BATCH_AXIS)
 
@@ -549,12 +614,13 @@ def lr_exponent_sentence(fit: dict[str, Any]) -> str:
 
 
 def sweep_panel(rows: Sequence[dict[str, Any]]) -> list[Line | Mark]:
-    """The best trial's learning rate per global batch, linear and sqrt lines from the smallest
-    batch, and the trials that diverged or collapsed as marks at their batch."""
+    """The learning rate of the best trial on validation per global batch (the sweep's objective;
+    never test), linear and sqrt lines from the smallest batch, and the trials that diverged or
+    collapsed as marks at their batch."""
     tuned = [row for row in rows if row.get("best_learning_rate") is not None]
     if not tuned:
         return []
-    label, batches, first = "tuned (best trial)", [row["global_batch"] for row in tuned], tuned[0]
+    label, batches, first = "tuned (best trial on validation)", [row["global_batch"] for row in tuned], tuned[0]
     items: list[Line | Mark] = [Line(label, batches, [row["best_learning_rate"] for row in tuned])]
     for name, alpha in (("linear", 1.0), ("sqrt", 0.5)):
         items.append(Line(f"{name} from the smallest batch", batches,
@@ -575,8 +641,11 @@ def _sweep_section(report: _Report) -> None:
     report.summary["sweep"] = {"rows": rows, "fit": fit}
     report.add(
         "## Sweep: tuned learning rate per world size",
-        "Best trial of each world size's Optuna study (scored on validation; its test accuracy reported).",
-        markdown_table(["world", "global batch", "trials (pruned)", "best lr", "validation acc", "test acc", *[p[6:] for p in params]],
+        "The best trial on validation of each world size's Optuna study (the trials are scored on validation accuracy, "
+        "never test; the chosen trial's test accuracy is reported, not used to choose). One seed a trial: trials are "
+        "not separated from one another by an interval.",
+        markdown_table(["world", "global batch", "trials (pruned)", "lr of the best on validation", "validation acc (chosen on)",
+                        "test acc (reported)", *[p[6:] for p in params]],
                        [[row["world_size"], _cell(row.get("global_batch")), f"{row['complete']} ({row['pruned']})",
                          _cell(row.get("best_learning_rate")), _cell(row.get("best_validation_accuracy"), ".4f"),
                          _cell(row.get("best_test_accuracy"), ".4f"), *[_cell(row[p]) for p in params]] for row in rows]),
@@ -603,7 +672,8 @@ def _runs_section(report: _Report, records: Sequence[RunRecord], metric: str, ta
     broken = failures(records, test)
     report.summary["failures"] = broken
     report.add("## Where a recipe fails", "\n".join(f"- {failure_sentence(f)}" for f in broken) if broken else
-               f"No run diverged and no recipe lost {100 * FAILURE_DROP:.0f} point of test accuracy against the small-batch reference.")
+               f"Every run was ok and no recipe is worse than the table's reference (by the decision rule at a margin of "
+               f"{100 * DEFAULT_MARGIN:.0f} point).")
 
 
 def _model_and_data_sentence(report: _Report, records: list) -> str:
@@ -617,6 +687,16 @@ def _model_and_data_sentence(report: _Report, records: list) -> str:
         return ", ".join(f"`{name}`" for name in names)
 
     return f"Model{'s' if len(models) > 1 else ''} {listed(models)} on data {listed(datasets)}."
+
+
+def _no_history(records: Sequence[RunRecord]) -> str:
+    """Why a report has nothing to draw: no run trained an epoch (every one failed before)."""
+    statuses = Counter(r.result.status for r in records)
+    first = next((r for r in records if r.result.reason), None)
+    counts = ", ".join(f"{count} {status}" for status, count in sorted(statuses.items()))
+    reason = f"; the first says: {' '.join(first.result.reason.split())[:200]}" if first is not None else ""
+    return (f"no run trained an epoch ({len(records)} run{'' if len(records) == 1 else 's'}: {counts}){reason}; "
+            "fix that and rerun the experiment, then report")
 
 
 def write_report(results_dir: str | Path, *, target: float | None = None, metric: str | None = None,
@@ -646,6 +726,8 @@ def write_report(results_dir: str | Path, *, target: float | None = None, metric
     if records:
         metric = metric or curve_metric(records)
         known = {key for r in records for row in r.result.history for key in row}
+        if not known:
+            raise ReportError(_no_history(records))
         if metric not in known:
             raise ReportError(f"--metric {metric!r} is not in the runs' history (have: {', '.join(sorted(known))})")
     experiment_file = results_dir / EXPERIMENT_FILE

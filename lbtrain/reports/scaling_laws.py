@@ -14,7 +14,11 @@ with the critical batch ``B_crit = E_min / S_min``, predicted by the gradient no
 
 A fit is only as good as its points: two free parameters through two or three batch sizes
 always fit (0% error says nothing), so ``critical_batch`` needs ``MIN_FIT_BATCHES`` batch sizes
-and reports every point's residual; ``lr_exponent`` takes the best *region* of a sweep (top-k
+and reports every point's residual. A point is a recipe's mean steps over its seeds, and only
+when every seed reached the target (``SEED_RULE``): averaging the seeds that got there would
+favour the recipe that loses seeds. ``B_crit`` and ``S_min`` come with their uncertainty over
+seeds: a seed bootstrap and the leave-one-seed-out range, claims judged on the hull of the two
+(``CriticalBatchFit.b_crit_interval``). ``lr_exponent`` takes the best *region* of a sweep (top-k
 trials per batch) and bootstraps over trials for its interval, so one lucky trial cannot move it.
 """
 
@@ -41,9 +45,59 @@ def reachable_target(best_by_batch: Iterable[float], step: float = 0.005) -> flo
 
 MIN_FIT_BATCHES = 4
 
+# The rule for a seed that never reaches the target (``counts_in_fit``), as the reports state it.
+SEED_RULE = ("every seed must reach it — a recipe's steps at a batch enter the fit only when all its runs were ok and "
+             "reached the target (a seed that never does leaves that recipe out at that batch, not just its own value), "
+             "and each batch enters through the fewest mean steps among the recipes left")
+
 
 def _batch_sizes(count: int) -> str:
     return f"{count} batch size{'' if count == 1 else 's'}"
+
+
+def counts_in_fit(row: Mapping[str, Any]) -> bool:
+    """Whether a (recipe, global batch) row of steps to target may stand for its batch in the
+    fit (``SEED_RULE``): it has steps (``steps_to_target`` not None), they are not an upper bound
+    (``upper_bound``: reached by the first epoch's end, the first point measured), and every run
+    reached the target (``reached == runs``; a run that diverged, collapsed or failed did not).
+
+    Why every seed: the mean over only the seeds that got there is biased low, and the more
+    seeds fall short the lower, so the recipe that loses seeds would look fastest (in
+    ``results/steps_to_target`` one seed of three reached at batch 1024 and was the "best").
+    Rows without ``reached``/``runs`` (a single value per batch) count when they have steps."""
+    return row.get("steps_to_target") is not None and not row.get("upper_bound", False) and row.get("reached") == row.get("runs")
+
+
+def _fit(batches: np.ndarray, steps: np.ndarray) -> tuple[float, float]:
+    """``(S_min, B_crit)`` of ``S = S_min (1 + B_crit / B)``: non-negative least squares of
+    ``S = a + b / B`` on relative residuals; ``(0, inf)`` when ``a`` -> 0 (the steps keep halving),
+    ``B_crit = 0`` when ``b`` is round-off of flat steps."""
+    design = np.stack([np.ones_like(batches), 1.0 / batches], axis=1) / steps[:, None]
+    (s_min, slope), _ = scipy.optimize.nnls(design, np.ones_like(steps))
+    if s_min <= 1e-6 * steps.min():
+        return 0.0, math.inf
+    b_crit = float(slope / s_min)
+    return float(s_min), 0.0 if b_crit < 1e-6 * batches.min() else b_crit
+
+
+def _finite_or_none(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else float(value)
+
+
+def _pair(interval: tuple[float, float] | None) -> list[float | None] | None:
+    """An interval as JSON: ``[low, high]``, an unbounded end as None."""
+    return None if interval is None else [_finite_or_none(interval[0]), _finite_or_none(interval[1])]
+
+
+def _hull(first: tuple[float, float] | None, second: tuple[float, float] | None) -> tuple[float, float] | None:
+    if first is None or second is None:
+        return None
+    return min(first[0], second[0]), max(first[1], second[1])
+
+
+def _range_text(interval: tuple[float, float] | None, digits: int) -> str:
+    low, high = interval
+    return f"[{low:.{digits}f}, " + ("unbounded]" if not math.isfinite(high) else f"{high:.{digits}f}]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,16 +107,38 @@ class CriticalBatchFit:
     ``b_crit`` and ``relative_rms`` None, no residuals).
 
     ``residuals`` holds one record per measured point: ``global_batch``, ``steps`` (measured),
-    ``fitted_steps`` and ``relative_residual = (fitted - measured) / measured``."""
+    ``fitted_steps``, ``relative_residual = (fitted - measured) / measured``, and, when the rows
+    said them, ``recipe`` (the recipe standing for the batch) and ``seeds`` (its runs).
+
+    The uncertainty over seeds (``critical_batch``): ``b_crit_bootstrap`` / ``s_min_bootstrap``,
+    the ``level`` percentile seed bootstrap, and ``b_crit_leave_one_out`` / ``s_min_leave_one_out``,
+    the range of the refits with one seed left out; an upper end may be ``inf`` (some resample's
+    steps keep halving: no critical batch in range). ``interval_note`` says why there is none.
+    ``seeds`` is the fewest seeds behind a fitted point; ``excluded`` lists the rows ``SEED_RULE``
+    left out (``recipe``, ``global_batch``, ``reached``, ``runs``, ``upper_bound``) and
+    ``excluded_batches`` the batch sizes that had steps but lost every recipe to it.
+
+    Every field after ``min_batches`` is optional: a ``report.json`` written before them still
+    reads as a fit without an interval."""
 
     batches: int
     s_min: float | None = None
     b_crit: float | None = None
     relative_rms: float | None = None
-    residuals: tuple[dict[str, float], ...] = ()
+    residuals: tuple[dict[str, Any], ...] = ()
     noise_scale: float | None = None
     note: str | None = None
     min_batches: int = MIN_FIT_BATCHES
+    b_crit_bootstrap: tuple[float, float] | None = None
+    b_crit_leave_one_out: tuple[float, float] | None = None
+    s_min_bootstrap: tuple[float, float] | None = None
+    s_min_leave_one_out: tuple[float, float] | None = None
+    interval_note: str | None = None
+    seeds: int | None = None
+    excluded: tuple[dict[str, Any], ...] = ()
+    excluded_batches: tuple[int, ...] = ()
+    level: float = DEFAULT_LEVEL
+    resamples: int | None = None
 
     @property
     def fitted(self) -> bool:
@@ -74,27 +150,82 @@ class CriticalBatchFit:
         return self.s_min * self.b_crit if self.fitted else None
 
     @property
+    def b_crit_interval(self) -> tuple[float, float] | None:
+        """The interval claims on ``b_crit`` are judged by: the hull of the seed bootstrap's
+        interval and the leave-one-seed-out range (each end the wider of the two). With 3 seeds
+        a batch, a percentile bootstrap alone is too narrow (``lbtrain.reports.statistics``:
+        about 78% coverage for a mean at n = 3), and a claim must survive any one seed left out."""
+        return _hull(self.b_crit_bootstrap, self.b_crit_leave_one_out)
+
+    @property
+    def s_min_interval(self) -> tuple[float, float] | None:
+        """``s_min``'s interval, the hull as for ``b_crit_interval``."""
+        return _hull(self.s_min_bootstrap, self.s_min_leave_one_out)
+
+    @property
     def noise_scale_ratio(self) -> float | None:
         """``B_simple / B_crit`` (McCandlish et al. predict about 1), when both are known."""
         if not self.fitted or self.noise_scale is None or not self.b_crit > 0:
             return None
         return self.noise_scale / self.b_crit
 
+    @property
+    def noise_scale_ratio_interval(self) -> tuple[float, float] | None:
+        """``B_simple / B_crit`` over ``b_crit_interval``: ``[B_simple / high, B_simple / low]``
+        (``B_simple`` itself held at its median); ``inf`` above when the interval reaches 0."""
+        interval = self.b_crit_interval
+        if self.noise_scale_ratio is None or interval is None:
+            return None
+        low, high = interval
+        return self.noise_scale / high, (self.noise_scale / low if low > 0 else math.inf)
+
     def steps(self, global_batch: float) -> float:
         if not self.fitted:
             raise ValueError(f"no critical-batch fit: {self.note}")
         return self.s_min * (1 + self.b_crit / global_batch)
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "CriticalBatchFit":
+        """The fit ``to_dict`` wrote (an unbounded end read back as ``inf``); a ``report.json``
+        written before the interval fields reads as a fit without an interval."""
+        fields = {field.name for field in dataclasses.fields(cls)}
+        values = {name: value for name, value in data.items() if name in fields}
+        for name in ("b_crit_bootstrap", "b_crit_leave_one_out", "s_min_bootstrap", "s_min_leave_one_out"):
+            if values.get(name) is not None:
+                values[name] = tuple(math.inf if end is None else float(end) for end in values[name])
+        for name in ("residuals", "excluded", "excluded_batches"):
+            values[name] = tuple(values.get(name) or ())
+        if "b_crit_bootstrap" not in data:
+            values["interval_note"] = "fitted before intervals over seeds were recorded"
+        return cls(**values)
+
     def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "residuals": [dict(point) for point in self.residuals], "e_min": self.e_min,
-                "noise_scale_ratio": self.noise_scale_ratio}
+        """Plain JSON: the fields (an interval as ``[low, high]``, an unbounded end as None), the
+        rule, ``e_min``, ``noise_scale_ratio`` and the judged intervals ``b_crit_interval``,
+        ``s_min_interval`` and ``noise_scale_ratio_interval``."""
+        data = dataclasses.asdict(self)
+        for name in ("b_crit_bootstrap", "b_crit_leave_one_out", "s_min_bootstrap", "s_min_leave_one_out"):
+            data[name] = _pair(getattr(self, name))
+        return {**data, "residuals": [dict(point) for point in self.residuals], "excluded": [dict(row) for row in self.excluded],
+                "excluded_batches": list(self.excluded_batches), "rule": SEED_RULE, "e_min": self.e_min,
+                "noise_scale_ratio": self.noise_scale_ratio, "b_crit_interval": _pair(self.b_crit_interval),
+                "s_min_interval": _pair(self.s_min_interval), "noise_scale_ratio_interval": _pair(self.noise_scale_ratio_interval)}
+
+    def interval_text(self) -> str:
+        """``95% seed bootstrap [190, 400], leave-one-seed-out [242, 340]; 3 seeds per batch or
+        more`` for ``b_crit``, or why there is no interval."""
+        if self.b_crit_bootstrap is None:
+            return f"no interval ({self.interval_note})"
+        return (f"{100 * self.level:.0f}% seed bootstrap {_range_text(self.b_crit_bootstrap, 0)}, leave-one-seed-out "
+                f"{_range_text(self.b_crit_leave_one_out, 0)}; {self.seeds} seeds per batch or more")
 
     def describe(self) -> str:
-        """One sentence: the fit's numbers and error, or ``not fitted — <note>``; then the
-        measured noise scale when there is one."""
+        """One sentence: the fit's numbers, B_crit's interval and error, or ``not fitted —
+        <note>``; then the measured noise scale when there is one."""
         if self.fitted:
-            text = (f"critical batch B_crit = {self.b_crit:.0f}, fewest steps S_min = {self.s_min:.1f}, fewest samples "
-                    f"E_min = {self.e_min:.0f}; relative rms error {100 * self.relative_rms:.1f}% over {self.batches} batch sizes")
+            text = (f"critical batch B_crit = {self.b_crit:.0f} ({self.interval_text()}), fewest steps S_min = {self.s_min:.1f}, "
+                    f"fewest samples E_min = {self.e_min:.0f}; relative rms error {100 * self.relative_rms:.1f}% over "
+                    f"{self.batches} batch sizes")
         else:
             text = f"not fitted — {self.note}"
         if self.noise_scale is not None:
@@ -102,38 +233,122 @@ class CriticalBatchFit:
             text += f"; measured noise scale B_simple {self.noise_scale:.0f}" + ("" if ratio is None else f" ({ratio:.2f} x B_crit)")
         return text
 
+    def excluded_text(self) -> str:
+        """What ``SEED_RULE`` left out: ``sqrt x2 at 1024 (1 of 3 seeds reached)``, ...; the
+        batches that lost every recipe; or ``nothing``."""
+        parts = [f"{row['recipe']} at {row['global_batch']} (" +
+                 ("an upper bound" if row.get("upper_bound") else f"{row['reached']} of {row['runs']} seeds reached") + ")"
+                 for row in self.excluded]
+        if self.excluded_batches:
+            parts.append("so batch " + ", ".join(str(batch) for batch in self.excluded_batches) + " has no point")
+        return "; ".join(parts) if parts else "nothing"
 
-def critical_batch(summary: Iterable[Mapping[str, Any]], noise_scale: float | None = None) -> CriticalBatchFit:
-    """Fits ``S = S_min (1 + B_crit / B)`` (McCandlish et al. 2018, eq. 2.11) to rows with
-    ``global_batch`` and ``steps_to_target``; rows whose run never reached the target
-    (``steps_to_target`` None) are left out.
 
-    ``S`` is linear in ``1/B`` (``S = a + b / B`` with ``a = S_min``, ``b = S_min * B_crit``);
-    the fit is non-negative least squares on relative residuals, as the steps span orders of
-    magnitude. With fewer than ``MIN_FIT_BATCHES`` batch sizes the result is "not enough
-    points" (two parameters through two or three points fit whatever they are); when the steps
-    keep halving with the batch (``a`` -> 0) it is "no critical batch within the measured
-    range". ``noise_scale``, the measured ``B_simple``, is carried along for comparison."""
-    points = [(float(row["global_batch"]), float(row["steps_to_target"])) for row in summary
-              if row.get("steps_to_target") is not None]
-    distinct = len({batch for batch, _ in points})
-    if distinct < MIN_FIT_BATCHES:
-        return CriticalBatchFit(distinct, noise_scale=noise_scale,
-                                note=f"not enough points (n = {_batch_sizes(distinct)} < {MIN_FIT_BATCHES})")
-    batches, steps = np.array([p[0] for p in points]), np.array([p[1] for p in points])
-    design = np.stack([np.ones_like(batches), 1.0 / batches], axis=1) / steps[:, None]
-    (s_min, slope), _ = scipy.optimize.nnls(design, np.ones_like(steps))
-    if s_min <= 1e-6 * steps.min():
-        return CriticalBatchFit(distinct, noise_scale=noise_scale,
-                                note="steps keep halving with the batch: no critical batch within the measured range")
-    b_crit = float(slope / s_min)
-    if b_crit < 1e-6 * batches.min():
-        b_crit = 0.0  # round-off of flat steps; a ratio B_simple / B_crit to it would be meaningless
-    fitted = s_min * (1 + b_crit / batches)
+@dataclasses.dataclass(frozen=True)
+class _Arm:
+    """A row in the fit: its batch, recipe, mean steps and per-seed steps (empty if unrecorded)."""
+
+    batch: int
+    recipe: str | None
+    mean: float
+    seeds: tuple[float, ...]
+
+
+def _choose(arms: Sequence[_Arm], batches: Sequence[int], means: np.ndarray) -> np.ndarray:
+    """Per batch (columns, in ``batches`` order), the fewest of its arms' ``means`` (``[..., arms]``)."""
+    return np.stack([means[..., [i for i, arm in enumerate(arms) if arm.batch == batch]].min(axis=-1) for batch in batches], axis=-1)
+
+
+def _quantiles(values: np.ndarray, level: float) -> tuple[float, float]:
+    low, high = np.quantile(values, [(1 - level) / 2, (1 + level) / 2], method="inverted_cdf")
+    return float(low), float(high)
+
+
+def _seed_uncertainty(arms: Sequence[_Arm], batches: Sequence[int], resamples: int, seed: int,
+                      level: float) -> dict[str, Any]:
+    """The seed bootstrap and leave-one-seed-out refits (``critical_batch``) as fit fields."""
+    x = np.array(batches, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    draws = np.stack([np.asarray(arm.seeds)[rng.integers(0, len(arm.seeds), (resamples, len(arm.seeds)))].mean(axis=1)
+                      for arm in arms], axis=-1)
+    boot = np.array([_fit(x, steps) for steps in _choose(arms, batches, draws)])
+    held = []
+    for index, arm in enumerate(arms):
+        for left_out in range(len(arm.seeds) if len(arm.seeds) > 1 else 0):
+            means = np.array([a.mean for a in arms])
+            means[index] = np.mean(np.delete(np.asarray(arm.seeds), left_out))
+            held.append(_fit(x, _choose(arms, batches, means)))
+    held = np.array(held)
+    return {"s_min_bootstrap": _quantiles(boot[:, 0], level), "b_crit_bootstrap": _quantiles(boot[:, 1], level),
+            "s_min_leave_one_out": (float(held[:, 0].min()), float(held[:, 0].max())),
+            "b_crit_leave_one_out": (float(held[:, 1].min()), float(held[:, 1].max())), "resamples": resamples}
+
+
+def critical_batch(summary: Iterable[Mapping[str, Any]], noise_scale: float | None = None, *,
+                   resamples: int = DEFAULT_RESAMPLES, seed: int = 0, level: float = DEFAULT_LEVEL) -> CriticalBatchFit:
+    """Fits ``S = S_min (1 + B_crit / B)`` (McCandlish et al. 2018, eq. 2.11) to steps to target,
+    with the fit's uncertainty over seeds.
+
+    ``summary`` holds one row per (recipe, global batch) — ``global_batch``, ``steps_to_target``
+    (mean over seeds), and as ``lbtrain.reports.report.steps_rows`` writes them ``recipe``,
+    ``seed_steps`` (each seed's steps), ``reached``, ``runs`` and ``upper_bound``. The points:
+    rows that pass ``counts_in_fit`` (``SEED_RULE``: every seed reached the target; the others
+    are listed in ``excluded``), and per global batch the fewest mean steps among them — the
+    recipe tuned for that batch, chosen on the target's metric (validation accuracy), as
+    Shallue et al. tune per batch size.
+
+    The fit: ``S`` is linear in ``1/B`` (``S = a + b / B``, ``a = S_min``, ``b = S_min B_crit``),
+    non-negative least squares on relative residuals, as the steps span orders of magnitude.
+    With fewer than ``MIN_FIT_BATCHES`` batch sizes the result is "not enough points" (two
+    parameters through two or three points fit whatever they are); when the steps keep halving
+    with the batch (``a`` -> 0) it is "no critical batch within the measured range".
+
+    The uncertainty, from the seeds (each row's ``seed_steps``; none without them):
+
+    - *seed bootstrap*: ``resamples`` times, resample each row's seeds with replacement, take
+      their mean, choose each batch's fewest again and refit; the percentile interval at
+      ``level`` of ``B_crit`` and ``S_min`` (a resample whose steps keep halving counts as
+      ``B_crit = inf``, ``S_min = 0``).
+    - *leave one seed out*: refit once per seed of every row with two seeds or more, that seed's
+      steps left out of its row's mean (each batch's fewest chosen again); the range of the refits.
+
+    Both are reported: the bootstrap is the interval, and with 2 or 3 seeds a batch it is too
+    narrow on its own, so claims use the hull of the two (``CriticalBatchFit.b_crit_interval``).
+    There is no interval when a point's recipe has a single seed (nothing to resample).
+    ``noise_scale``, the measured ``B_simple``, is carried along for comparison."""
+    rows = list(summary)
+    arms = [_Arm(int(row["global_batch"]), row.get("recipe"), float(row["steps_to_target"]),
+                 tuple(float(value) for value in row.get("seed_steps") or ())) for row in rows if counts_in_fit(row)]
+    excluded = tuple({"recipe": row.get("recipe"), "global_batch": int(row["global_batch"]), "reached": row.get("reached"),
+                      "runs": row.get("runs"), "upper_bound": bool(row.get("upper_bound", False))}
+                     for row in rows if row.get("steps_to_target") is not None and not counts_in_fit(row))
+    batches = sorted({arm.batch for arm in arms})
+    lost = tuple(sorted({row["global_batch"] for row in excluded} - set(batches)))
+    common = {"noise_scale": noise_scale, "excluded": excluded, "excluded_batches": lost, "level": level}
+    if len(batches) < MIN_FIT_BATCHES:
+        return CriticalBatchFit(len(batches), note=f"not enough points (n = {_batch_sizes(len(batches))} < {MIN_FIT_BATCHES})",
+                                **common)
+    x = np.array(batches, dtype=np.float64)
+    steps = _choose(arms, batches, np.array([arm.mean for arm in arms]))
+    s_min, b_crit = _fit(x, steps)
+    if math.isinf(b_crit):
+        return CriticalBatchFit(len(batches), note="steps keep halving with the batch: no critical batch within the measured range",
+                                **common)
+    chosen = [min((arm for arm in arms if arm.batch == batch), key=lambda arm: arm.mean) for batch in batches]
+    fitted = s_min * (1 + b_crit / x)
     relative = (fitted - steps) / steps
-    residuals = tuple({"global_batch": int(b), "steps": float(s), "fitted_steps": float(f), "relative_residual": float(r)}
-                      for b, s, f, r in zip(batches, steps, fitted, relative))
-    return CriticalBatchFit(distinct, float(s_min), b_crit, float(np.sqrt(np.mean(relative ** 2))), residuals, noise_scale)
+    residuals = tuple({"global_batch": arm.batch, "steps": float(s), "fitted_steps": float(f), "relative_residual": float(r),
+                       **({} if arm.recipe is None else {"recipe": arm.recipe}), **({"seeds": len(arm.seeds)} if arm.seeds else {})}
+                      for arm, s, f, r in zip(chosen, steps, fitted, relative))
+    fewest = min(len(arm.seeds) for arm in chosen)
+    if not all(arm.seeds for arm in arms):
+        uncertainty = {"interval_note": "per-seed steps not recorded"}
+    elif fewest == 1:
+        uncertainty = {"interval_note": "a point rests on a single seed: nothing to resample", "seeds": 1}
+    else:
+        uncertainty = {**_seed_uncertainty(arms, batches, resamples, seed, level), "seeds": fewest}
+    return CriticalBatchFit(len(batches), s_min, b_crit, float(np.sqrt(np.mean(relative ** 2))), residuals, note=None,
+                            **common, **uncertainty)
 
 
 @dataclasses.dataclass(frozen=True)

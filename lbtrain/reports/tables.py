@@ -1,12 +1,15 @@
 """Gap tables: an experiment's runs read back, grouped by recipe and global batch, averaged over
 seeds, and written as Markdown.
 
-The *generalization gap* of a run is train accuracy - test accuracy; the *large-batch gap* of
-a recipe at global batch B is test accuracy(smallest batch) - test accuracy(B), same epoch
-budget (Keskar et al. 2017). Only runs with status ``ok`` enter the means; runs that diverged,
-collapsed or failed are counted beside them ("2 of 3 ok, 1 diverged"), never averaged in. Every
-mean comes with its 95% Student-t interval, n and df, and every difference with its Welch interval
-(``lbtrain.reports.statistics``).
+The *generalization gap* of a run is train accuracy - test accuracy. A table has one
+*reference* (``reference_group``): the first recipe, in the experiment's order, measured at the
+smallest global batch; every arm's difference is taken against it (``differences_from_reference``:
+arm − reference, same epoch budget, so a negative difference is the large-batch gap of Keskar et
+al. 2017 when the reference is the small-batch recipe). Arms at one global batch are ranked on
+validation accuracy, never test (``standings_by_batch``, by ``lbtrain.reports.decisions.standing``).
+Only runs with status ``ok`` enter the means; runs that were not ok are counted beside them ("2 of
+3 ok, 1 diverged"), never averaged in. Every mean comes with its 95% Student-t interval, n and df,
+and every difference with its Welch interval (``lbtrain.reports.statistics``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from lbtrain.reports.decisions import standing
 from lbtrain.reports.statistics import Estimate, difference_interval, mean_interval
 from lbtrain.results import RUNS_FOLDER, STATUSES, SUMMARY_FILE, ResultsError, RunResult, is_finished, read_run
 
@@ -189,27 +193,38 @@ def peak_values(records: Iterable[RunRecord], metric: str, group: Callable[[RunR
     return peaks
 
 
-def large_batch_gap(test_accuracy: Sequence[Aggregate]) -> list[tuple[Aggregate, Estimate | None]]:
-    """For each aggregate of test accuracy: reference mean minus its own, with a 95% Welch
-    interval over both groups' seeds (``difference_interval``); None for the reference
-    itself. The reference is the recipe's own smallest global batch; a recipe measured at one
-    batch only (a grid whose variants are the batch sizes, as in keskar_gap) is compared with
-    the experiment's smallest batch (the ok runs of every recipe measured there, pooled)."""
-    smallest: dict[str, Aggregate] = {}
-    for item in test_accuracy:
-        if item.recipe not in smallest or item.global_batch < smallest[item.recipe].global_batch:
-            smallest[item.recipe] = item
-    batches_of = {recipe: {i.global_batch for i in test_accuracy if i.recipe == recipe} for recipe in smallest}
-    overall = min((i.global_batch for i in test_accuracy), default=0)
-    at_overall = [i for i in test_accuracy if i.global_batch == overall]
-    gaps: list[tuple[Aggregate, Estimate | None]] = []
-    for item in test_accuracy:
-        reference = [smallest[item.recipe]] if len(batches_of[item.recipe]) > 1 else at_overall
-        if reference == [item]:
-            gaps.append((item, None))
-        else:
-            gaps.append((item, difference_interval([v for group in reference for v in group.values], item.values)))
-    return gaps
+def reference_group(items: Sequence[Aggregate]) -> Aggregate | None:
+    """A table's one reference: of the groups with a value (an ok run that measured it), those at
+    the smallest global batch, the first in the experiment's recipe order (``aggregate``'s order);
+    None when no group has a value."""
+    measured = [item for item in items if item.mean is not None]
+    if not measured:
+        return None
+    smallest = min(item.global_batch for item in measured)
+    return next(item for item in measured if item.global_batch == smallest)
+
+
+def differences_from_reference(items: Sequence[Aggregate]) -> tuple[Aggregate | None, list[tuple[Aggregate, Estimate | None]]]:
+    """The table's reference (``reference_group``) and, for each aggregate, its mean minus the
+    reference's with a 95% Welch interval over both groups' seeds (``difference_interval``: n of
+    the arm, then of the reference); None for the reference itself, and for every aggregate when
+    there is no reference."""
+    reference = reference_group(items)
+    return reference, [(item, None if reference is None or item is reference else difference_interval(item.values, reference.values))
+                       for item in items]
+
+
+def standings_by_batch(items: Sequence[Aggregate]) -> dict[tuple[str, int], str]:
+    """Per (recipe, global batch), its standing among the recipes measured at the same global batch
+    (``decisions.standing`` on the groups' values: ``best`` only when separable from every other,
+    else ``tied with the best`` or ``below the best``). Pass validation accuracy: an arm is never
+    ranked on test. Batches where fewer than two recipes have a value rank nothing."""
+    result: dict[tuple[str, int], str] = {}
+    for batch in dict.fromkeys(item.global_batch for item in items):
+        groups = {item.recipe: item.values for item in items if item.global_batch == batch and item.values}
+        if len(groups) > 1:
+            result.update({(recipe, batch): word for recipe, word in standing(groups).items()})
+    return result
 
 
 def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

@@ -22,7 +22,11 @@ budget, taken as the steps that reach its target at the base batch: ``S(B_base) 
 The predicted time is ``S(B) x`` the step time of one worker's batch, measured in the probe (the
 time of a probe step scaled to ``b`` samples; communication is not modelled, and step times
 measured under Horovod can be passed instead). The LR recipe comes from lbtrain's own studies
-(``lbtrain.studies.findings``): what held best at the nearest multiple of the base batch.
+(``lbtrain.studies.findings``): of the recipes whose every seed was ok at the nearest multiple
+of the base batch, the one with the highest mean validation accuracy (ranked on validation,
+never test; its test accuracy is what is quoted), called *best on validation* only when the
+findings' ``standing`` (``lbtrain.reports.decisions.standing`` over the seeds) separates it from
+every other recipe held there, else named with the recipes *tied with the best*.
 
 B_simple grows as training proceeds (McCandlish et al. fig. 6): a probe at the start measures
 the early, smallest value, a lower bound for the batch worth using later.
@@ -42,6 +46,7 @@ import numpy as np
 import tensorflow as tf
 
 from lbtrain.config import ConfigError, ExperimentConfig, RunConfig, run_config_from_dict
+from lbtrain.reports.decisions import BEST, TIED_WITH_THE_BEST
 from lbtrain.reports.statistics import Estimate, bootstrap_ratio
 from lbtrain.results import finite_or_none
 from lbtrain.studies.findings import load_findings, recipe_advice
@@ -271,10 +276,23 @@ def _recipe_line(recipe: dict[str, Any] | None) -> str:
              f"at {recipe['multiple']}x its base batch")
     if not recipe["held"]:
         return f"LR recipe: no recipe held in {where} (failed: {', '.join(recipe['failed'])}); train longer or use LARS"
-    best = recipe["held"][0]
+    first = recipe["held"][0]
     failed = f"; failed there: {', '.join(recipe['failed'])}" if recipe["failed"] else ""
     longer = "".join(f"; {cell['recipe']} ({cell['budget']}): test accuracy {_accuracy_text(cell)}" for cell in recipe.get("longer", []))
-    return f"LR recipe: {best['recipe']}, best on validation in {where}: test accuracy {_accuracy_text(best)}{failed}{longer}"
+    held, word = len(recipe["held"]), first.get("standing")
+    tied = [cell["recipe"] for cell in recipe["held"][1:] if cell.get("standing") == TIED_WITH_THE_BEST]
+    if held == 1:
+        ranking = "the one recipe that held"
+    elif first["validation_accuracy"] is None:
+        ranking = f"first listed of the {held} recipes that held (none has a validation accuracy to rank it)"
+    elif word == BEST:
+        ranking = f"best on validation ({first['validation_accuracy']:.3f}, separable from the other {held - 1} recipes that held)"
+    elif word == TIED_WITH_THE_BEST:
+        ranking = (f"the highest mean validation accuracy ({first['validation_accuracy']:.3f}) of the {held} recipes that held, "
+                   f"tied with the best on validation with {', '.join(tied)}")
+    else:  # findings rendered before they carried a standing: the ranking alone, no "best"
+        ranking = f"the highest mean validation accuracy ({first['validation_accuracy']:.3f}) of the {held} recipes that held"
+    return f"LR recipe: {first['recipe']}, {ranking} in {where}: test accuracy {_accuracy_text(first)}{failed}{longer}"
 
 
 def _accuracy_text(cell: dict[str, Any]) -> str:

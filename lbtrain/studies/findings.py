@@ -5,14 +5,18 @@ The findings ship with lbtrain as ``lbtrain/studies/findings.json``, rendered fr
 ``results/<study>/report.json`` and ``summary.csv`` by ``python -m lbtrain.studies.findings`` (a test
 checks the shipped file equals what the committed results render, so advice cannot drift from
 the data). Recipes are ranked by validation accuracy, never test (their test accuracy is what
-is reported); runs given another budget than the study's (goyal_bn's equal-steps re-runs) are
-listed apart, as what training longer gave.
+is reported), and each carries its ``standing`` on validation
+(``lbtrain.reports.decisions.standing`` over its seeds' validation accuracies): ``best`` only
+when separable from every other recipe held there, else ``tied with the best`` or ``below the
+best``. Runs given another budget than the study's (goyal_bn's equal-steps re-runs) are listed
+apart, as what training longer gave, ranked among themselves the same way.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import logging
 import math
 import statistics
 import sys
@@ -21,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from lbtrain.reports.decisions import standing
 from lbtrain.results import ADVISOR_VALIDATION_FILE, EXPERIMENT_FILE, REPORT_JSON, SUMMARY_FILE
 
 FINDINGS_FILE = Path(__file__).with_name("findings.json")
@@ -29,9 +34,23 @@ FINDINGS_FILE = Path(__file__).with_name("findings.json")
 STUDIES = {"goyal_bn": "resnet", "goyal_scaling": "mlp", "goyal_scaling_cnn": "cnn"}
 
 
-def _cell(record: dict[str, Any], validation: float | None, budget: str) -> dict[str, Any]:
-    return {"recipe": record["recipe"], "validation_accuracy": validation, "test_accuracy": record["test_accuracy"],
+logger = logging.getLogger(__name__)
+
+
+def _cell(record: dict[str, Any], validation: list[float], budget: str) -> dict[str, Any]:
+    return {"recipe": record["recipe"], "validation_accuracy": statistics.fmean(validation) if validation else None,
+            "validation_seeds": validation, "test_accuracy": record["test_accuracy"],
             "low": record["low"], "high": record["high"], "n": record["ok_runs"], "budget": budget}
+
+
+def _ranked(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``cells`` by mean validation accuracy, highest first (none last), each with its
+    ``standing`` among them on validation (``lbtrain.reports.decisions.standing``; None without
+    a validation accuracy) instead of its seeds."""
+    ranks = standing({cell["recipe"]: cell["validation_seeds"] for cell in cells})
+    ordered = sorted(cells, key=lambda cell: -(cell["validation_accuracy"] if cell["validation_accuracy"] is not None else -math.inf))
+    return [{**{key: value for key, value in cell.items() if key != "validation_seeds"}, "standing": ranks.get(cell["recipe"])}
+            for cell in ordered]
 
 
 def _runs_by_cell(summary: list[dict[str, str]]) -> dict[tuple[str, int], list[dict[str, str]]]:
@@ -44,9 +63,10 @@ def _runs_by_cell(summary: list[dict[str, str]]) -> dict[tuple[str, int], list[d
 def study_findings(report: dict[str, Any], summary: list[dict[str, str]], model: str, dataset: str) -> dict[str, Any]:
     """One study's findings from its report.json and summary.csv rows: for each global batch (as a
     multiple of the smallest), at the study's budget (its smallest batch's), the recipes whose
-    every run was ``ok`` ranked by mean validation accuracy (with their test accuracy's 95% CI
-    and n) and the recipes with a run that was not ok; ``longer``: recipes run there with
-    another budget, all seeds ok, ranked the same way."""
+    every run was ``ok`` ranked by mean validation accuracy with their standing on validation
+    (``_ranked``; their test accuracy's 95% interval and n reported) and the recipes with a run
+    that was not ok; ``longer``: recipes run there with another budget, all seeds ok, ranked the
+    same way among themselves."""
     runs = _runs_by_cell(summary)
     records = report["accuracy"]
     base = min(record["global_batch"] for record in records)
@@ -59,11 +79,10 @@ def study_findings(report: dict[str, Any], summary: list[dict[str, str]], model:
             mine = runs[(record["recipe"], batch)]
             if record["ok_runs"] == record["total"] and record["total"]:
                 validation = [float(row["validation_accuracy"]) for row in mine if row["validation_accuracy"]]
-                ranked.append(_cell(record, statistics.fmean(validation) if validation else None, mine[0]["budget"]))
-        ranked.sort(key=lambda cell: -(cell["validation_accuracy"] if cell["validation_accuracy"] is not None else -math.inf))
+                ranked.append(_cell(record, validation, mine[0]["budget"]))
         rows.append({"global_batch": batch, "multiple": batch // base,
-                     "held": [cell for cell in ranked if cell["budget"] == budget],
-                     "longer": [cell for cell in ranked if cell["budget"] != budget],
+                     "held": _ranked([cell for cell in ranked if cell["budget"] == budget]),
+                     "longer": _ranked([cell for cell in ranked if cell["budget"] != budget]),
                      "failed": sorted(record["recipe"] for record in cells
                                       if record["ok_runs"] < record["total"] and runs[(record["recipe"], batch)][0]["budget"] == budget)})
     return {"study": report["experiment"], "model": model, "dataset": dataset, "budget": budget, "base_batch": base,
@@ -113,5 +132,6 @@ def recipe_advice(model: str, dataset: str, multiple: float) -> dict[str, Any] |
 
 if __name__ == "__main__":
     root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("results")
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     FINDINGS_FILE.write_text(json.dumps(render(root), indent=1) + "\n")
-    print(f"wrote {FINDINGS_FILE}")
+    logger.info("wrote %s", FINDINGS_FILE)

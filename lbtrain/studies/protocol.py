@@ -453,7 +453,7 @@ def _equal_steps_markdown(steps_rows: list[dict[str, Any]], reference: int) -> s
           _describe(row["equal_steps"]), _describe(row["gain_of_steps"], signed=True),
           _describe(row["equal_steps_minus_reference"], signed=True)] for row in steps_rows],
     )
-    return (f"Equal steps (Hoffer et al. 2017): the best arm of each listed world size (by validation accuracy, every seed ok) "
+    return (f"Equal steps (Hoffer et al. 2017): the arm with the highest mean validation accuracy at each listed world size (among arms whose every seed was ok; not necessarily separable from the others) "
             f"re-run with the same seeds for as many updates as world size {reference} took; *reference* is its recipe's tuned "
             f"arm at world size {reference}.\n\n{table}")
 

@@ -313,6 +313,7 @@ def _spawn_workers(experiment: ExperimentConfig, experiment_path: str, overrides
     import sys
 
     from lbtrain.launch import run_side_by_side
+    from lbtrain.launch.error_line import ended_by
 
     for world_size in world_sizes(experiment):
         open_study(experiment, world_size, storage)
@@ -322,9 +323,11 @@ def _spawn_workers(experiment: ExperimentConfig, experiment_path: str, overrides
     exits = run_side_by_side([[*command, "--worker", str(index)] for index in range(workers)])
     failed = [index for index, ended in enumerate(exits) if ended.code]
     if failed:
-        reasons = list(dict.fromkeys(error for index in failed for error in exits[index].errors))
+        # A worker killed (SIGKILL, the OOM killer) printed no line: how it ended stands for one.
+        reasons = list(dict.fromkeys(error for index in failed for error in exits[index].errors
+                                     or [ended_by(exits[index].code)]))
         which = f"sweep worker {failed[0]}" if len(failed) == 1 else f"sweep workers {', '.join(map(str, failed))}"
-        raise WorkersFailed(f"{which} of {workers} failed: " + ("; ".join(reasons) or "see the output above"),
+        raise WorkersFailed(f"{which} of {workers} failed: " + "; ".join(reasons),
                             exit_code=2 if all(exits[index].code == 2 for index in failed) else 1)
 
 

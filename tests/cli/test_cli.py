@@ -272,9 +272,12 @@ def _children(pid: int) -> list[int]:
 def _interrupt_when(command: list[str], started, timeout: float = 120) -> tuple[subprocess.CompletedProcess, list[int]]:
     """Starts ``lbtrain COMMAND`` in its own session, waits until ``started()``, then sends
     SIGINT to its whole process group, as Ctrl-C in a terminal does; returns how it ended and
-    the processes it had started."""
+    the processes it had started. The command starts with SIGINT's default action, as a command
+    typed at a terminal does: pytest run in the background of a non-interactive shell ignores
+    SIGINT, and an ignored signal stays ignored across exec (lbtrain, rightly, keeps it so)."""
     process = subprocess.Popen([sys.executable, "-m", "lbtrain.cli", *command], cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+                               stderr=subprocess.PIPE, text=True, start_new_session=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + timeout
     while not started() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)

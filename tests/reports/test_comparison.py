@@ -12,7 +12,7 @@ import pytest
 from conftest import run_cli, stderr_lines
 from lbtrain.config import ExperimentConfig
 from lbtrain.measures.steps_to_target import steps_to_target
-from lbtrain.reports.comparison import Side, compare, lr_that_works
+from lbtrain.reports.comparison import Side, compare, lr_that_works, works_sentence
 from lbtrain.reports.prose import unsupported_numbers
 from lbtrain.reports.report import ReportError
 from lbtrain.reports.statistics import difference_interval
@@ -105,16 +105,39 @@ def test_folders_of_different_grids_are_one_line_exit_2(pair, tmp_path):
         f"lbtrain: error: {tmp_path / 'nothing'} has no summary.csv: run its experiment first (lbtrain run EXPERIMENT.yaml)"]
 
 
-def cell(lr, validation, ok_runs=3, runs=3):
-    return {"learning_rate": lr, "ok_runs": ok_runs, "runs": runs, "validation_accuracy": {"mean": validation}}
+def cell(lr, validation, ok_runs=3, runs=3, spread=0.001, test=None):
+    """A side's cell: ``ok_runs`` seeds' validation values ``validation ± spread`` (their mean
+    ``validation``), and the test accuracy reported beside it."""
+    values = [] if validation is None else [validation + spread * (i - (ok_runs - 1) / 2) for i in range(ok_runs)]
+    return {"learning_rate": lr, "ok_runs": ok_runs, "runs": runs,
+            "validation_accuracy": {"mean": validation, "low": None, "high": None, "n": ok_runs},
+            "validation_values": values, "test_accuracy": {"mean": test, "low": None, "high": None, "n": ok_runs}}
 
 
 def test_the_lr_that_works_is_the_best_on_validation_among_cells_with_every_seed_ok():
     cells = [cell(0.025, 0.90), cell(0.05, 0.93), cell(0.1, 0.95, ok_runs=2), cell(0.2, None, ok_runs=0)]
     works = lr_that_works(cells)
     assert works["best"]["learning_rate"] == 0.05 and works["largest_ok_lr"] == 0.05 and works["edge"] is None
+    assert (works["standing"], works["tied"]) == ("best", [])
     assert lr_that_works(cells[:2])["edge"] == "largest" and lr_that_works([cell(0.025, 0.95), *cells[1:]])["edge"] == "smallest"
-    assert lr_that_works([cell(0.1, None, ok_runs=0)]) == {"best": None, "edge": None, "largest_ok_lr": None}
+    assert lr_that_works([cell(0.1, None, ok_runs=0)]) == {"best": None, "standing": None, "tied": [], "edge": None,
+                                                           "largest_ok_lr": None}
+
+
+def test_the_lr_that_works_follows_validation_where_test_disagrees_and_is_tied_when_not_separable():
+    # Test ranks 0.1 first, validation 0.05 (separably): the choice is 0.05, its test accuracy is reported.
+    cells = [cell(0.025, 0.90, test=0.91), cell(0.05, 0.93, test=0.90), cell(0.1, 0.91, test=0.95)]
+    works = lr_that_works(cells)
+    assert works["best"]["learning_rate"] == 0.05 and works["standing"] == "best"
+    assert works_sentence("4", "simulated", works) == (
+        "At W=4, simulated: best on validation: lr 0.05 (validation 0.930 (n=3), test 0.900 (n=3)); largest lr with every seed ok: 0.1.")
+    # Seeds spread 0.05 wide: 0.1's validation interval overlaps 0.05's, so neither is named best.
+    noisy = [cell(0.025, 0.70), cell(0.05, 0.93, spread=0.05, test=0.90), cell(0.1, 0.92, spread=0.05, test=0.95)]
+    works = lr_that_works(noisy)
+    assert works["best"]["learning_rate"] == 0.05 and works["standing"] == "tied with the best" and works["tied"] == [0.1]
+    assert works_sentence("4", "simulated", works) == (
+        "At W=4, simulated: tied with the best on validation: lr 0.05 (the highest mean: validation 0.930 (n=3), test 0.900 (n=3)), "
+        "0.1; largest lr with every seed ok: 0.1.")
 
 
 def record(label, world, seed, status="ok", lr=0.1, test=0.9, validation=0.9, updates_per_epoch=10, curve=(0.5, 0.8, 0.9),
@@ -154,7 +177,9 @@ def test_two_modes_pair_per_cell_with_failures_counted_not_averaged():
     assert (first["updates_per_epoch"], second["updates_per_epoch"]) == (10, 40)
     assert (first["staleness"], second["staleness"]) == (None, 3.0)
     works = result["lr_that_works"]["4"]
-    assert works["first"]["best"]["learning_rate"] == 0.1 and works["second"] == {"best": None, "edge": None, "largest_ok_lr": None}
+    assert works["first"]["best"]["learning_rate"] == 0.1 and works["second"] == {"best": None, "standing": None, "tied": [], "edge": None,
+                                                                                   "largest_ok_lr": None}
+    assert row["claim"] == "inconclusive"  # one ok seed on the second side: no interval
 
 
 def test_the_default_target_is_what_the_best_run_of_every_world_reaches_on_both_sides():

@@ -99,11 +99,31 @@ def test_thin_seed_lines_and_thick_means_have_legend_entries(tmp_path):
     assert matplotlib.image.imread(path).shape == (330, 2 * 440 + 240, 4)
 
 
+def test_runs_ok_but_unstable_are_marked_at_their_batch_in_their_recipes_colour():
+    from lbtrain.reports.report import status_marks
+    from lbtrain.reports.tables import RunRecord
+    from lbtrain.results import RunResult
+
+    def run(seed, status):
+        row = {"run_id": str(seed), "label": "linear", "status": status, "world_size": 8, "global_batch": 1024, "seed": seed}
+        return RunRecord(row, RunResult(config={}, status=status))
+
+    marks = status_marks([run(0, "ok"), run(1, "ok-unstable"), run(2, "ok-unstable")])
+    assert marks == [Mark("ok-unstable", "linear", 1024, count=2)]
+    figure = draw_panels({"test accuracy": [Line("linear", [128, 1024], [0.9, 0.8]), *marks]}, xlabel="global batch",
+                         ylabel="accuracy", colors={"linear": OKABE_ITO[1]}, log2_x=True)
+    (axes,) = figure.axes
+    (square,) = [line for line in axes.get_lines() if line.get_marker() == "s"]
+    assert matplotlib.colors.to_hex(square.get_color()).upper() == OKABE_ITO[1] and square.get_markerfacecolor() == "none"
+    assert [text.get_text() for text in axes.texts] == ["2"]
+    assert "unstable run (ok-unstable)" in [text.get_text() for text in figure.legends[0].get_texts()]
+
+
 def test_plot_panels_rejects_nothing_to_draw_and_unknown_marks(tmp_path):
     with pytest.raises(ValueError, match="nothing to draw"):
         plot_panels({"empty": []}, tmp_path / "x.png", xlabel="x", ylabel="y")
     assert not (tmp_path / "x.png").exists()
-    with pytest.raises(ValueError, match="mark kind must be one of diverged, collapsed, failed, upper bound, not reached"):
+    with pytest.raises(ValueError, match="mark kind must be one of diverged, collapsed, failed, ok-unstable, upper bound, not reached"):
         Mark("exploded", "a", 1)
 
 

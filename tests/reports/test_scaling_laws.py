@@ -149,3 +149,119 @@ def test_lr_exponent_needs_four_batch_sizes_for_a_fit():
     assert single.alpha == pytest.approx(1.0) and single.note == "no interval (one ok trial per batch: nothing to resample)"
     with pytest.raises(ValueError, match="top_k must be a positive integer, got 0"):
         lr_exponent({128: []}, top_k=0)
+
+
+# The critical batch's uncertainty over seeds and the rule for a seed that never reaches the target.
+
+BATCHES = (128, 256, 512, 1024, 2048)
+
+
+def model_steps(batch, s_min=100.0, b_crit=500.0):
+    return s_min * (1 + b_crit / batch)
+
+
+def seed_rows(recipe="r", spread=(0.8, 1.0, 1.2), batches=BATCHES):
+    """One row per batch, as ``steps_rows`` writes them: three seeds at 0.8, 1 and 1.2 x the model's steps."""
+    rows = []
+    for batch in batches:
+        seeds = [model_steps(batch) * factor for factor in spread]
+        rows.append({"recipe": recipe, "global_batch": batch, "steps_to_target": float(np.mean(seeds)), "seed_steps": seeds,
+                     "reached": len(seeds), "runs": len(seeds), "upper_bound": False})
+    return rows
+
+
+def hand_fit(batches, steps):
+    """S = a + b / B by unconstrained least squares on relative residuals (numpy, not nnls): B_crit = b / a."""
+    batches, steps = np.asarray(batches, float), np.asarray(steps, float)
+    (a, b), *_ = np.linalg.lstsq(np.stack([1 / steps, 1 / (batches * steps)], axis=1), np.ones_like(steps), rcond=None)
+    return a, b / a
+
+
+def test_the_seed_bootstrap_interval_holds_the_point_fit_and_the_leave_one_out_range_is_the_refits_by_hand():
+    rows = seed_rows()
+    fit = critical_batch(rows, resamples=2000)
+    assert fit.fitted and fit.b_crit == pytest.approx(500.0) and fit.s_min == pytest.approx(100.0) and fit.seeds == 3
+    assert [(point["recipe"], point["seeds"]) for point in fit.residuals] == [("r", 3)] * 5
+    low, high = fit.b_crit_bootstrap
+    assert low < fit.b_crit < high and fit.resamples == 2000 and fit.level == 0.95
+    assert fit.s_min_bootstrap[0] < fit.s_min < fit.s_min_bootstrap[1]
+    # Leave one seed out: 15 refits (5 batches x 3 seeds), each with one batch's mean over the two seeds left.
+    refits = []
+    for index, row in enumerate(rows):
+        for left_out in range(3):
+            steps = [r["steps_to_target"] for r in rows]
+            steps[index] = np.mean(np.delete(row["seed_steps"], left_out))
+            refits.append(hand_fit(BATCHES, steps))
+    b_crits, s_mins = [b for _, b in refits], [a for a, _ in refits]
+    assert fit.b_crit_leave_one_out == pytest.approx((min(b_crits), max(b_crits)))
+    assert fit.s_min_leave_one_out == pytest.approx((min(s_mins), max(s_mins)))
+    assert fit.b_crit_leave_one_out[0] < 500 < fit.b_crit_leave_one_out[1]
+    # Claims use the hull of the two, which holds the point fit.
+    assert fit.b_crit_interval == (min(low, min(b_crits)), max(high, max(b_crits)))
+    assert fit.b_crit_interval[0] < fit.b_crit < fit.b_crit_interval[1]
+    # Wider seeds, wider interval; the same seeds and resampling seed, the same interval.
+    wide = critical_batch(seed_rows(spread=(0.5, 1.0, 1.5)), resamples=2000)
+    assert wide.b_crit_interval[0] < fit.b_crit_interval[0] and wide.b_crit_interval[1] > fit.b_crit_interval[1]
+    assert critical_batch(rows, resamples=2000).b_crit_bootstrap == fit.b_crit_bootstrap
+    assert "95% seed bootstrap [" in fit.describe() and "3 seeds per batch or more" in fit.describe()
+
+
+def test_a_recipe_with_a_seed_that_never_reaches_the_target_is_left_out_not_averaged_over_its_survivors():
+    rows = seed_rows()
+    # At 1024 a second recipe's two fast seeds reached the target and its third never did: their mean (50 steps)
+    # beats the recipe that got there on every seed, but the rule leaves it out.
+    rows.append({"recipe": "fast", "global_batch": 1024, "steps_to_target": 50.0, "seed_steps": [45.0, 55.0],
+                 "reached": 2, "runs": 3, "upper_bound": False})
+    # At 256 an upper bound (reached by the first epoch's end) is left out too.
+    rows.append({"recipe": "early", "global_batch": 256, "steps_to_target": 20.0, "seed_steps": [20.0, 20.0, 20.0],
+                 "reached": 3, "runs": 3, "upper_bound": True})
+    fit = critical_batch(rows, resamples=500)
+    clean = critical_batch(seed_rows(), resamples=500)
+    assert (fit.b_crit, fit.s_min, fit.b_crit_interval) == (clean.b_crit, clean.s_min, clean.b_crit_interval)
+    assert [point["recipe"] for point in fit.residuals] == ["r"] * 5
+    assert fit.excluded == ({"recipe": "fast", "global_batch": 1024, "reached": 2, "runs": 3, "upper_bound": False},
+                            {"recipe": "early", "global_batch": 256, "reached": 3, "runs": 3, "upper_bound": True})
+    assert fit.excluded_text() == "fast at 1024 (2 of 3 seeds reached); early at 256 (an upper bound)" and fit.excluded_batches == ()
+    # Averaging the survivors would have moved the fit: B_crit 500 becomes something else.
+    survivors = critical_batch([{**row, "runs": row["reached"]} for row in rows if not row["upper_bound"]], resamples=500)
+    assert survivors.residuals[3]["recipe"] == "fast" and survivors.b_crit != pytest.approx(500.0, rel=0.05)
+
+
+def test_a_batch_whose_every_recipe_lost_a_seed_has_no_point_and_below_four_batches_there_is_no_fit():
+    rows = seed_rows()
+    rows[4] = {**rows[4], "reached": 2, "runs": 3, "seed_steps": rows[4]["seed_steps"][:2]}
+    fit = critical_batch(rows, resamples=500)
+    assert fit.fitted and fit.batches == 4 and fit.excluded_batches == (2048,)
+    assert [point["global_batch"] for point in fit.residuals] == [128, 256, 512, 1024]
+    assert fit.excluded_text() == "r at 2048 (2 of 3 seeds reached); so batch 2048 has no point"
+    rows[3] = {**rows[3], "reached": 0, "steps_to_target": None, "seed_steps": []}  # no seed reached at 1024
+    fit = critical_batch(rows, noise_scale=90.0)
+    assert not fit.fitted and fit.note == "not enough points (n = 3 batch sizes < 4)" and fit.excluded_batches == (2048,)
+    assert (fit.b_crit, fit.b_crit_bootstrap, fit.b_crit_interval, fit.noise_scale_ratio_interval) == (None, None, None, None)
+
+
+def test_no_interval_without_per_seed_steps_or_with_a_single_seed():
+    one_value = critical_batch([{"global_batch": b, "steps_to_target": model_steps(b)} for b in BATCHES])
+    assert one_value.fitted and one_value.b_crit_interval is None and one_value.interval_note == "per-seed steps not recorded"
+    assert "no interval (per-seed steps not recorded)" in one_value.describe()
+    single = critical_batch(seed_rows(spread=(1.0,)))
+    assert single.b_crit == pytest.approx(500.0) and single.b_crit_interval is None and single.seeds == 1
+    assert single.interval_note == "a point rests on a single seed: nothing to resample"
+
+
+def test_the_fit_reads_back_from_json_with_an_unbounded_end_and_old_records_read_without_an_interval():
+    import json
+
+    fit = critical_batch(seed_rows(), noise_scale=250.0, resamples=500)
+    data = json.loads(json.dumps(fit.to_dict(), allow_nan=False))
+    assert data["rule"].startswith("every seed must reach it") and data["b_crit_interval"] == list(fit.b_crit_interval)
+    ratio = data["noise_scale_ratio_interval"]
+    assert ratio == pytest.approx([250 / fit.b_crit_interval[1], 250 / fit.b_crit_interval[0]]) and ratio[0] < 0.5 < ratio[1]
+    assert type(fit).from_dict(data) == fit
+    unbounded = type(fit).from_dict({**data, "b_crit_bootstrap": [300.0, None]})
+    assert unbounded.b_crit_interval == (300.0, math.inf) and unbounded.noise_scale_ratio_interval[0] == 0.0
+    assert "seed bootstrap [300, unbounded]" in unbounded.describe()
+    old = {key: data[key] for key in ("batches", "s_min", "b_crit", "relative_rms", "residuals", "noise_scale", "note", "min_batches")}
+    read = type(fit).from_dict(old)
+    assert read.b_crit == fit.b_crit and read.b_crit_interval is None
+    assert read.interval_note == "fitted before intervals over seeds were recorded"

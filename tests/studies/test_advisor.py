@@ -105,3 +105,32 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, arguments, message):
     assert result.returncode == 2 and len(lines) == 1, result.stderr
     assert re.search(message, lines[0]), lines[0]
     assert not (tmp_path / "results").exists()
+
+
+def test_the_recipe_line_follows_validation_quotes_test_and_names_a_best_only_when_separable():
+    from lbtrain.studies.advisor import _recipe_line
+    from lbtrain.studies.findings import recipe_advice
+
+    # goyal_bn at 1024 (64 x its base batch 16), from the shipped findings: the recipe first on validation, its test quoted.
+    recipe = recipe_advice("resnet", "fashion_mnist", 64)
+    first = recipe["held"][0]
+    line = _recipe_line(recipe)
+    assert line.startswith(f"LR recipe: {first['recipe']}, ") and f"({first['validation_accuracy']:.3f}" in line
+    assert f"test accuracy {first['test_accuracy']:.3f} [{first['low']:.3f}, {first['high']:.3f}] (n={first['n']})" in line
+
+    # Validation and test disagree: the recipe first on validation is named, with its (lower) test accuracy.
+    def held(*standings):
+        cells = [{"recipe": "steady", "validation_accuracy": 0.90, "test_accuracy": 0.80, "low": 0.79, "high": 0.81, "n": 3},
+                 {"recipe": "fast", "validation_accuracy": 0.85, "test_accuracy": 0.95, "low": 0.94, "high": 0.96, "n": 3},
+                 {"recipe": "slow", "validation_accuracy": 0.70, "test_accuracy": 0.70, "low": 0.69, "high": 0.71, "n": 3}]
+        return {**recipe, "failed": [], "longer": [], "held": [{**cell, "standing": word} for cell, word in zip(cells, standings)]}
+
+    line = _recipe_line(held("best", "below the best", "below the best"))
+    assert line.startswith("LR recipe: steady, best on validation (0.900, separable from the other 2 recipes that held) in ")
+    assert line.endswith(": test accuracy 0.800 [0.790, 0.810] (n=3)")
+    # Not separable from "fast": tied with the best, no best named.
+    line = _recipe_line(held("tied with the best", "tied with the best", "below the best"))
+    assert line.startswith("LR recipe: steady, the highest mean validation accuracy (0.900) of the 3 recipes that held, "
+                           "tied with the best on validation with fast in ") and "best on validation (" not in line
+    one = {**recipe, "failed": [], "longer": [], "held": held("best")["held"][:1]}
+    assert _recipe_line(one).startswith("LR recipe: steady, the one recipe that held in ")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT
-from lbtrain.studies.findings import load_findings, recipe_advice, render
+from lbtrain.studies.findings import load_findings, recipe_advice, render, study_findings
 
 
 def test_the_shipped_findings_are_what_the_committed_reports_render():
@@ -49,3 +49,24 @@ def test_the_advisor_calibration_is_the_validation_s_measured_over_predicted():
     multiples = [pair["multiple"] for pair in calibration["pairs"]]
     assert len(multiples) >= 2 and all(multiple > 0 for multiple in multiples)
     assert calibration["geometric_mean"] ** len(multiples) == pytest.approx(math.prod(multiples))
+
+
+def test_recipes_are_ranked_and_stood_on_validation_when_test_says_otherwise():
+    # At batch 64, "b" tests 5 points higher but validates 2 points lower than "a"; "c" validates
+    # highest of all but one of its runs diverged. At batch 128, "a" and "b" overlap on validation.
+    seeds = {("a", 64): ([0.90, 0.901, 0.902], 0.85), ("b", 64): ([0.88, 0.881, 0.882], 0.90),
+             ("a", 128): ([0.86, 0.87, 0.88], 0.80), ("b", 128): ([0.85, 0.87, 0.89], 0.82)}
+    summary = [{"label": label, "global_batch": str(batch), "status": "ok", "budget": "2 epochs", "validation_accuracy": str(v)}
+               for (label, batch), (values, _) in seeds.items() for v in values]
+    summary += [{"label": "c", "global_batch": "64", "status": status, "budget": "2 epochs", "validation_accuracy": value}
+                for status, value in (("ok", "0.95"), ("diverged", ""))]
+    report = {"experiment": "toy", "accuracy": [
+        {"recipe": label, "global_batch": batch, "test_accuracy": test, "low": test - 0.01, "high": test + 0.01, "ok_runs": 3, "total": 3}
+        for (label, batch), (_, test) in seeds.items()] + [
+        {"recipe": "c", "global_batch": 64, "test_accuracy": 0.95, "low": None, "high": None, "ok_runs": 1, "total": 2}]}
+    found = study_findings(report, summary, "mlp", "fashion_mnist")
+    at_64, at_128 = found["batches"]
+    assert [(cell["recipe"], cell["standing"]) for cell in at_64["held"]] == [("a", "best"), ("b", "below the best")]
+    assert at_64["failed"] == ["c"] and at_64["held"][0]["test_accuracy"] == 0.85  # its test accuracy is only reported
+    assert [(cell["recipe"], cell["standing"]) for cell in at_128["held"]] == [("a", "tied with the best"), ("b", "tied with the best")]
+    assert at_128["held"][0]["validation_accuracy"] == pytest.approx(0.87)

@@ -341,7 +341,7 @@ def test_a_postgres_worker_killed_mid_trial_leaves_a_trial_its_heartbeat_fails_a
                 os.kill(worker, signal.SIGKILL)
             parent.kill()
             parent.wait()
-    assert re.search(r"sweep worker\(s\) [01] failed", log.read_text())
+    assert re.search(r"sweep worker [01] of 2 failed: .*was killed by SIGKILL", log.read_text())
     assert not os.path.exists(f"/proc/{workers[1]}")  # the parent waited for the surviving worker
     time.sleep(max(0.0, killed_at + 3 - time.monotonic()))  # past the grace period
     result = lbtrain_sweep(path, "--storage", storage, cache=os.environ["XDG_CACHE_HOME"])

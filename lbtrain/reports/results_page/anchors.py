@@ -1,11 +1,22 @@
-"""The page's first table: each published finding the studies test, judged reproduced or not from
-the committed data by its study's module."""
+"""The page's first table: each published finding the studies test, judged from the committed data
+by its study's module, beside the paper's regime and the study's (``lbtrain.reports.regime``): a
+study outside the paper's regime reads ``out of regime``, its judge's verdict shown as evidence only."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
+from lbtrain.reports.regime import (
+    MAX_BATCH_FRACTION,
+    MIN_UPDATES,
+    OUT_OF_REGIME,
+    PAPER_REGIMES,
+    in_regime,
+    largest_in_regime,
+    study_regimes,
+)
 from lbtrain.reports.results_page.asynchrony import anchor_async_lr, anchor_staleness, anchor_staleness_damping
 from lbtrain.reports.results_page.common import figure_lines
 from lbtrain.reports.results_page.critical_batch import anchor_mccandlish, anchor_shallue
@@ -21,39 +32,124 @@ from lbtrain.reports.results_page.goyal import (
 from lbtrain.reports.results_page.keskar import anchor_hoffer, anchor_keskar
 from lbtrain.reports.results_page.lr_scaling import anchor_malladi
 from lbtrain.reports.tables import markdown_table
+from lbtrain.results import COMPARE_JSON, REPORT_JSON, SUMMARY_FILE
 
-# (paper, claim, the judge: results folder -> (verdict, evidence)), in the table's order.
-ANCHORS: list[tuple[str, str, Callable[[Path], tuple[str, str]]]] = [
-    ("Goyal et al. 2017", "linear scaling with gradual warmup matches the small batch (up to 8k on ImageNet)", anchor_goyal_linear_warmup),
-    ("Goyal et al. 2017", "without warmup, linear scaling loses accuracy at the large batch", anchor_goyal_no_warmup),
-    ("Keskar et al. 2017", "large batches reach sharper minima and test worse", anchor_keskar),
-    ("Shallue et al. 2018", "steps to a target fall perfectly with the batch, then with diminishing returns", anchor_shallue),
-    ("McCandlish et al. 2018", "the critical batch is predicted by the gradient noise scale", anchor_mccandlish),
-    ("Hoffer et al. 2017", "training longer with ghost batch norm closes the large-batch gap", anchor_hoffer),
-    ("You et al. 2017", "LARS with warmup holds at large batches", anchor_lars),
-    ("Nado et al. 2021", "tuned Nesterov momentum matches LARS and LAMB at large batches", anchor_nado),
-    ("Malladi et al. 2022", "Adam's LR should grow as the square root of the batch", anchor_malladi),
-    ("Lian et al. 2015; Dutta et al. 2018", "asynchronous SGD degrades as the staleness grows", anchor_staleness),
-    ("Zhang et al. 2016", "dividing the LR by the staleness keeps asynchronous SGD training", anchor_staleness_damping),
-    ("Mitliagkas et al. 2016", "asynchrony acts as implicit momentum: per sample, the best asynchronous LR is smaller than "
-     "synchronous SGD's", anchor_async_lr),
+NOT_MEASURED_YET = "not measured yet"
+
+
+def _each(*studies: str) -> Callable[[Path], list[str]]:
+    """The judge reads every one of ``studies`` that is committed."""
+    return lambda results: [study for study in studies if (results / study / SUMMARY_FILE).is_file()]
+
+
+def _first(*studies: str) -> Callable[[Path], list[str]]:
+    """The judge reads the first of ``studies`` with a ``report.json`` (the second edition where
+    committed, else the first), as ``critical_batch._steps_study`` chooses."""
+    return lambda results: next(([study] for study in studies if (results / study / REPORT_JSON).is_file()), [])
+
+
+def _compared(study: str) -> Callable[[Path], list[str]]:
+    """The judge reads ``lbtrain compare``'s record ``study``: the two studies its ``compare.json``
+    sets side by side."""
+    def studies(results: Path) -> list[str]:
+        path = results / study / COMPARE_JSON
+        record = json.loads(path.read_text()) if path.is_file() else None
+        return [] if record is None else [record[side]["name"] for side in ("first", "second")]
+    return studies
+
+
+class Anchor(NamedTuple):
+    """One published finding: its paper (a key of ``PAPER_REGIMES``), the claim, its judge
+    (results folder -> (verdict, evidence)) and the studies the judge reads (results folder ->
+    the committed ones)."""
+
+    paper: str
+    claim: str
+    judge: Callable[[Path], tuple[str, str]]
+    studies: Callable[[Path], list[str]]
+
+
+# In the table's order.
+ANCHORS: list[Anchor] = [
+    Anchor("Goyal et al. 2017", "linear scaling with gradual warmup matches the small batch (up to 8k on ImageNet)",
+           anchor_goyal_linear_warmup, _each("goyal_bn")),
+    Anchor("Goyal et al. 2017", "without warmup, linear scaling loses accuracy at the large batch", anchor_goyal_no_warmup,
+           _each("goyal_bn")),
+    Anchor("Keskar et al. 2017", "large batches reach sharper minima and test worse", anchor_keskar,
+           _each("keskar_v2", "keskar_gap")),
+    Anchor("Shallue et al. 2018", "steps to a target fall perfectly with the batch, then with diminishing returns",
+           anchor_shallue, _first("steps_to_target", "critical_batch")),
+    Anchor("McCandlish et al. 2018", "the critical batch is predicted by the gradient noise scale", anchor_mccandlish,
+           _first("steps_to_target", "critical_batch")),
+    Anchor("Hoffer et al. 2017", "training longer with ghost batch norm closes the large-batch gap", anchor_hoffer,
+           _each("keskar_v2", "goyal_bn")),
+    Anchor("You et al. 2017", "LARS with warmup holds at large batches", anchor_lars, _each("goyal_bn")),
+    Anchor("Nado et al. 2021", "tuned Nesterov momentum matches LARS and LAMB at large batches", anchor_nado,
+           _each("goyal_bn")),
+    Anchor("Malladi et al. 2022", "Adam's LR should grow as the square root of the batch", anchor_malladi,
+           _each("adam_scaling")),
+    Anchor("Lian et al. 2015; Dutta et al. 2018", "asynchronous SGD degrades as the staleness grows", anchor_staleness,
+           _each("staleness")),
+    Anchor("Zhang et al. 2016", "dividing the LR by the staleness keeps asynchronous SGD training", anchor_staleness_damping,
+           _each("staleness")),
+    Anchor("Mitliagkas et al. 2016", "asynchrony acts as implicit momentum: per sample, the best asynchronous LR is smaller "
+           "than synchronous SGD's", anchor_async_lr, _compared("sync_vs_async")),
 ]
 
 
+def anchor_row(results: Path, anchor: Anchor) -> list[str]:
+    """One row of the table: paper, claim, the paper's regime, each judged study's regime, the
+    verdict shown and the evidence. The verdict shown is ``out of regime`` when any study the
+    judge reads lies outside the paper's regime (``lbtrain.reports.regime.in_regime`` at its
+    largest batch), with the judge's own verdict kept in the evidence as ``(judged anyway:
+    ...)``; else the judge's verdict (``not measured yet`` when no study is committed)."""
+    paper = PAPER_REGIMES[anchor.paper]
+    verdict, evidence = anchor.judge(results)
+    cells, out = [], []
+    for study in anchor.studies(results):
+        regimes = study_regimes(results, study)
+        if not regimes:
+            continue
+        inside, reason = in_regime(paper, regimes[-1])
+        cell = f"{study}: {regimes[-1].describe()}; " + ("in regime" if inside else f"out of regime ({reason})")
+        widest = None if inside else largest_in_regime(paper, regimes)
+        if widest is not None:
+            cell += f"; in regime up to batch {widest.global_batch:,}"
+        cells.append(cell)
+        out += [] if inside else [study]
+    if out and verdict != NOT_MEASURED_YET:
+        verdict, evidence = OUT_OF_REGIME, f"(judged anyway: {verdict}) {evidence}"
+    return [anchor.paper, anchor.claim, paper.describe(), "<br>".join(cells) or "-", f"**{verdict}**", evidence]
+
+
+def _percent(fraction: float) -> str:
+    return f"{100 * fraction:.3g}%"
+
+
 def section_anchors(results: Path) -> list[str]:
-    """The table of ``ANCHORS`` with each verdict and its evidence, and goyal_bn's figure beside
-    Goyal et al. 2017's numbers."""
-    rows = []
-    for paper, claim, judge in ANCHORS:
-        verdict, evidence = judge(results)
-        rows.append([paper, claim, f"**{verdict}**", evidence])
+    """The table of ``ANCHORS`` with each paper's regime and its studies', each verdict and its
+    evidence, and goyal_bn's figure beside Goyal et al. 2017's numbers."""
+    rows = [anchor_row(results, anchor) for anchor in ANCHORS]
+    widened = "; ".join(f"{regime.paper} {_percent(regime.max_fraction())}" for regime in PAPER_REGIMES.values()
+                        if regime.max_fraction() not in (None, MAX_BATCH_FRACTION))
+    fewer = "; ".join(f"{regime.paper} {regime.min_updates():,}" for regime in PAPER_REGIMES.values()
+                      if regime.min_updates() not in (None, MIN_UPDATES))
+    unbounded = "; ".join(f"{regime.paper} ({regime.unbounded_because})" for regime in PAPER_REGIMES.values()
+                          if not (regime.bounds_fraction and regime.bounds_updates))
     return ["## Published findings: what the data say", "",
             "Each verdict is computed from the data below (scripts/render_results_readme.py says how); intervals as everywhere "
             "on this page. Verdicts on a difference of accuracies (the evidence names arm − reference) follow one decision rule "
             "(lbtrain/reports/decisions.py) with a margin of 1 point: *matches* when the whole 95% interval lies above −1 point "
             "(non-inferiority), *better* when it lies above +1 point, *worse* when it lies below −1 point, *inconclusive* "
             "otherwise or without an interval (one seed, no ok run).", "",
-            markdown_table(["paper", "claim", "here", "evidence"], rows), "",
+            "Each claim was made in a regime: the global batch as a fraction of the training set, and the updates the "
+            "largest batch gets (lbtrain/reports/regime.py). A study is *in regime* when, at its largest batch, the batch is "
+            f"at most {_percent(MAX_BATCH_FRACTION)} of its training set and gets at least {MIN_UPDATES:,} updates; a paper "
+            f"that itself went further widens its own bounds (largest fraction: {widened}; fewest updates: {fewer}) and a "
+            f"claim about the whole range of batches drops them: {unbounded}. A claim judged on a study outside the "
+            f"paper's regime reads *{OUT_OF_REGIME}*, whatever its data say: the judge's own verdict stays in the evidence "
+            "as *judged anyway*.", "",
+            markdown_table(["paper", "claim", "paper's regime", "study's regime", "here", "evidence"], rows), "",
             *figure_lines(results, "goyal_bn", GOYAL_FIGURE, "goyal_bn's linear rule with and without gradual warmup beside Goyal et al. 2017's "
                           f"ImageNet numbers (Table 1: top-1 error {GOYAL_2017_BASE_ERROR:.2f} at batch 256, at 8k "
                           + ", ".join(f"{error:.2f} with {label.split(', ')[-1].replace('linear + ', '')}"

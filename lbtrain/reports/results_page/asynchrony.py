@@ -5,21 +5,24 @@ LR by the staleness) and Mitliagkas et al. 2016 (asynchrony as implicit momentum
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 from lbtrain.reports.comparison import count_text, works_sentence
-from lbtrain.reports.decisions import BETTER
+from lbtrain.reports.decisions import BETTER, INCONCLUSIVE, MATCHES, WORSE
 from lbtrain.reports.results_page.common import (
     as_estimate,
     claims_at,
     failed_text,
     figure_lines,
     judge,
+    judged_points,
     opening,
     points_text,
     study_json,
     study_runs,
+    trained_share_claim,
 )
 from lbtrain.reports.statistics import difference_interval, mean_interval
 from lbtrain.reports.tables import markdown_table
@@ -60,13 +63,15 @@ def section_staleness(results: Path) -> list[str]:
         failed = failed_text(statuses[key])
         if key not in accuracies:
             return f"{failed} (of {sum(statuses[key].values())})"
-        text = f"{mean_interval(accuracies[key]).describe()}; {points_text(difference_interval(accuracies[key], synchronous))}"
+        against = "the reference" if key == (0, "none") else judged_points(difference_interval(accuracies[key], synchronous))
+        text = f"{mean_interval(accuracies[key]).describe()}; {against}"
         return text + (f"; {failed}" if failed else "")
 
     table = [[tau, *[cell(tau, damping) for damping in STALENESS_DAMPINGS]] for tau in taus]
     return lines + ["One worker of batch 32 whose gradients are applied tau updates late (tau + 1 asynchronous workers taking "
                     "turns, experiments/staleness.yaml); the LR undamped, divided by sqrt(tau + 1) or by tau + 1. Test accuracy "
-                    "[95% interval] (n, df); then minus the synchronous run (tau 0), in points; runs that were not ok named. "
+                    "[95% interval] (n, df); then minus the one reference, the synchronous run (tau 0), in points, with the claim on it; runs "
+                    "that were not ok named. "
                     "[report](staleness/report.md)", "",
                     markdown_table(["tau", *[STALENESS_LABELS[damping] for damping in STALENESS_DAMPINGS]],
                                    table), "", *figure_lines(results, "staleness", STALENESS_FIGURE, "test accuracy against the staleness")]
@@ -93,45 +98,73 @@ def staleness_figure(results: Path) -> Path | None:
                        xlabel="asynchronous workers (staleness + 1)", ylabel="test accuracy", log2_x=True)
 
 
-def _staleness_effect(accuracies: dict[tuple[int, str], list[float]], statuses: dict[tuple[int, str], dict[str, int]],
-                      tau: int, damping: str) -> str:
-    """One cell of the staleness study (``staleness_cells``) as evidence: its difference from
-    synchronous SGD and the claim on it, or its failures."""
-    if (tau, damping) in accuracies:
-        failed = failed_text(statuses[(tau, damping)])
-        difference = difference_interval(accuracies[(tau, damping)], accuracies.get((0, "none"), []))
-        return f"{points_text(difference)} points, {judge(difference)}" + (f" ({failed})" if failed else "")
-    return f"no run trained ({failed_text(statuses[(tau, damping)])})"
+def _ok_and_total(statuses: dict[tuple[int, str], dict[str, int]], key: tuple[int, str]) -> tuple[int, int]:
+    counts = statuses.get(key, {})
+    return counts.get("ok", 0), sum(counts.values())
+
+
+def staleness_claim(accuracies: dict[tuple[int, str], list[float]], statuses: dict[tuple[int, str], dict[str, int]],
+                    cell: tuple[int, str], reference: tuple[int, str]) -> tuple[str, str]:
+    """One cell of the staleness study (``staleness_cells``) against another: the claim on the
+    Welch difference of their ok seeds' test accuracies with its text, or where either has fewer
+    than two ok seeds (no interval), the claim on how many of their runs ended ok
+    (``trained_share_claim``)."""
+    mine, theirs = accuracies.get(cell, []), accuracies.get(reference, [])
+    failed = failed_text(statuses.get(cell, {}))
+    if len(mine) >= 2 and len(theirs) >= 2:
+        difference = difference_interval(mine, theirs)
+        return judge(difference), f"{points_text(difference)} points, {judge(difference)}" + (f" ({failed})" if failed else "")
+    verdict, shares = trained_share_claim(*_ok_and_total(statuses, cell), *_ok_and_total(statuses, reference))
+    accuracy = f"{points_text(difference_interval(mine, theirs))} points, " if mine and theirs else "no accuracy to compare, "
+    return verdict, f"{accuracy}{shares}: {verdict}" + (f" ({failed})" if failed else "")
 
 
 def anchor_staleness(results: Path) -> tuple[str, str]:
+    """Lian et al. 2015, Dutta et al. 2018: asynchronous SGD degrades as the staleness grows,
+    judged on the undamped LR. Each staleness against synchronous SGD (tau 0), and each against
+    the next smaller one, by ``staleness_claim``. The rule, stated in the evidence: ``worse``
+    (it degrades) when some staleness is worse than synchronous SGD and no staleness is better
+    than the next smaller one (no rise beyond the margin as the staleness grows); ``matches`` when
+    every staleness matches synchronous SGD (no degradation); ``inconclusive`` otherwise."""
     if study_json(results, "staleness", REPORT_JSON) is None:
         return "not measured yet", "staleness is not committed"
     taus, accuracies, statuses = staleness_cells(results)
-    synchronous = accuracies.get((0, "none"), [])
     stale = [tau for tau in taus if tau > 0 and (tau, "none") in statuses]
-
-    claims = [judge(difference_interval(accuracies.get((tau, "none"), []), synchronous)) for tau in stale]
-    effects = [f"staleness {tau}: {_staleness_effect(accuracies, statuses, tau, 'none')}" for tau in stale]
-    return (claims_at(claims, [f"at staleness {tau}" for tau in stale]) if stale else "not measured yet",
-            "undamped LR minus synchronous SGD: " + "; ".join(effects))
+    if not stale:
+        return "not measured yet", "the staleness study has no asynchronous run"
+    against_sync = {tau: staleness_claim(accuracies, statuses, (tau, "none"), (0, "none")) for tau in stale}
+    steps = {tau: staleness_claim(accuracies, statuses, (tau, "none"), (below, "none"))
+             for below, tau in zip([0, *stale], stale) if below > 0}
+    rises = [f"staleness {tau} against {below}: {steps[tau][1]}" for below, tau in zip([0, *stale], stale)
+             if below > 0 and steps[tau][0] == BETTER]
+    claims = [claim for claim, _ in against_sync.values()]
+    if WORSE in claims and not rises:
+        verdict = WORSE
+    elif all(claim == MATCHES for claim in claims):
+        verdict = MATCHES
+    else:
+        verdict = INCONCLUSIVE
+    return verdict, ("undamped LR minus synchronous SGD: " + "; ".join(f"staleness {tau}: {text}" for tau, (_, text) in against_sync.items())
+                     + (f"; rises as the staleness grows: {'; '.join(rises)}" if rises else "; no rise as the staleness grows")
+                     + ". Rule: worse (it degrades) when some staleness is worse than synchronous SGD and none is better than "
+                     "the next smaller; matches when every staleness matches synchronous SGD; else inconclusive")
 
 
 def anchor_staleness_damping(results: Path) -> tuple[str, str]:
+    """Zhang et al. 2016: dividing the LR by tau + 1 keeps asynchronous SGD training. At the
+    largest staleness, LR / (tau + 1) against the undamped LR by ``staleness_claim``: the Welch
+    difference of their ok seeds where both have two or more, else how many of their runs ended
+    ok (Fisher's exact test); ``better`` supports the claim."""
     if study_json(results, "staleness", REPORT_JSON) is None:
         return "not measured yet", "staleness is not committed"
     taus, accuracies, statuses = staleness_cells(results)
     largest = max(tau for tau in taus if tau > 0)
-    undamped, linear = accuracies.get((largest, "none"), []), accuracies.get((largest, "linear"), [])
-    if not linear:
-        return ("not reproduced",
-                f"at staleness {largest} the LR divided by tau + 1: {_staleness_effect(accuracies, statuses, largest, 'linear')}")
-    # Without an undamped run that trained, damping kept training where none did: a claim on
-    # statuses (run verdicts), not on an interval.
-    helps = not undamped or judge(difference_interval(linear, undamped)) == BETTER
-    evidence = (f"at staleness {largest}, against synchronous SGD: LR / (tau + 1) {_staleness_effect(accuracies, statuses, largest, 'linear')}; "
-                f"undamped {_staleness_effect(accuracies, statuses, largest, 'none')}")
-    return ("reproduced" if helps else "not reproduced"), evidence
+    if (largest, "linear") not in statuses or (largest, "none") not in statuses:
+        return "not measured yet", f"staleness {largest} lacks the undamped or the LR / (tau + 1) arm"
+    verdict, text = staleness_claim(accuracies, statuses, (largest, "linear"), (largest, "none"))
+    sync = {damping: staleness_claim(accuracies, statuses, (largest, damping), (0, "none"))[1] for damping in ("linear", "none")}
+    return verdict, (f"at staleness {largest}, LR / (tau + 1) minus the undamped LR: {text}; against synchronous SGD, "
+                     f"LR / (tau + 1) {sync['linear']}, undamped {sync['none']}")
 
 
 def section_sync_vs_async(results: Path) -> list[str]:
@@ -149,7 +182,7 @@ def section_sync_vs_async(results: Path) -> list[str]:
         return as_estimate(cell["test_accuracy"]).describe() + (f"; {failed}" if failed else "")
 
     table = [[row["world_size"], f"{row['first']['learning_rate']:.4g}", accuracy(row["first"]), accuracy(row["second"]),
-              points_text(row["test_difference"]), count_text(row["first"]), count_text(row["second"]),
+              judged_points(row["test_difference"]), count_text(row["first"]), count_text(row["second"]),
               "-" if row["second"]["staleness"] is None else f"{row['second']['staleness']:.2f}"] for row in record["rows"]]
     works = [f"- {works_sentence(world, record[key]['label'], by_side[key])}" for world, by_side in record["lr_that_works"].items()
              for key in ("first", "second")]
@@ -158,7 +191,8 @@ def section_sync_vs_async(results: Path) -> list[str]:
     per_worker = record["rows"][0]["first"]["per_worker_batch"]
     return lines + [f"The same grid run twice (experiments/sync_vs_async_sync.yaml and its _async twin): {first} and {second} "
                     f"(a chief, W workers and a parameter server on this machine, each worker applying its own batch of "
-                    f"{per_worker}). Budget: {budget}. Test accuracy [95% interval] (n); *{second} − {first}* in points; "
+                    f"{per_worker}). Budget: {budget}. Test accuracy [95% interval] (n); *{second} − {first}*: test accuracy minus the reference, {first} at the "
+                    f"same world size and LR, in points, with the claim on it; "
                     f"updates until `{record['metric']}` reaches {record['target']:.3f}, [interval] (n), then reached/ok seeds; "
                     f"the {second} gradients' staleness measured on the parameter server (W workers share 2 cores here, so "
                     "they overlap less than on W machines and the staleness stays below W − 1). At one nominal LR an "
@@ -170,28 +204,59 @@ def section_sync_vs_async(results: Path) -> list[str]:
                     *works, "", *figure_lines(results, "sync_vs_async", FIGURE_ACCURACY_VS_LR, "test accuracy against the learning rate, both modes")]
 
 
+def _validation_seeds(runs: list[dict[str, Any]], world: int, learning_rate: float) -> tuple[list[float], int, int]:
+    """The ok runs' validation accuracies at ``world`` and ``learning_rate``, and how many runs
+    were ok of how many."""
+    mine = [row for row in runs if int(row["world_size"]) == world and math.isclose(float(row["learning_rate"]), learning_rate, rel_tol=1e-9)]
+    ok = [float(row["validation_accuracy"]) for row in mine if row["status"] == "ok" and row.get("validation_accuracy") is not None]
+    return ok, sum(1 for row in mine if row["status"] == "ok"), len(mine)
+
+
 def anchor_async_lr(results: Path) -> tuple[str, str]:
     """Asynchrony as implicit momentum (Mitliagkas et al. 2016): the best asynchronous LR is
     smaller than synchronous SGD's best at the same world size carried to one worker batch by
     the linear rule (divided by W: a synchronous update averages W worker batches, an
-    asynchronous one applies each), so the comparison is per sample, not per nominal LR."""
+    asynchronous one applies each), so the comparison is per sample. The rule, stated in the
+    evidence: at each W, asynchronous SGD's validation accuracy (what a best LR is chosen on) at
+    the next smaller LR of its grid minus at that per-sample LR, Welch's interval over seeds and
+    the page's claim (``better``: a smaller LR is better, the claim holds; ``matches``: it is no
+    worse; ``worse``: the smaller LR is worse, the best is not smaller); where either LR has fewer
+    than two ok seeds, how many runs ended ok (Fisher's exact test)."""
     record = study_json(results, "sync_vs_async", COMPARE_JSON)
     if record is None:
         return "not measured yet", "sync_vs_async is not committed"
     first, second = record["first"]["label"], record["second"]["label"]
-    pairs = [(int(world), by_side["first"], by_side["second"]) for world, by_side in record["lr_that_works"].items()]
-    missing = [f"W={world}" for world, a, b in pairs if a["best"] is None or b["best"] is None]
-    if missing:
-        return "not measured", "a mode had no LR with every seed ok at " + ", ".join(missing)
-    smaller = [b["best"]["learning_rate"] < a["best"]["learning_rate"] / world for world, a, b in pairs]
-    # A best at the grid's edge is a bound: the asynchronous best may be smaller, the synchronous larger.
-    edges = [f"{label} best at the grid's {edge} LR at W={world}" for world, a, b in pairs
-             for label, cell, edge in ((second, b, "smallest"), (first, a, "largest")) if cell["edge"] == edge]
-    verdict = ("reproduced" if all(smaller) else "not reproduced" if not any(smaller) else "mixed") + \
-        (f" ({'; '.join(edges)})" if edges else "")
-    def staleness(cell: dict[str, Any]) -> str:
-        return "" if cell.get("staleness") is None else f" (measured staleness {cell['staleness']:.2f})"
-
-    return verdict, "; ".join(f"W={world}: best LR {second} {b['best']['learning_rate']:.4g}{staleness(b['best'])} against {first} "
-                              f"{a['best']['learning_rate']:.4g} / {world} = {a['best']['learning_rate'] / world:.4g}"
-                              for world, a, b in pairs)
+    runs = study_runs(results, record["second"]["name"])
+    claims, places, texts = [], [], []
+    for world_text, by_side in record["lr_that_works"].items():
+        world, best = int(world_text), by_side["first"]["best"]
+        if best is None:
+            claims.append(INCONCLUSIVE)
+            texts.append(f"W={world}: {first} had no LR with every seed ok")
+            places.append(f"at W={world}")
+            continue
+        per_sample = best["learning_rate"] / world
+        grid = sorted({float(row["learning_rate"]) for row in runs if int(row["world_size"]) == world})
+        smaller = [lr for lr in grid if lr < per_sample and not math.isclose(lr, per_sample, rel_tol=1e-9)]
+        edge = f" ({first}'s best is the grid's largest LR: its best may be larger)" if by_side["first"]["edge"] == "largest" else ""
+        head = f"W={world}: {first} best {best['learning_rate']:.4g} / {world} = {per_sample:.4g}{edge}"
+        if not smaller or not any(math.isclose(lr, per_sample, rel_tol=1e-9) for lr in grid):
+            claims.append(INCONCLUSIVE)
+            texts.append(f"{head}; {second} was not run at it and a smaller LR")
+        else:
+            low_seeds, low_ok, low_runs = _validation_seeds(runs, world, smaller[-1])
+            at_seeds, at_ok, at_runs = _validation_seeds(runs, world, per_sample)
+            if len(low_seeds) >= 2 and len(at_seeds) >= 2:
+                difference = difference_interval(low_seeds, at_seeds)
+                verdict, text = judge(difference), f"{points_text(difference)} points"
+            else:
+                verdict, text = trained_share_claim(low_ok, low_runs, at_ok, at_runs)
+            claims.append(verdict)
+            texts.append(f"{head}; {second} validation accuracy at {smaller[-1]:.4g} minus at {per_sample:.4g}: {text}, {verdict}"
+                         + ("" if by_side["second"]["best"] is None else
+                            f" ({second}'s best {by_side['second']['best']['learning_rate']:.4g}"
+                            + ("" if by_side["second"]["best"].get("staleness") is None else
+                               f", measured staleness {by_side['second']['best']['staleness']:.2f}") + ")"))
+        places.append(f"at W={world}")
+    return claims_at(claims, places), ("; ".join(texts) + ". Rule: better (the best asynchronous LR is smaller) when the "
+                                       "smaller LR's validation accuracy is better than at the per-sample LR")

@@ -1,17 +1,38 @@
 """What every section of the results page shares: reading a committed study (its
 ``report.json``, ``protocol.json``, ``compare.json`` and ``summary.csv`` under the results
-folder), a section's opening lines, and how estimates, the claims drawn from them
-(``lbtrain.reports.decisions``) and accuracy cells are written."""
+folder), a section's opening lines, how estimates, the claims drawn from them
+(``lbtrain.reports.decisions``) and accuracy cells are written, and how an arm is chosen.
+
+Choosing (``validation_choice``): among the arms whose every run was ok and has a validation
+accuracy, the one with the highest mean validation accuracy, with each arm's standing on
+validation (``lbtrain.reports.decisions.standing``: ``best`` only when separable). Test accuracy
+is never used to choose, bold or rank: it is only reported, for the arm chosen on validation.
+
+Claims that are not a difference of accuracies (``departure_claim``): a value with an interval
+against the value a paper claims, within a stated tolerance, in the same words.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
+import scipy.stats
 import yaml
 
-from lbtrain.reports.decisions import BEST, DEFAULT_MARGIN, TIED_WITH_THE_BEST, claim, standing
+from lbtrain.reports.decisions import (
+    BEST,
+    BETTER,
+    DEFAULT_MARGIN,
+    INCONCLUSIVE,
+    TIED_WITH_THE_BEST,
+    WORSE,
+    claim,
+    claim_from_interval,
+    standing,
+)
 from lbtrain.reports.report import machine_minutes as folder_minutes
 from lbtrain.reports.statistics import Estimate
 from lbtrain.reports.tables import markdown_table, read_summary
@@ -72,12 +93,12 @@ def figure_lines(results: Path, study: str, name: str, caption: str) -> list[str
     return [f"![{caption}]({study}/figures/{name})", ""] if (results / study / "figures" / name).is_file() else []
 
 
-def seed_accuracies(results: Path, study: str) -> dict[tuple[str, int], list[float]]:
-    """Per (label, global batch): the test accuracies of the ok runs of ``summary.csv``."""
+def seed_accuracies(results: Path, study: str, metric: str = "test_accuracy") -> dict[tuple[str, int], list[float]]:
+    """Per (label, global batch): ``metric`` (test accuracy unless said) of the ok runs of ``summary.csv``."""
     groups: dict[tuple[str, int], list[float]] = {}
     for row in study_runs(results, study):
-        if row["status"] == "ok" and row["test_accuracy"] is not None:
-            groups.setdefault((row["label"], int(row["global_batch"])), []).append(float(row["test_accuracy"]))
+        if row["status"] == "ok" and row.get(metric) is not None:
+            groups.setdefault((row["label"], int(row["global_batch"])), []).append(float(row[metric]))
     return groups
 
 
@@ -95,6 +116,93 @@ def status_counts(runs: list[dict[str, Any]], labels: tuple[str, ...]) -> dict[t
             key = (int(row["world_size"]), row["status"])
             counts[key] = counts.get(key, 0) + 1
     return counts
+
+
+def runs_by_cell(runs: list[dict[str, Any]]) -> dict[tuple[str, int], list[dict[str, Any]]]:
+    """The summary rows ``runs`` per (label, global batch)."""
+    cells: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for row in runs:
+        cells.setdefault((row["label"], int(row["global_batch"])), []).append(row)
+    return cells
+
+
+# Choosing on validation ---------------------------------------------------------------------
+
+
+def validation_choice(groups: Mapping[str, Sequence[dict[str, Any]]]) -> tuple[str | None, dict[str, str]]:
+    """The arm chosen among ``groups`` (arm -> its summary rows) and each arm's standing, on
+    validation only (module doc): the arms whose every run was ok and has a validation accuracy
+    are eligible; the chosen one has the highest mean validation accuracy (the first on a tie),
+    and ``standing`` over the eligible arms' seeds says ``best`` (separable from every other),
+    ``tied with the best`` or ``below the best``. ``(None, {})`` when no arm is eligible.
+
+    >>> rows = lambda status, *values: [{"status": status, "validation_accuracy": v} for v in values]
+    >>> validation_choice({"a": rows("ok", 0.80, 0.81, 0.82), "b": rows("ok", 0.70, 0.71, 0.72), "c": rows("diverged", 0.9)})
+    ('a', {'a': 'best', 'b': 'below the best'})
+    """
+    eligible = {name: [float(row["validation_accuracy"]) for row in rows] for name, rows in groups.items()
+                if rows and all(row["status"] == "ok" and row.get("validation_accuracy") is not None for row in rows)}
+    if not eligible:
+        return None, {}
+    chosen = max(eligible, key=lambda name: math.fsum(eligible[name]) / len(eligible[name]))
+    return chosen, standing(eligible)
+
+
+def standing_text(chosen: str, ranks: dict[str, str]) -> str:
+    """``best`` or ``tied with the best (2 others)``: the chosen arm's standing on validation.
+
+    >>> standing_text("a", {"a": "tied with the best", "b": "tied with the best", "c": "below the best"})
+    'tied with the best (1 other)'
+    """
+    if ranks[chosen] == BEST:
+        return BEST
+    others = sum(1 for name, rank in ranks.items() if rank == TIED_WITH_THE_BEST and name != chosen)
+    return f"{TIED_WITH_THE_BEST} ({others} other{'s' if others != 1 else ''})"
+
+
+# Claims that are not a difference of accuracies ---------------------------------------------
+
+
+def departure_claim(low: float | None, high: float | None, claimed: float, tolerance: float) -> str:
+    """A measured value's interval ``[low, high]`` against the value a paper claims, by the page's
+    decision rule applied to the departure ``-|value − claimed|`` with the margin ``tolerance``:
+    ``matches`` when the whole interval lies within ``claimed ± tolerance`` (both bounds strictly
+    inside: two one-sided tests, an equivalence), ``worse`` when it lies wholly outside that band
+    (the value departs from the claim by more than the tolerance), ``inconclusive`` otherwise (an
+    interval that overlaps an edge of the band, or none). Never ``better``: nothing beats the
+    claimed value itself.
+
+    >>> departure_claim(0.40, 0.60, 0.5, 0.15), departure_claim(0.14, 0.63, 0.5, 0.15), departure_claim(0.8, 1.1, 0.5, 0.15)
+    ('matches', 'inconclusive', 'worse')
+    """
+    if low is None or high is None:
+        return INCONCLUSIVE
+    near, far = (0.0 if low <= claimed <= high else min(abs(low - claimed), abs(high - claimed))), max(abs(low - claimed), abs(high - claimed))
+    return claim_from_interval(-far, -near, tolerance)
+
+
+# The one-sided level of every claim on the page: each bound of a two-sided 95% interval.
+ONE_SIDED_LEVEL = 0.025
+
+
+def trained_share_claim(trained: int, runs: int, trained_reference: int, runs_reference: int) -> tuple[str, str]:
+    """An arm against its reference by how many of their runs ended ok, where one of them has no
+    ok run to take a difference of accuracies from: Fisher's exact test, one-sided in the
+    direction the shares point, at the page's one-sided level ``ONE_SIDED_LEVEL`` (each bound of a
+    95% interval): ``better`` when the arm ends ok more often, ``worse`` when less often,
+    ``inconclusive`` when p is not below it; with its text. Three ok runs of three against none of
+    three give p = 1/20 = 0.05: not enough.
+
+    >>> trained_share_claim(3, 3, 0, 3)
+    ('inconclusive', "3 of 3 runs ok against 0 of 3 (Fisher's exact test, one-sided p = 0.050)")
+    >>> trained_share_claim(5, 5, 0, 5)[0], trained_share_claim(0, 5, 5, 5)[0]
+    ('better', 'worse')
+    """
+    more = trained * runs_reference >= trained_reference * runs
+    p = float(scipy.stats.fisher_exact([[trained, runs - trained], [trained_reference, runs_reference - trained_reference]],
+                                       alternative="greater" if more else "less").pvalue)
+    verdict = INCONCLUSIVE if p >= ONE_SIDED_LEVEL else BETTER if more else WORSE
+    return verdict, f"{trained} of {runs} runs ok against {trained_reference} of {runs_reference} (Fisher's exact test, one-sided p = {p:.3f})"
 
 
 # Writing estimates ----------------------------------------------------------------------------
@@ -163,21 +271,24 @@ def accuracy_cell(row: dict[str, Any] | None) -> str:
     return estimate.describe() + (f"; {failures}" if failures else "")
 
 
-ACCURACY_TABLE_NOTE = ("Bold: at each batch the highest mean and every recipe tied with it (the Welch interval of its "
-                       "difference from the highest contains 0); a single bold cell is the best, separable from every other.")
+ACCURACY_TABLE_NOTE = ("Bold, chosen on validation (test accuracy is only reported): at each batch the recipe with the "
+                       "highest mean validation accuracy among those whose every seed was ok, and every recipe tied with it "
+                       "on validation (the Welch interval of its difference from the highest contains 0); a single bold cell "
+                       "is the best, separable from every other.")
 
 
-def accuracy_table(report: dict[str, Any], seeds: dict[tuple[str, int], list[float]]) -> str:
-    """Global batch x recipe of a ``report.json``, each cell ``accuracy_cell``; in bold at each
-    batch the recipes ``best`` or ``tied with the best`` by ``lbtrain.reports.decisions.standing``
-    over their ok seeds (``seeds``: ``seed_accuracies`` of the study), ``ACCURACY_TABLE_NOTE``."""
+def accuracy_table(report: dict[str, Any], runs: list[dict[str, Any]]) -> str:
+    """Global batch x recipe of a ``report.json``, each cell ``accuracy_cell`` (test accuracy);
+    in bold at each batch the recipes ``best`` or ``tied with the best`` on validation
+    (``validation_choice`` over the study's summary rows ``runs``), ``ACCURACY_TABLE_NOTE``."""
     rows = report["accuracy"]
     recipes = list(dict.fromkeys(row["recipe"] for row in rows))
     batches = sorted({row["global_batch"] for row in rows})
+    by_cell = runs_by_cell(runs)
     table = []
     for batch in batches:
         cells = {row["recipe"]: row for row in rows if row["global_batch"] == batch}
-        ranks = standing({recipe: seeds.get((recipe, batch), []) for recipe in cells})
+        _, ranks = validation_choice({recipe: by_cell.get((recipe, batch), []) for recipe in cells})
         bold = {recipe for recipe, rank in ranks.items() if rank in (BEST, TIED_WITH_THE_BEST)}
         table.append([batch, *[(f"**{accuracy_cell(cells.get(r))}**" if r in bold else accuracy_cell(cells.get(r))) for r in recipes]])
     return markdown_table(["global batch", *recipes], table)

@@ -7,13 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lbtrain.reports.decisions import BETTER, MATCHES, WORSE
+from lbtrain.reports.decisions import BETTER, INCONCLUSIVE, MATCHES, WORSE
 from lbtrain.reports.results_page.common import (
     accuracy_cell,
     as_estimate,
     claims_at,
     figure_lines,
     judge,
+    judged_points,
     opening,
     points_text,
     seed_accuracies,
@@ -52,7 +53,7 @@ def section_keskar_v2(results: Path) -> list[str]:
         return "-" if row is None or row[key] is None else Estimate(row[key], row["low"], row["high"], row["n"], df=row.get("df")).describe(digits)
 
     table = [[row["recipe"], row["global_batch"], _mean_of(runs, row["recipe"], "total_steps", 0), _mean_of(runs, row["recipe"], "train_loss", 3),
-              as_estimate(row["train_accuracy"]).describe(), accuracy_cell(row), points_text(differences.get(row["recipe"])),
+              as_estimate(row["train_accuracy"]).describe(), accuracy_cell(row), judged_points(differences.get(row["recipe"])),
               as_estimate(row["gap_accuracy"]).describe(), measure(sharp, row["recipe"], "sharpness", 1),
               measure(hessian, row["recipe"], "hessian_top_eigenvalue", 2)] for row in report["accuracy"]]
     epochs, steps, loss = (differences.get(label) for label in ("LB equal epochs", "LB equal steps", "LB equal loss"))
@@ -61,18 +62,21 @@ def section_keskar_v2(results: Path) -> list[str]:
     if epochs is None or epochs.mean is None:
         verdict = "Without an ok large-batch run at equal epochs there is nothing to explain."
     elif judge(epochs) in (MATCHES, BETTER):
-        verdict = f"The large batch against the small: {measured}. At equal epochs it already {judge(epochs)}: there is no gap here."
+        verdict = (f"The large batch against the small: {measured}. At equal epochs it is already **{judge(epochs)}**: no gap "
+                   "to explain here.")
     elif judge(steps) in (MATCHES, BETTER) or judge(loss) in (MATCHES, BETTER):
-        verdict = (f"The large batch against the small: {measured}. At equal epochs it is {judge(epochs)}; given the small "
-                   "batch's steps or its training loss it matches or is better (the whole interval above −1 point): "
-                   "**under-training**.")
+        verdict = (f"The large batch against the small: {measured}. At equal epochs it is **{judge(epochs)}**; given the small "
+                   "batch's steps or its training loss it matches or is better (the whole interval above −1 point), so the "
+                   "equal-epoch difference reads as under-training (too few updates), not as a generalization gap.")
     elif judge(steps) == WORSE and judge(loss) == WORSE:
-        verdict = (f"The large batch against the small: {measured}. It is still worse at equal steps and at equal training "
-                   "loss: a **generalization gap**, not only under-training.")
+        verdict = (f"The large batch against the small: {measured}. It is **worse** at equal steps and at equal training "
+                   "loss too: a generalization gap, not only under-training.")
     else:
-        verdict = f"The large batch against the small: {measured}. Neither under-training nor a gap: **inconclusive**."
+        verdict = (f"The large batch against the small: {measured}. At equal steps and equal training loss the claims are "
+                   "**inconclusive**: the data tell neither under-training nor a generalization gap.")
     return lines + ["Small batch 32 against large batch 256 (experiments/keskar_v2.yaml). Final train loss and steps are "
-                    "means over ok seeds; *− SB*: test accuracy minus the small batch's, in points. [report](keskar_v2/report.md)", "",
+                    "means over ok seeds; one reference, the small batch (SB): *− SB* is test accuracy minus the small batch's, "
+                    "in points, with its 95% Welch interval and the claim on it. [report](keskar_v2/report.md)", "",
                     markdown_table(["arm", "global batch", "steps", "train loss", "train acc", "test acc", "− SB (points)",
                                     "train − test", "sharpness", "top Hessian eigenvalue"], table), "", verdict, "",
                     *figure_lines(results, "keskar_v2", FIGURE_SHARPNESS_VS_BATCH, "flatness against the global batch")]
@@ -155,7 +159,7 @@ def anchor_hoffer(results: Path) -> tuple[str, str]:
     differences = keskar_v2_differences(results)
     hoffer, epochs = differences.get("Hoffer"), differences.get("LB equal epochs")
     if hoffer is None or epochs is None:
-        return "not measurable", "keskar_v2 lacks an ok Hoffer or equal-epochs arm"
+        return INCONCLUSIVE, "keskar_v2 lacks an ok Hoffer or equal-epochs arm"
     claims, places = [judge(hoffer)], ["(keskar_v2)"]
     evidence = (f"keskar_v2, batch 256 minus 32: large batch at equal epochs {points_text(epochs)} points ({judge(epochs)}), with "
                 f"ghost batch norm and equal steps {points_text(hoffer)} points ({judge(hoffer)})")

@@ -48,9 +48,12 @@ INTRODUCTION = [
     "`protocol.json` and `summary.csv` (a test keeps this page equal to what it renders): no number here is typed by "
     "hand. Simulated worlds on 2 CPU cores, real Fashion-MNIST (MNIST-1D where said). Intervals are 95% Student-t "
     "intervals over seeds for a mean (df = n − 1) and Welch's intervals for a difference of two means (n of each arm, "
-    "Welch–Satterthwaite df); n counts the seeds whose run was judged ok, and runs that diverged or collapsed are named, "
-    "never averaged in. Claims follow one decision rule with a margin of 1 point (the first section says it), and a best "
-    "is named only when it is separable from every other arm; otherwise the arms are *tied with the best*. Second-edition studies (tuned with equal budgets, decay clocked from step 0, precise batch-norm "
+    "Welch–Satterthwaite df); n counts the seeds whose run was judged ok, and runs that were not (ok-unstable, diverged, "
+    "collapsed, failed) are named beside the mean, never averaged in. Whatever is chosen (a bold cell, a recipe per batch, "
+    "what to use) is chosen on validation accuracy among arms whose every seed was ok, never on test: test accuracy is only "
+    "reported. Each table takes every difference against one reference, named in its caption. Claims follow one decision "
+    "rule with a margin of 1 point (the first section says it), and a best is named only when it is separable from every "
+    "other arm; otherwise the arms are *tied with the best*. Second-edition studies (tuned with equal budgets, decay clocked from step 0, precise batch-norm "
     "statistics) come first; the first edition follows.",
     "",
 ]
