@@ -24,8 +24,40 @@ def horovod_installed() -> bool:
             and os.path.isfile(os.path.join(os.path.dirname(sys.executable), "horovodrun")))
 
 
+# Tests whose behaviour does not depend on the Keras version run on the main stack only (TF 2.15,
+# tf.keras 2): on the Keras 3 stack they would repeat the same checks (make test runs both). Each
+# with the reason the second stack adds nothing; what Keras 3 changes (models, layers, optimizers,
+# saving, schedules, the trainer, the worlds, the runner's checkpoints, sweeps and runs end to end,
+# Ctrl-C with JAX's callbacks) runs on both.
+MAIN_STACK_ONLY = {
+    "tests/reports/": "reports, tables, statistics and the results page read results files; no Keras in what they check",
+    "tests/cli/test_report_command.py": "lbtrain report's arguments and the results page: files in, text out",
+    "tests/studies/test_storages.py": "Optuna storages (SQLite, journal, PostgreSQL), their damage and the claiming of trials",
+    "tests/studies/test_protocol.py": "the tuning protocol's planning, seeds and tables (its trials train as any sweep's)",
+    "tests/studies/test_search.py": "the log2 grid and TPE settings of the protocol's search",
+    "tests/config/": "YAML limits and number checks, before any model exists",
+}
+
+
+def keras_3() -> bool:
+    """Whether this stack's Keras is Keras 3 (the second stack of make test), found without importing it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return int(version("keras").split(".")[0]) >= 3
+    except PackageNotFoundError:
+        return False
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``horovod`` skip, saying why, on a stack without Horovod (Keras 3)."""
+    """On the Keras 3 stack, the tests of ``MAIN_STACK_ONLY`` skip, saying why; tests marked
+    ``horovod`` skip, saying why, on a stack without Horovod (Keras 3)."""
+    if keras_3():
+        for item in items:
+            path = os.path.relpath(str(item.fspath), REPO_ROOT)
+            reason = next((why for prefix, why in MAIN_STACK_ONLY.items() if path.startswith(prefix)), None)
+            if reason is not None:
+                item.add_marker(pytest.mark.skip(reason=f"runs on the TF 2.15 stack only: {reason}"))
     if horovod_installed():
         return
     skip = pytest.mark.skip(reason="needs Horovod, installed only on the TF 2.15 stack (make test's .venv)")
