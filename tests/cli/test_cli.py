@@ -283,7 +283,7 @@ def _interrupt_when(command: list[str], started, timeout: float = 120) -> tuple[
         time.sleep(0.05)
     children = _children(process.pid) if process.poll() is None else []
     os.killpg(process.pid, signal.SIGINT)
-    stdout, stderr = process.communicate(timeout=60)
+    stdout, stderr = process.communicate(timeout=180)  # ending takes seconds; minutes on a machine loaded tenfold
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr), children
 
 
