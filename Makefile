@@ -91,6 +91,7 @@ lint: $(VENV)/.lbtrain-installed
 # independent pair (results/benchmarks/horovod.json), then README's performance table from the JSON.
 bench: setup
 	$(BIN)/python benchmarks/bench_optimizers.py
+	$(BIN)/python benchmarks/bench_jit.py
 	$(BIN)/lbtrain bench
 	$(BIN)/python benchmarks/bench_horovod.py
 	$(BIN)/python scripts/render_benchmarks.py --write

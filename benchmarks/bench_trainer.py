@@ -27,13 +27,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 import yaml  # noqa: E402
+from epoch_timer import mean_fit_epoch_seconds  # noqa: E402  (benchmarks/, beside this script)
 
 from lbtrain.config import run_config_from_dict  # noqa: E402
 from lbtrain.data import load_dataset, make_input_pipeline, steps_per_epoch  # noqa: E402
@@ -82,17 +82,7 @@ def plain_fit_epoch_seconds(spec: dict) -> float:
                   loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
     pipeline = make_input_pipeline(data.x_train, data.y_train, per_worker_batch=settings.per_worker_batch, rank=0,
                                    world_size=1, seed=settings.seed, training=True)
-    times: list[float] = []
-
-    class EpochTimer(tf.keras.callbacks.Callback):
-        def on_epoch_begin(self, epoch, logs=None):
-            self.start = time.perf_counter()
-
-        def on_epoch_end(self, epoch, logs=None):
-            times.append(time.perf_counter() - self.start)
-
-    model.fit(pipeline, epochs=settings.epochs, steps_per_epoch=steps, verbose=0, callbacks=[EpochTimer()])
-    return statistics.mean(times[1:])
+    return mean_fit_epoch_seconds(model, pipeline, settings.epochs, steps)
 
 
 def trainer_epoch_seconds(spec: dict) -> float:

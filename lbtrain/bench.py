@@ -1,9 +1,13 @@
 """Throughput benchmarking (``lbtrain bench``): lbtrain's tf_cnn_benchmarks.
 
 Every configuration (a model, a per-worker batch, a world) trains with momentum SGD on
-synthetic data held in memory (one random batch, repeated: no input pipeline is measured), in
+synthetic data held in memory (one random batch, repeated: the training step alone), in
 a fresh process, so each has its own TensorFlow thread pools and devices and, for Horovod, its
-own ``horovodrun``. The worlds:
+own ``horovodrun``. The same process then measures the input pipeline the trainer would build
+for that run (``lbtrain.data.make_input_pipeline`` over synthetic arrays of the same shape, the
+world's shard and batch) alone, without training, and the step fed by that pipeline (a run as
+``lbtrain train`` makes it); ``bound`` says which of the pipeline and the step limits the run
+(``bound_by``). The worlds:
 
 - ``single``: one worker in one process;
 - ``simulated:W``: ``SimulatedWorld(W)``, one process feeding ``W x b`` with ghost batch norm;
@@ -65,8 +69,14 @@ RESNET50_INPUT = ((224, 224, 3), 1000)
 MIN_STEPS = 5
 RESULT_PREFIX = "lbtrain-bench-result "
 COLUMNS = ("model", "input_shape", "classes", "per_worker_batch", "world", "workers", "processes", "threads", "device", "global_batch", "steps",
-           "seconds", "images_per_second", "scaling_efficiency", "train_mflops_per_sample", "achieved_gflops",
-           "peak_fraction", "allreduce_share", "status")
+           "seconds", "images_per_second", "pipeline_images_per_second", "fed_images_per_second", "bound", "scaling_efficiency",
+           "train_mflops_per_sample", "achieved_gflops", "peak_fraction", "allreduce_share", "status")
+# The input pipeline must deliver at least this many times the step's images/s to keep it fed
+# (``bound_by``): it runs beside the step on the same cores, and its prefetch hides only slack.
+INPUT_BOUND_MARGIN = 1.2
+# Batches of one epoch of the pipeline's synthetic arrays, per shard: enough to cross epoch
+# boundaries (a reshuffle) while the arrays stay small.
+PIPELINE_EPOCH_BATCHES = 4
 # Horovod's timeline activities that move gradient bytes (per controller / library).
 ALLREDUCE_ACTIVITIES = ("ALLREDUCE", "NCCL_ALLREDUCE", "MPI_ALLREDUCE", "GLOO_ALLREDUCE")
 
@@ -172,8 +182,12 @@ class Settings:
       ``idle_horovod_threads`` runs the threads Horovod starts (its background loop, Gloo's) at
       ``SCHED_IDLE``: only while the process's own compute waits;
     - ``pin_cores`` binds the i-th process of a world (rank or index) to core i mod the cores;
+      in a Horovod world, ``pin_cores`` and ``idle_horovod_threads`` None leave both to
+      ``HorovodWorld``'s ``auto`` (``lbtrain.worlds.horovod.place_threads``);
     - ``input_shape`` (one sample's, no batch axis) and ``classes``: the synthetic data every
-      model is built for and fed (None: ``ZOO_INPUT``'s, ``RESNET50_INPUT``'s for ``resnet50``).
+      model is built for and fed (None: ``ZOO_INPUT``'s, ``RESNET50_INPUT``'s for ``resnet50``);
+    - ``input_pipeline``: after the step alone, also measure the trainer's input pipeline alone
+      and the step fed by it (False: the step alone, in about half the time).
     """
 
     device: str = "cpu"
@@ -184,11 +198,12 @@ class Settings:
     seed: int = 0
     horovod_env: dict[str, str] = dataclasses.field(default_factory=dict)
     timeline: bool = False
-    pin_cores: bool = False
+    pin_cores: bool | None = False
     allreduce_groups: int | None = None
-    idle_horovod_threads: bool = False
+    idle_horovod_threads: bool | None = False
     input_shape: tuple[int, ...] | None = None
     classes: int | None = None
+    input_pipeline: bool = True
 
 
 def bench_input(model: str, settings: Settings = Settings()) -> tuple[tuple[int, ...], int]:
@@ -336,8 +351,9 @@ def _world_and_strategy(job: dict):
 
     kind = WORLD_KINDS[job["kind"]]
     if kind.launch == "horovodrun":
-        # run_job has bound the whole process already, before TensorFlow started (``job["pin"]``)
-        return HorovodWorld(idle_threads=job["idle"], pin_cores=False), tf.distribute.get_strategy()
+        # run_job has bound the whole process already, before TensorFlow started (``job["pin"]``);
+        # None leaves it to HorovodWorld (auto)
+        return HorovodWorld(idle_threads=job["idle"], pin_cores=None if job["pin"] is None else False), tf.distribute.get_strategy()
     if kind.mirrored_devices:
         devices = [device.name for device in tf.config.list_logical_devices("GPU" if job["device"] == "gpu" else "CPU")]
         if len(devices) < job["size"]:
@@ -353,6 +369,52 @@ def _synthetic_batches(batch: int, input_shape: Sequence[int], classes: int, see
     images = tf.random.normal((batch, *input_shape), seed=seed)
     labels = tf.random.uniform((batch,), maxval=classes, dtype=tf.int32, seed=seed)
     return tf.data.Dataset.from_tensor_slices((images, labels)).batch(batch, drop_remainder=True).take(1).cache().repeat()
+
+
+def trainer_pipeline(world, process_batch: int, per_worker_batch: int, input_shape: Sequence[int], classes: int, seed: int):
+    """The training input ``lbtrain.trainer`` builds in this process of ``world``:
+    ``make_input_pipeline`` of the process's shard (``World.input_shard``) at ``process_batch``
+    samples a batch, through ``World.training_input``, over lbtrain's ``synthetic`` arrays of
+    ``input_shape`` and ``classes`` (``PIPELINE_EPOCH_BATCHES`` batches an epoch per shard). The
+    pipeline gathers samples from arrays in memory, so its cost depends on the samples' shape and
+    the batch, not on their values: synthetic arrays of the run's shape cost what its data would."""
+    from lbtrain.data import load_dataset, make_input_pipeline
+
+    shard, shards = world.input_shard()
+    data = load_dataset("synthetic", input_shape=[int(d) for d in input_shape], num_classes=int(classes),
+                        train_size=PIPELINE_EPOCH_BATCHES * shards * process_batch, test_size=1, generator_seed=seed)
+    pipeline = make_input_pipeline(data.x_train, data.y_train, per_worker_batch=process_batch, rank=shard, world_size=shards,
+                                   seed=seed, training=True)
+    return world.training_input(pipeline, per_worker_batch)
+
+
+def _timed_pipeline(dataset, steps: int, warmup: int) -> float:
+    """Seconds ``dataset`` alone takes to deliver ``steps`` batches, after ``warmup`` batches
+    (which start its threads and fill its prefetch buffer); the batches are pulled inside a
+    ``tf.function``, as ``fit``'s compiled step pulls them, and nothing is computed on them."""
+    import tensorflow as tf
+
+    iterator = iter(dataset)
+
+    @tf.function
+    def pull(count):
+        for _ in tf.range(count):
+            next(iterator)
+
+    pull(tf.constant(warmup))
+    start = time.perf_counter()
+    pull(tf.constant(steps))
+    return time.perf_counter() - start
+
+
+def bound_by(pipeline_images_per_second: float, step_images_per_second: float, margin: float = INPUT_BOUND_MARGIN) -> str:
+    """What limits a run: ``input-bound`` where the input pipeline alone delivers fewer than
+    ``margin`` x the images/s the training step alone takes, else ``compute-bound``.
+
+    >>> bound_by(1100.0, 1000.0), bound_by(1200.0, 1000.0), bound_by(50000.0, 1000.0)
+    ('input-bound', 'compute-bound', 'compute-bound')
+    """
+    return "input-bound" if pipeline_images_per_second < margin * step_images_per_second else "compute-bound"
 
 
 def _timeline_switch(path: str | None) -> tuple[Callable[[], None], Callable[[], None]]:
@@ -388,12 +450,12 @@ def _timed_fit(model, data, steps: int, callbacks: list, timeline: str | None = 
     return seconds[0]
 
 
-def _wait_for_all(folder: str, index: int, size: int, timeout: float = 600.0) -> None:
-    """A barrier between the independent processes: each marks itself ready in ``folder``
+def _wait_for_all(folder: str, index: int, size: int, stage: str = "ready", timeout: float = 600.0) -> None:
+    """A barrier between the independent processes: each marks itself at ``stage`` in ``folder``
     and waits until all ``size`` are (so their measured steps run at the same time)."""
-    Path(folder, f"ready-{index}").touch()
+    Path(folder, f"{stage}-{index}").touch()
     deadline = time.monotonic() + timeout
-    while len(list(Path(folder).glob("ready-*"))) < size:
+    while len(list(Path(folder).glob(f"{stage}-*"))) < size:
         if time.monotonic() > deadline:
             raise TimeoutError(f"independent processes: only some of {size} got ready within {timeout:.0f} s")
         time.sleep(0.001)
@@ -417,8 +479,10 @@ def _process_index(job: dict) -> int:
 def run_job(job: dict) -> dict:
     """Measures one configuration in this process (a child of ``run_benchmark``; under
     horovodrun, one rank): warm-up, a timed probe that sets the steps (unless given), the
-    measured steps (``_timed_fit``). Returns the images, steps and seconds measured (all ranks'
-    images under Horovod) and the training FLOPs per sample."""
+    measured steps on one batch in memory (``_timed_fit``: the step alone); then the trainer's
+    input pipeline for this world (``trainer_pipeline``) alone for as many batches
+    (``_timed_pipeline``), and the same steps fed by it. Returns the images, steps and seconds
+    of each (all ranks' images under Horovod) and the training FLOPs per sample."""
     if job["pin"]:
         os.sched_setaffinity(0, {_process_index(job) % os.cpu_count()})
     import tensorflow as tf
@@ -445,7 +509,17 @@ def run_job(job: dict) -> dict:
         _wait_for_all(job["barrier"], job["index"], job["size"])
     seconds = _timed_fit(model, data, steps, callbacks, job.get("timeline"))
     images = steps * workers * job["batch"] * (world.size if kind.launch == "horovodrun" else 1)
-    return {"rank": world.rank, "steps": steps, "seconds": seconds, "images": images, "train_flops_per_sample": flops}
+    result = {"rank": world.rank, "steps": steps, "seconds": seconds, "images": images, "train_flops_per_sample": flops}
+    if job["pipeline"]:
+        pipeline = trainer_pipeline(world, workers * job["batch"], job["batch"], input_shape, classes, job["seed"])
+        # Independent processes wait for each other: none measures while another still measures the step.
+        if kind.launch == "independent":
+            _wait_for_all(job["barrier"], job["index"], job["size"], stage="pipeline")
+        result["pipeline_seconds"] = _timed_pipeline(pipeline, steps, job["warmup"])
+        if kind.launch == "independent":
+            _wait_for_all(job["barrier"], job["index"], job["size"], stage="fed")
+        result["fed_seconds"] = _timed_fit(model, pipeline, steps, callbacks)
+    return result
 
 
 def check_job(job: dict) -> dict:
@@ -527,7 +601,7 @@ def _job(case: Case, settings: Settings, steps: int | None) -> dict:
             "batch": case.per_worker_batch, "kind": case.world.kind, "size": case.world.size,
             "device": settings.device, "threads": settings.threads, "steps": settings.steps if steps is None else steps,
             "seconds": settings.seconds, "warmup": settings.warmup_steps, "seed": settings.seed, "pin": settings.pin_cores,
-            "groups": settings.allreduce_groups, "idle": settings.idle_horovod_threads}
+            "groups": settings.allreduce_groups, "idle": settings.idle_horovod_threads, "pipeline": settings.input_pipeline}
 
 
 def _wait_for_children(children: list[subprocess.Popen]) -> None:
@@ -555,7 +629,8 @@ def _run_independent(job: dict) -> dict:
         results = [_result_of(subprocess.CompletedProcess(child.args, child.returncode, out.read_text(), err.read_text()))
                    for child, (out, err) in sorted(zip(children, outputs), key=lambda pair: pair[0].returncode <= 0)]
     return {**results[0], "images": sum(r["images"] for r in results), "seconds": max(r["seconds"] for r in results),
-            "process_seconds": [r["seconds"] for r in results]}
+            "process_seconds": [r["seconds"] for r in results],
+            **{key: max(r[key] for r in results) for key in ("pipeline_seconds", "fed_seconds") if key in results[0]}}
 
 
 def _run_horovod(job: dict, settings: Settings) -> dict:
@@ -769,14 +844,21 @@ def _steps_for(case: Case, settings: Settings, single_steps: dict[tuple[str, int
 
 
 def make_row(case: Case, settings: Settings, result: dict | None, status: str) -> dict:
-    """One CSV row (ratios are filled in by ``add_ratios``)."""
+    """One CSV row (ratios are filled in by ``add_ratios``): images/s of the step alone
+    (``images_per_second``), of the input pipeline alone and of the step fed by it, and which of
+    the two bounds the run (``bound_by``)."""
     input_shape, classes = bench_input(case.model, settings)
     row = {"model": case.model, "input_shape": "x".join(str(d) for d in input_shape), "classes": classes,
            "per_worker_batch": case.per_worker_batch, "world": case.world.label,
            "workers": case.world.size, "processes": case.world.processes, "threads": settings.threads,
            "device": settings.device, "global_batch": case.world.size * case.per_worker_batch, "status": status}
     if result is not None:
-        row.update(steps=result["steps"], seconds=result["seconds"], images_per_second=result["images"] / result["seconds"],
+        step = result["images"] / result["seconds"]
+        if "pipeline_seconds" in result:
+            pipeline = result["images"] / result["pipeline_seconds"]
+            row.update(pipeline_images_per_second=pipeline, fed_images_per_second=result["images"] / result["fed_seconds"],
+                       bound=bound_by(pipeline, step))
+        row.update(steps=result["steps"], seconds=result["seconds"], images_per_second=step,
                    train_mflops_per_sample=None if result["train_flops_per_sample"] is None else result["train_flops_per_sample"] / 1e6,
                    allreduce_share=result.get("allreduce_share"))
     return row
@@ -828,7 +910,8 @@ def run_benchmark(
     num_classes, **options)``, reported by its reference. Every model is resolved, and built
     where it might not fit (``check_models_fit``, unless ``check`` is False: the caller did),
     before anything is measured.
-    Returns the report: ``rows``, ``peak_gflops``, ``machine``, ``settings``."""
+    Returns the report: ``rows``, ``peak_gflops``, ``input_bound_margin`` (``bound_by``'s rule),
+    ``machine``, ``settings``."""
     models = model_names(models)
     if check:
         check_models(models)
@@ -852,7 +935,7 @@ def run_benchmark(
         rows.append(make_row(case, settings, result, "ok"))
     _tell(progress, total, total, "done")
     report = {"benchmark": "lbtrain bench", "rows": add_ratios(rows, peak), "peak_gflops": peak and peak / 1e9,
-              "machine": machine(), "settings": dataclasses.asdict(settings)}
+              "input_bound_margin": INPUT_BOUND_MARGIN, "machine": machine(), "settings": dataclasses.asdict(settings)}
     if output is not None:
         write_report(report, Path(output))
     return report
@@ -920,15 +1003,21 @@ def plot_throughput(rows: Sequence[dict], path: Path) -> Path:
 
 
 def format_table(report: dict) -> str:
-    """The rows as a fixed-width text table, then the peak."""
+    """The rows as a fixed-width text table, what its images/s columns are and the rule of
+    ``bound``, then the peak."""
     width = max([9, *(len(row["model"]) for row in report["rows"])])
-    lines = [f"{'model':<{width}} {'batch':>5} {'world':<14} {'images/s':>10} {'efficiency':>10} {'of peak':>8}  status"]
+    lines = [f"{'model':<{width}} {'batch':>5} {'world':<14} {'images/s':>10} {'pipeline/s':>10} {'fed/s':>10} {'bound':<13} "
+             f"{'efficiency':>10} {'of peak':>8}  status"]
     for row in report["rows"]:
         def number(key: str, spec: str) -> str:
             return "" if row.get(key) is None else format(row[key], spec)
 
         lines.append(f"{row['model']:<{width}} {row['per_worker_batch']:>5} {row['world']:<14} {number('images_per_second', '.1f'):>10} "
-                     f"{number('scaling_efficiency', '.3f'):>10} {number('peak_fraction', '.3f'):>8}  {row['status']}")
+                     f"{number('pipeline_images_per_second', '.1f'):>10} {number('fed_images_per_second', '.1f'):>10} "
+                     f"{row.get('bound') or '':<13} {number('scaling_efficiency', '.3f'):>10} {number('peak_fraction', '.3f'):>8}  "
+                     f"{row['status']}")
+    lines.append(f"images/s: the training step alone (one batch in memory); pipeline/s: the trainer's input pipeline alone; "
+                 f"fed/s: the step fed by that pipeline; input-bound where pipeline/s < {INPUT_BOUND_MARGIN:g} x images/s")
     if report["peak_gflops"]:
         lines.append(f"float32 matmul peak of this machine: {report['peak_gflops']:.1f} GFLOP/s ({report['machine']['cpus']} CPUs); "
                      f"a configuration using k of them reaches at most k/{report['machine']['cpus']} of it")

@@ -121,8 +121,22 @@ def _group_sum(values: tf.Tensor) -> tf.Tensor:
     return tf.reduce_sum(tf.reduce_sum(values, axis=0, keepdims=True), axis=2, keepdims=True)
 
 
+def _in_xla_context() -> bool:
+    """Whether the ops being built go into an XLA-compiled function (``jit_compile=True``, the
+    trainer's ``training.jit_compile`` or a user's ``model.compile(jit_compile=True)``). Read
+    from TensorFlow's graph (``control_flow_util``, the same check TensorFlow's own ops make;
+    checked on TF 2.15 and 2.21)."""
+    from tensorflow.python.ops import control_flow_util
+
+    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
 def _group_sum_of_squares(values: tf.Tensor) -> tf.Tensor:
-    """``sum(values**2)`` per group as ``_group_sum``, without writing ``values**2`` out."""
+    """``sum(values**2)`` per group as ``_group_sum``, without writing ``values**2`` out: two
+    Euclidean-norm reductions, which only read. XLA has no kernel for that reduction, so a
+    compiled step takes ``_group_sum(values**2)``, whose square XLA fuses into the sums."""
+    if _in_xla_context():
+        return _group_sum(tf.square(values))
     norm = tf.math.reduce_euclidean_norm(tf.math.reduce_euclidean_norm(values, axis=0, keepdims=True), axis=2, keepdims=True)
     return tf.square(norm)
 

@@ -99,10 +99,13 @@ def noise_scale_tracker(model: tf.keras.Model) -> NoiseScaleTracker | None:
     return model.noise_scale if isinstance(model, GradientStepModel) else None
 
 
-def squared_norm(tensors: list[tf.Tensor]) -> tf.Tensor:
+def squared_norm(tensors: list[tf.Tensor], compiled: bool = False) -> tf.Tensor:
     """``sum_i |t_i|^2`` as a float64 scalar. Each tensor's norm is one reduction that only
     reads it (no squared or float64 copy of the gradients is written); the sum over tensors is
-    in float64."""
+    in float64. ``compiled``: in an XLA-compiled step, which has no kernel for TensorFlow's
+    Euclidean-norm reduction, each is ``sum(t**2)``, whose square XLA fuses into the sum."""
+    if compiled:
+        return tf.add_n([tf.cast(tf.reduce_sum(tf.square(tensor)), tf.float64) for tensor in tensors])
     return tf.add_n([tf.square(tf.cast(tf.math.reduce_euclidean_norm(tensor), tf.float64)) for tensor in tensors])
 
 
@@ -168,12 +171,16 @@ class GradientStepModel(tf.keras.Model):
     time; otherwise (pieces that exist only to measure the noise scale) they are unrolled in the
     graph, where TensorFlow may run them side by side, as a step without pieces would hold the
     whole batch's activations anyway. ``world`` averages gradients and scalars over real ranks
-    (Horovod); a simulated world is its own average.
+    (Horovod); a simulated world is its own average. With ``compiled_gradients`` each piece's
+    forward and backward pass is one XLA cluster of its own while the rest of the step is not:
+    for a world whose step cannot be compiled whole (Horovod's allreduce has no XLA kernel;
+    ``training.jit_compile``). Where the whole step can be compiled, ``compile(jit_compile=True)``
+    compiles this step like any other.
     """
 
     def __init__(self, model: tf.keras.Model, *, world: Any, per_worker_batch: int, pieces: int = 1,
                  accumulation_steps: int = 1, noise_scale: NoiseScaleTracker | None = None, sequential: bool = True,
-                 staleness: int = 0):
+                 staleness: int = 0, compiled_gradients: bool = False):
         super().__init__(inputs=model.inputs, outputs=model.outputs, name=model.name)
         if pieces % accumulation_steps:
             raise ValueError(f"pieces ({pieces}) must be a multiple of accumulation_steps ({accumulation_steps})")
@@ -182,6 +189,7 @@ class GradientStepModel(tf.keras.Model):
         self.sequential = sequential
         self.noise_scale = noise_scale
         self.stale_gradients = StaleGradients(self.trainable_variables, staleness) if staleness else None
+        self.compiled_gradients = compiled_gradients
         self._world = world
 
     def _split(self, tensor: tf.Tensor) -> tf.Tensor:
@@ -210,6 +218,11 @@ class GradientStepModel(tf.keras.Model):
         self.compute_metrics(x, y, prediction, None)
         return tape.gradient(loss, self.trainable_variables)
 
+    @tf.function(jit_compile=True)
+    def _compiled_piece_gradient(self, x: tf.Tensor, y: tf.Tensor) -> list[tf.Tensor]:
+        """``_piece_gradient`` as one XLA cluster (``compiled_gradients``)."""
+        return self._piece_gradient(x, y)
+
     def train_step(self, data):
         x, y, _ = tf.keras.utils.unpack_x_y_sample_weight(data)
         x_pieces, y_pieces = self._split(x), self._split(y)
@@ -219,9 +232,10 @@ class GradientStepModel(tf.keras.Model):
         def accumulate(piece, totals, squares, moved):
             for variable, value in zip(statistics, start):
                 variable.assign(value)
-            gradients = self._piece_gradient(x_pieces[piece], y_pieces[piece])
+            piece_gradient = self._compiled_piece_gradient if self.compiled_gradients else self._piece_gradient
+            gradients = piece_gradient(x_pieces[piece], y_pieces[piece])
             return (piece + 1, [total + gradient for total, gradient in zip(totals, gradients)],
-                    squares + (squared_norm(gradients) if self.noise_scale is not None else 0.0),
+                    squares + (squared_norm(gradients, self.jit_compile) if self.noise_scale is not None else 0.0),
                     [total + tf.identity(variable) for total, variable in zip(moved, statistics)])
 
         state = (tf.constant(0), [tf.zeros_like(v) for v in self.trainable_variables], tf.constant(0.0, tf.float64),
@@ -245,5 +259,5 @@ class GradientStepModel(tf.keras.Model):
         if staleness is not None:
             logs["staleness"] = staleness
         if self.noise_scale is not None:
-            logs.update(self.noise_scale.update(self._world.mean_over_ranks(small_sq), squared_norm(gradients)))
+            logs.update(self.noise_scale.update(self._world.mean_over_ranks(small_sq), squared_norm(gradients, self.jit_compile)))
         return logs

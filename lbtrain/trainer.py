@@ -27,7 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from lbtrain.callbacks import BudgetStop, DivergenceGuard, GeneralizationGap, GradientNoiseScale, LearningRateLogger, Throughput
-from lbtrain.config import RunConfig
+from lbtrain.config import ConfigError, RunConfig
 from lbtrain.data import Dataset, load_dataset, make_input_pipeline, steps_per_epoch
 from lbtrain.measures.flatness import hessian_top_eigenvalue, pac_bayes_flatness, sharpness
 from lbtrain.measures.noise_scale import NoiseScaleSettings
@@ -39,7 +39,7 @@ from lbtrain.results import CHECKPOINT_FOLDER, RunResult, finite_or_none
 from lbtrain.scaling import scale_learning_rate
 from lbtrain.train_step import NoiseScaleTracker, noise_scale_tracker
 from lbtrain.verdict import Verdict, judge
-from lbtrain.worlds.base import World
+from lbtrain.worlds.base import World, jit_compile_refusal
 
 logger = logging.getLogger(__name__)
 
@@ -173,6 +173,37 @@ def _final_metrics(model: tf.keras.Model, data: Dataset, world: World, batch: in
     }
 
 
+def accelerators() -> list[str]:
+    """The kinds of non-CPU device TensorFlow sees (``GPU``, ``TPU``), sorted."""
+    return sorted({device.device_type for device in tf.config.list_physical_devices() if device.device_type != "CPU"})
+
+
+def resolve_jit_compile(setting: bool | str, world: World) -> tuple[bool, str]:
+    """Whether ``training.jit_compile`` (``auto``, True or False) compiles the train step with
+    XLA in ``world``, and why, as a phrase for the log.
+
+    ``auto`` compiles where a GPU or TPU is visible and the world's step can be compiled, and
+    not on CPU only: there ``benchmarks/bench_jit.py`` measures the compiled step several times
+    slower than the uncompiled one (TensorFlow's oneDNN CPU kernels beat XLA's CPU code for the
+    cnn and the mlp alike), as Keras 3's own ``jit_compile="auto"`` decides too. A measured probe
+    would cost every run a compile of its step to learn what the device already says. ``True`` in a world whose step cannot be compiled
+    (``World.jit_compile_problem``) is a one-line ``ConfigError``."""
+    problem = world.jit_compile_problem
+    if setting is True:
+        if problem is not None:
+            raise ConfigError(jit_compile_refusal(problem))
+        return True, "training.jit_compile is true"
+    if setting is False:
+        return False, "training.jit_compile is false"
+    if problem is not None:
+        return False, f"training.jit_compile is auto and {problem}"
+    devices = accelerators()
+    if devices:
+        return True, f"training.jit_compile is auto and {' and '.join(devices)} devices are visible"
+    return False, ("training.jit_compile is auto and only the CPU is visible, where the compiled step measured "
+                   "slower (benchmarks/bench_jit.py)")
+
+
 @dataclasses.dataclass
 class _Built:
     """What ``build`` makes of a config: the data, the compiled model and its optimizer, and
@@ -187,7 +218,8 @@ class _Built:
 
 def build(config: RunConfig, world: World) -> _Built:
     """Seeds, loads the data, and compiles the model with the world's optimizer and the run's
-    schedule (scaled for the global batch, decaying over the budget), in the world's scope."""
+    schedule (scaled for the global batch, decaying over the budget), in the world's scope, its
+    train step compiled with XLA or not as ``resolve_jit_compile`` decides (logged once)."""
     settings = config.training
     if world.size != settings.world_size:
         raise ValueError(f"training.world_size is {settings.world_size} but the world has {world.size} workers")
@@ -201,13 +233,17 @@ def build(config: RunConfig, world: World) -> _Built:
     steps = steps_per_epoch(len(data.x_train), settings.update_batch, settings.world_size) * world.updates_per_step
     analysis = config.analysis
     noise_scale = NoiseScaleSettings(analysis.noise_scale_decay, analysis.noise_scale_pieces) if analysis.noise_scale else None
+    jit_compile, why = resolve_jit_compile(settings.jit_compile, world)
+    if world.is_root:
+        logger.info("train step %s: %s", "compiled with XLA" if jit_compile else "not compiled", why)
     with world.scope():
         model = build_model(config.model.name, data.input_shape, data.num_classes, seed=settings.seed, **config.model.options)
         loss, metrics = compile_arguments(model, data)
         model = world.prepare_model(model, settings.per_worker_batch, noise_scale=noise_scale,
-                                    accumulation_steps=settings.accumulation_steps, staleness=settings.staleness)
+                                    accumulation_steps=settings.accumulation_steps, staleness=settings.staleness,
+                                    jit_compile=jit_compile)
         optimizer = world.wrap_optimizer(build_optimizer(config.optimizer.name, config.schedule(steps), **config.optimizer.params))
-        model.compile(optimizer=optimizer, loss=loss, metrics=metrics)
+        model.compile(optimizer=optimizer, loss=loss, metrics=metrics, jit_compile=jit_compile and world.compiles_whole_step)
         optimizer.build(model.trainable_variables)
     return _Built(data, model, optimizer, steps, config.total_steps(steps))
 

@@ -1,8 +1,10 @@
-"""``lbtrain bench``: a tiny matrix end to end, the machine's peak, FLOP counting by hand, the
+"""``lbtrain bench``: a tiny matrix end to end (the step alone, the input pipeline alone, the step
+fed by it, what bounds each), the rule of the bound, the machine's peak, FLOP counting by hand, the
 Horovod timeline, bad input as one line with exit code 2, and the README's performance table."""
 
 import csv
 import json
+import math
 import os
 
 import pytest
@@ -12,10 +14,12 @@ from conftest import REPO_ROOT, horovod_installed, run_cli, stderr_lines
 from lbtrain._keras import horovod_problem
 from lbtrain.bench import (
     COLUMNS,
+    INPUT_BOUND_MARGIN,
     Case,
     Settings,
     WorldSpec,
     allreduce_seconds,
+    bound_by,
     forward_macs_per_sample,
     matmul_peak_flops,
     measure_case,
@@ -40,8 +44,44 @@ def test_a_tiny_matrix_writes_a_csv_json_and_plot_with_positive_throughput(tmp_p
     assert all(0 < float(row["peak_fraction"]) for row in rows)
     report = json.loads((tmp_path / "bench.json").read_text())
     assert report["peak_gflops"] > 0 and len(report["rows"]) == 3
+    assert report["input_bound_margin"] == INPUT_BOUND_MARGIN
+    for row, written in zip(report["rows"], rows):
+        speeds = [row[key] for key in ("images_per_second", "pipeline_images_per_second", "fed_images_per_second")]
+        assert all(math.isfinite(speed) and speed > 0 for speed in speeds), row
+        assert row["bound"] == bound_by(row["pipeline_images_per_second"], row["images_per_second"]) == written["bound"]
+        assert float(written["pipeline_images_per_second"]) == pytest.approx(row["pipeline_images_per_second"])
     assert (tmp_path / "bench.png").stat().st_size > 0
     assert "mlp" in result.stdout and "matmul peak" in result.stdout
+    assert f"input-bound where pipeline/s < {INPUT_BOUND_MARGIN:g} x images/s" in result.stdout
+
+
+@pytest.mark.parametrize("pipeline, step, bound", [
+    (100.0, 100.0, "input-bound"),        # as fast as the step: no slack to keep it fed
+    (119.0, 100.0, "input-bound"),
+    (120.0, 100.0, "compute-bound"),      # the rule's edge: 1.2 x the step
+    (5000.0, 100.0, "compute-bound"),
+    (50.0, 100.0, "input-bound"),
+])
+def test_a_run_is_input_bound_where_the_pipeline_delivers_less_than_the_margin_times_the_step(pipeline, step, bound):
+    assert INPUT_BOUND_MARGIN == 1.2
+    assert bound_by(pipeline, step) == bound
+    assert bound_by(pipeline, step, margin=0.4) == "compute-bound"
+
+
+def test_the_performance_table_shows_pipeline_and_fed_over_step_per_model_and_nothing_for_an_older_bench():
+    from lbtrain.reports.performance import bench_bound_rows
+
+    rows = [{"model": "mlp", "world": "single", "images_per_second": 1000.0, "pipeline_images_per_second": 5000.0,
+             "fed_images_per_second": 950.0, "bound": "compute-bound"},
+            {"model": "glance", "world": "single", "images_per_second": 4000.0, "pipeline_images_per_second": 2000.0,
+             "fed_images_per_second": 1500.0, "bound": "input-bound"},
+            {"model": "mlp", "world": "simulated:2", "images_per_second": 1.0, "pipeline_images_per_second": 1.0,
+             "fed_images_per_second": 1.0, "bound": "input-bound"}]
+    pipeline, fed = bench_bound_rows(rows, [64], 1.2, "bench/bench.json")
+    assert pipeline.ratio == "mlp 5.0 (compute-bound), glance 0.5 (input-bound)"
+    assert pipeline.limit.startswith("input-bound below 1.2: ")
+    assert fed.ratio == "mlp 0.950, glance 0.375"
+    assert bench_bound_rows([{"model": "mlp", "world": "single", "images_per_second": 1.0}], [64], None, "bench/bench.json") == []
 
 
 def test_the_matmul_peak_is_positive():
@@ -86,6 +126,7 @@ def test_horovod_two_ranks_report_throughput_and_the_allreduce_share(tmp_path, m
     settings = Settings(steps=3, warmup_steps=2, timeline=True, pin_cores=True, idle_horovod_threads=True, allreduce_groups=1)
     result = measure_case(Case("mlp", 16, WorldSpec("horovod", 2)), settings)
     assert result["images"] == 2 * 16 * 3 and result["seconds"] > 0
+    assert result["pipeline_seconds"] > 0 and result["fed_seconds"] > 0
     assert 0 < result["allreduce_share"] < 1
     assert list(tmp_path.iterdir()) == []  # the timeline went to the bench's file, none into the working folder
 

@@ -1,7 +1,9 @@
 """``lbtrain bench`` of the user's own model: a package written into a temporary folder (a
 functional convnet with batch norm) benchmarked by reference from that folder, by a registered
-name (an entry point of an installed package) at a shape and classes of one's own, from Python,
-under ``horovodrun``; every bad model refused in one line, exit code 2, before anything runs."""
+name (an entry point of an installed package) at a shape and classes of one's own, from Python
+(the step alone), under ``horovodrun``; a model whose step is cheaper than the input pipeline
+that feeds it is labelled input-bound; every bad model refused in one line, exit code 2, before
+anything runs."""
 
 import csv
 import json
@@ -14,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import stderr_lines
-from lbtrain.bench import BenchError, Settings, WorldSpec, run_benchmark
+from lbtrain.bench import INPUT_BOUND_MARGIN, BenchError, Settings, WorldSpec, run_benchmark
 
 MODEL = "ownbench.models:build"
 
@@ -41,6 +43,12 @@ def write_package(folder: Path) -> Path:
             x = keras.layers.BatchNormalization()(x)
             x = keras.layers.GlobalAveragePooling2D()(x)
             return keras.Model(inputs, keras.layers.Dense(1, activation="sigmoid")(x))
+
+        def glance(input_shape, num_classes):
+            # One pixel of each image: a step that costs next to nothing beside the batch it is fed.
+            inputs = keras.Input(shape=input_shape)
+            x = keras.layers.Cropping2D(((0, input_shape[0] - 1), (0, input_shape[1] - 1)))(inputs)
+            return keras.Model(inputs, keras.layers.Dense(num_classes)(keras.layers.Flatten()(x)))
 
         def wide(input_shape, num_classes):
             return build(input_shape, num_classes + 3)
@@ -102,6 +110,21 @@ def test_a_model_by_reference_is_benchmarked_from_the_users_folder(tmp_path):
     assert table[1].split()[:3] == [MODEL, "8", "single"] and table[2].split()[:3] == [MODEL, "8", "simulated:2"]
 
 
+def test_a_step_cheaper_than_its_input_pipeline_is_labelled_input_bound(tmp_path):
+    """Large images (384x384x3, 1.7 MiB a sample): the pipeline gathers every byte of each batch,
+    ``glance`` reads one pixel. Idle, the pipeline delivers about a tenth of the step's images/s;
+    30 steps keep a stall of the loaded machine from deciding the label."""
+    write_package(tmp_path)
+    glance = "ownbench.models:glance"
+    result = bench("--models", glance, "--input-shape", "384,384,3", "--batches", "16", "--worlds", "single",
+                   "--steps", "30", "--warmup", "2", "--output", "out", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    [row] = read_rows(tmp_path / "out")
+    assert row["bound"] == "input-bound", row
+    assert float(row["pipeline_images_per_second"]) < INPUT_BOUND_MARGIN * float(row["images_per_second"])
+    assert "input-bound" in result.stdout.splitlines()[1]
+
+
 def test_a_registered_name_is_benchmarked_at_the_shape_and_classes_asked_for(tmp_path):
     """An installed package's entry point (group ``lbtrain.models``) on PYTHONPATH, run from
     another folder; a single sigmoid output for 2 classes trains with binary cross-entropy."""
@@ -130,12 +153,15 @@ def test_from_python_a_factory_is_benchmarked_by_its_reference(tmp_path, monkeyp
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))  # the bench's children import it too
     from ownbench.models import build
 
-    report = run_benchmark([build], [4], [WorldSpec("single")], Settings(steps=2, warmup_steps=1, classes=3),
+    report = run_benchmark([build], [4], [WorldSpec("single")], Settings(steps=2, warmup_steps=1, classes=3, input_pipeline=False),
                            output=tmp_path / "out")
     [row] = report["rows"]
     assert (row["model"], row["input_shape"], row["classes"], row["status"]) == (MODEL, "28x28x1", 3, "ok")
     assert row["images_per_second"] > 0
-    assert read_rows(tmp_path / "out")[0]["model"] == MODEL
+    [written] = read_rows(tmp_path / "out")
+    assert written["model"] == MODEL
+    # The step alone: no pipeline, no fed step, no bound.
+    assert [written[key] for key in ("pipeline_images_per_second", "fed_images_per_second", "bound")] == ["", "", ""]
 
 
 def test_from_python_a_lambda_is_refused_before_anything_runs(tmp_path):

@@ -1,4 +1,5 @@
-"""lbtrain bench: training throughput per model, batch and world."""
+"""lbtrain bench: training throughput per model, batch and world, and whether the input pipeline
+or the training step bounds it."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ logger = logging.getLogger(__name__)
 def add_parser(commands: argparse._SubParsersAction) -> None:
     """The ``bench`` command's arguments."""
     parser = commands.add_parser(
-        "bench", help="training images/s on synthetic data per model, batch and world; scaling efficiency, share of the "
+        "bench", help="training images/s on synthetic data per model, batch and world: the step alone, the input "
+                      "pipeline alone, the step fed by it and which bounds the run; scaling efficiency, share of the "
                       "matmul peak; CSV, JSON and plot")
     parser.add_argument("--models", type=arguments.comma_list, help="comma-separated: mlp, cnn, resnet, resnet50, a factory "
                        "package.module:function (the current folder is searched too), a registered name, or "
@@ -30,7 +32,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--device", default="cpu", help="cpu (default) or gpu (needs a GPU TensorFlow sees)")
     parser.add_argument("--threads", type=arguments.positive_int, help="TensorFlow intra- and inter-op threads per process "
                        "(default 1 on cpu, TensorFlow's own on gpu)")
-    parser.add_argument("--seconds", type=arguments.positive_float, default=2.0, help="measured time per configuration (default 2)")
+    parser.add_argument("--seconds", type=arguments.positive_float, default=2.0, help="measured time of the step per configuration (default 2; the "
+                        "step fed by the pipeline takes as many steps again)")
     parser.add_argument("--steps", type=arguments.positive_int, help="measured steps per configuration instead of --seconds")
     parser.add_argument("--warmup", type=arguments.positive_int, default=5, help="steps before measuring (default 5)")
     parser.add_argument("--timeline", action="store_true", help="record a Horovod timeline: the share of time in allreduce")

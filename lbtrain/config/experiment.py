@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from lbtrain.config.limits import MAX_SEED, quote
 from lbtrain.config.run import AnalysisConfig, DataConfig, LRConfig, ModelConfig, OptimizerConfig, TrainingConfig, _Strict
@@ -25,7 +26,7 @@ GRID_SHORTHANDS = {"world_sizes": "training.world_size", "seeds": "training.seed
 # Horovod takes gradient compression only as an argument (``DistributedOptimizer(compression=)``),
 # not from its environment: lbtrain passes it to the ranks in this variable (``HorovodWorld``).
 HOROVOD_COMPRESSION_VARIABLE = "LBTRAIN_HOROVOD_COMPRESSION"
-# Likewise the opt-in scheduling of a rank's threads (``HorovodWorld``), 1 or 0.
+# Likewise the scheduling of a rank's threads (``HorovodWorld``): 1 or 0, unset for auto.
 HOROVOD_IDLE_THREADS_VARIABLE = "LBTRAIN_HOROVOD_IDLE_THREADS"
 HOROVOD_PIN_CORES_VARIABLE = "LBTRAIN_HOROVOD_PIN_CORES"
 # The horovodrun flags that set the same variables as a knob (the flag would win).
@@ -34,6 +35,8 @@ _HOROVODRUN_FLAGS = {
     "timeline": ("--timeline-filename",), "hierarchical_allreduce": ("--hierarchical-allreduce", "--no-hierarchical-allreduce"),
 }
 _KNOB_OFF = {"timeline": False}  # the value that sets nothing, where it is not None
+# ``auto`` (the rank decides from its cores and threads), on or off.
+_AutoSwitch = Literal["auto"] | bool
 
 
 class HorovodLaunchConfig(_Strict):
@@ -46,10 +49,11 @@ class HorovodLaunchConfig(_Strict):
     (the background thread's cycle), ``timeline`` (rank 0 records a Horovod timeline in the run
     folder), ``compression`` (``fp16``: gradients cross the allreduce as float16) and
     ``hierarchical_allreduce`` (with MPI or NCCL builds). Two of lbtrain's own act in each rank
-    (``HorovodWorld``; Linux; off by default): ``idle_threads`` runs Horovod's threads at
-    ``SCHED_IDLE`` and ``pin_cores`` binds each rank to one core where no core is spare (their
-    effect on np=2 against two independent processes is measured by ``lbtrain bench``; docs:
-    Benchmarks)."""
+    (``HorovodWorld``; Linux): ``idle_threads`` runs Horovod's threads at ``SCHED_IDLE`` and
+    ``pin_cores`` binds each rank to its own share of the cores. Each is ``auto`` (the default:
+    on exactly when the ranks' TensorFlow threads leave no core spare and they train on CPUs,
+    ``lbtrain.worlds.horovod.place_threads``), ``true`` or ``false`` (their effect on np=2
+    against two independent processes: ``benchmarks/bench_horovod.py``; docs: Benchmarks)."""
 
     hosts: str | None = None
     args: list[str] = Field(default_factory=list)
@@ -58,8 +62,16 @@ class HorovodLaunchConfig(_Strict):
     timeline: bool = False
     compression: Literal["none", "fp16"] = "none"
     hierarchical_allreduce: bool | None = None
-    idle_threads: bool = False
-    pin_cores: bool = False
+    idle_threads: _AutoSwitch = "auto"
+    pin_cores: _AutoSwitch = "auto"
+
+    @field_validator("idle_threads", "pin_cores", mode="before")
+    @classmethod
+    def _auto_or_bool(cls, value: Any) -> Any:
+        """One error naming all three values (the union's own would name only the boolean)."""
+        if value != "auto" and not isinstance(value, bool):
+            raise PydanticCustomError("auto_or_bool", "Input should be 'auto', true or false")
+        return value
 
     @model_validator(mode="after")
     def _knob_not_also_in_args(self) -> "HorovodLaunchConfig":
@@ -75,7 +87,7 @@ class HorovodLaunchConfig(_Strict):
         (bytes), ``HOROVOD_CYCLE_TIME`` (ms), ``HOROVOD_TIMELINE`` (``run_dir``/horovod_timeline.json),
         ``HOROVOD_HIERARCHICAL_ALLREDUCE`` (1 or 0) for the knobs that are set, and lbtrain's
         ``LBTRAIN_HOROVOD_COMPRESSION`` always, ``LBTRAIN_HOROVOD_IDLE_THREADS`` and
-        ``LBTRAIN_HOROVOD_PIN_CORES`` (``1``) when switched on.
+        ``LBTRAIN_HOROVOD_PIN_CORES`` (``1`` or ``0``) when not ``auto`` (unset, the rank decides).
 
         >>> HorovodLaunchConfig(fusion_threshold_mb=32, cycle_time_ms=5, hierarchical_allreduce=True).environment("run")
         {'LBTRAIN_HOROVOD_COMPRESSION': 'none', 'HOROVOD_FUSION_THRESHOLD': '33554432', 'HOROVOD_CYCLE_TIME': '5.0', 'HOROVOD_HIERARCHICAL_ALLREDUCE': '1'}
@@ -89,10 +101,10 @@ class HorovodLaunchConfig(_Strict):
             variables["HOROVOD_TIMELINE"] = str(Path(run_dir).resolve() / HOROVOD_TIMELINE_FILE)
         if self.hierarchical_allreduce is not None:
             variables["HOROVOD_HIERARCHICAL_ALLREDUCE"] = str(int(self.hierarchical_allreduce))
-        if self.idle_threads:
-            variables[HOROVOD_IDLE_THREADS_VARIABLE] = "1"
-        if self.pin_cores:
-            variables[HOROVOD_PIN_CORES_VARIABLE] = "1"
+        if self.idle_threads != "auto":
+            variables[HOROVOD_IDLE_THREADS_VARIABLE] = str(int(self.idle_threads))
+        if self.pin_cores != "auto":
+            variables[HOROVOD_PIN_CORES_VARIABLE] = str(int(self.pin_cores))
         return variables
 
 

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from lbtrain.config.errors import ConfigError, format_validation_error
-from lbtrain.config.limits import MAX_BATCH, MAX_EPOCHS, MAX_SAMPLES, MAX_SEED, MAX_STEPS, MAX_WORLD_SIZE, check_numbers
+from lbtrain.config.limits import MAX_BATCH, MAX_EPOCHS, MAX_SAMPLES, MAX_SEED, MAX_STEPS, MAX_WORLD_SIZE, check_numbers, quote
 from lbtrain.recipe import DECAY_CLOCKS, SCHEDULE_KEYS, WARMUP_TYPES
 
 
@@ -193,6 +193,8 @@ class StopAtConfig(_Strict):
 
 
 BUDGET_KINDS = ("epochs", "steps", "samples")
+# The values of ``training.jit_compile``, as a YAML file writes them.
+JIT_COMPILE_CHOICES = ("auto", "true", "false")
 DEFAULT_EPOCHS = 3
 
 
@@ -218,6 +220,18 @@ class TrainingConfig(_Strict):
     training samples with the current weights before each evaluation (``lbtrain.precise_bn``,
     Wu & Johnson 2021): runs with few steps otherwise evaluate with moving averages that have
     not caught up with their weights.
+
+    ``jit_compile`` (``auto``, ``true`` or ``false``; ``lbtrain.trainer.resolve_jit_compile``)
+    compiles the train step with XLA. ``auto`` compiles where a GPU or TPU is visible and the
+    mode's step can be compiled, and not on a CPU-only machine: there ``benchmarks/bench_jit.py``
+    measured the compiled step slower (TF 2.15, 2 loaded cores, batch 256: the cnn with batch
+    norm's epoch 4.3x to 4.6x the uncompiled one in the trainer, 5.0x to 7.3x in a plain
+    ``model.fit``; the mlp's epochs, too short to tell, 0.9x to 3.5x), as Keras 3's own
+    ``jit_compile="auto"`` decides. ``true``
+    in a mode whose step cannot be compiled (``mirrored``, ``multiworker``, ``parameter_server``:
+    XLA cannot compile a tf.distribute step) is a ``ConfigError`` before anything trains; under Horovod the forward and backward pass are compiled and the allreduce stays
+    outside XLA (``HorovodAllreduce`` has no XLA kernel). The weights equal the uncompiled
+    step's within float tolerance (models with dropout draw other masks under XLA).
     """
 
     world_size: int = Field(default=1, gt=0, le=MAX_WORLD_SIZE)
@@ -237,6 +251,14 @@ class TrainingConfig(_Strict):
     instability_factor: float = Field(default=2.0, gt=1.0)
     checkpoint: bool = True
     tensorboard: bool = False
+    jit_compile: bool | Literal["auto"] = "auto"
+
+    @field_validator("jit_compile", mode="before")
+    @classmethod
+    def _jit_compile_choice(cls, value: Any) -> Any:
+        if not (isinstance(value, bool) or value == "auto"):
+            raise ValueError(f"must be one of {', '.join(JIT_COMPILE_CHOICES)} (got {quote(value)})")
+        return value
 
     @model_validator(mode="before")
     @classmethod
@@ -318,7 +340,8 @@ class AnalysisConfig(_Strict):
 # field only when it is set away from its default (``RunConfig.identity``), so a rerun of a study
 # configured before the field existed finds its runs done.
 LATER_FIELD_DEFAULTS = {"data.task": "auto", "data.test_split": 0.2, "lr.warmup_type": "gradual", "training.accumulation_steps": 1,
-                        "training.staleness": 0, "training.precise_bn_samples": None}
+                        "training.staleness": 0, "training.precise_bn_samples": None,
+                        "training.jit_compile": "auto"}
 # Fields that only judge a finished run and never change how it trains, with the value a run id
 # hashes for them whatever they are set to (the default when ids were first computed; None: not
 # hashed, a field added later): a run judged by another margin is the same run, found done

@@ -103,6 +103,7 @@ def bench_rows(data: dict) -> list[Row]:
         anchor = f"{size} x one worker" if int(processes) > 1 else "one worker"
         rows.append(Row(f"`lbtrain bench` {world} / {anchor}, images/s ({_per_worker(batches)})", figures, "", None,
                         BENCH_LIMITS[kind], source))
+    rows.extend(bench_bound_rows(ok, batches, data.get("input_bound_margin"), source))
     if data.get("peak_gflops"):
         # A subclassed model's FLOPs cannot be counted: its share of the peak is left out.
         figures = ", ".join(f"{row['model']} {row['peak_fraction']:.3f}" for row in ok
@@ -113,6 +114,24 @@ def bench_rows(data: dict) -> list[Row]:
                         f"one thread uses 1 of {cpus} cores; convolutions, pooling and batch norm run below matmul speed",
                         source))
     return rows
+
+
+def bench_bound_rows(ok: list[dict], batches: list[int], margin: float | None, source: str) -> list[Row]:
+    """``lbtrain bench``'s single worker: the trainer's input pipeline alone, and the step fed by
+    it, each over the training step alone (images/s), one figure per model with what bounds it.
+    None from a bench.json written before the pipeline was measured."""
+    singles = [row for row in ok if row["world"] == "single" and row.get("pipeline_images_per_second") is not None]
+    if not singles:
+        return []
+    pipeline = ", ".join(f"{row['model']} {row['pipeline_images_per_second'] / row['images_per_second']:.1f} ({row['bound']})"
+                         for row in singles)
+    fed = ", ".join(f"{row['model']} {row['fed_images_per_second'] / row['images_per_second']:.3f}" for row in singles)
+    return [Row(f"`lbtrain bench` single: the trainer's input pipeline alone / the training step alone, images/s "
+                f"({_per_worker(batches)})", pipeline, "", None,
+                f"input-bound below {margin:g}: the pipeline gathers each batch from arrays in memory on tf.data's threads",
+                source),
+            Row(f"`lbtrain bench` single: the step fed by that pipeline / the step alone, images/s ({_per_worker(batches)})",
+                fed, "", None, "the pipeline's threads share the cores with the step; prefetch overlaps the two", source)]
 
 
 def _per_worker(batches: list[int]) -> str:

@@ -39,6 +39,13 @@ class World(abc.ABC):
     # Optimizer updates per step of the global batch: W in a parameter-server world, where each
     # worker's batch is an update of its own; steps, budgets and the LR clock count updates.
     updates_per_step: int = 1
+    # ``training.jit_compile`` (``lbtrain.trainer.resolve_jit_compile``): why this world's train
+    # step cannot be compiled with XLA (``true`` is then refused, ``auto`` leaves it uncompiled), or
+    # None; and whether compiling it means the whole step as one XLA cluster (Keras's
+    # ``compile(jit_compile=True)``) or, where the step holds an op XLA cannot compile (Horovod's
+    # allreduce), what ``prepare_model(..., jit_compile=True)`` compiles of it.
+    jit_compile_problem: str | None = None
+    compiles_whole_step: bool = True
 
     @property
     def is_root(self) -> bool:
@@ -54,12 +61,14 @@ class World(abc.ABC):
         """How many samples this process feeds per step."""
 
     def prepare_model(self, model: tf.keras.Model, per_worker_batch: int, noise_scale: NoiseScaleSettings | None = None,
-                      accumulation_steps: int = 1, staleness: int = 0) -> tf.keras.Model:
+                      accumulation_steps: int = 1, staleness: int = 0, jit_compile: bool = False) -> tf.keras.Model:
         """The model this process trains (may be a rebuilt copy with the same weights); with
         ``noise_scale``, one whose train step measures the gradient noise scale where this world
         can (``noise_scale_tracker`` then finds its tracker); with ``accumulation_steps=k``, one
         whose step takes k of each worker's batches and applies one update; with ``staleness``,
-        one that applies every gradient that many updates late (where the world can)."""
+        one that applies every gradient that many updates late (where the world can); with
+        ``jit_compile`` in a world that does not compile the whole step, one whose step compiles
+        what XLA can."""
         return model
 
     def average_gradients(self, gradients: list[tf.Tensor], variables: list, optimizer) -> list[tf.Tensor]:
@@ -113,6 +122,12 @@ class World(abc.ABC):
         of ``evaluation_input``)."""
         loss, accuracy = model.evaluate(self.evaluation_input(dataset), verbose=0)
         return loss, accuracy
+
+
+def jit_compile_refusal(problem: str) -> str:
+    """The one-line ``ConfigError`` message for ``training.jit_compile: true`` in a world whose
+    step cannot be compiled, ``problem`` saying why (``World.jit_compile_problem``)."""
+    return f"training.jit_compile is true, but {problem}: set it to auto or false, or train in mode: simulated or horovod"
 
 
 def configure_threads(intra_op: int | None = None, inter_op: int | None = None) -> None:

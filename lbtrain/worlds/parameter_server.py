@@ -63,7 +63,7 @@ import tensorflow as tf
 from lbtrain._keras import KERAS_3, KERAS_VERSION, tensorflow_variables
 from lbtrain.config import ConfigError, RunConfig
 from lbtrain.worlds.peers import wait_for_peers
-from lbtrain.worlds.strategy import FullBatchStrategyWorld, settings_outside_keras_step
+from lbtrain.worlds.strategy import FullBatchStrategyWorld, refuse_jit_compile, settings_outside_keras_step
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +83,8 @@ def unsupported_setting(config: RunConfig) -> str | None:
     """The first field of ``config`` that ``mode: parameter_server`` cannot train, as a one-line
     message, or None: the settings that need lbtrain's own synchronous train steps or a model
     probed where it trains (``lbtrain.worlds.strategy.settings_outside_keras_step``), and a ``samples``
-    budget (counted in global batches, while this mode counts updates of one worker batch)."""
+    budget (counted in global batches, while this mode counts updates of one worker batch), and
+    ``training.jit_compile: true`` (its workers' step reads the variables on the parameter servers)."""
     for field, value in settings_outside_keras_step(config):
         simulated = "use mode: simulated (training.staleness simulates asynchronous SGD)" if field == "training.staleness" \
             else "use mode: simulated or horovod"
@@ -91,7 +92,7 @@ def unsupported_setting(config: RunConfig) -> str | None:
     if config.training.samples is not None:
         return (f"training.samples is {config.training.samples}, which mode: parameter_server does not support (its steps "
                 "are updates of one worker batch): give training.epochs or training.steps")
-    return None
+    return refuse_jit_compile(config, MODE)
 
 
 def this_task(variable: str = "TF_CONFIG") -> tuple[dict[str, list[str]], str, int]:

@@ -43,7 +43,7 @@ class SimulatedWorld(World):
         return self.size * per_worker_batch
 
     def prepare_model(self, model: tf.keras.Model, per_worker_batch: int, noise_scale: NoiseScaleSettings | None = None,
-                      accumulation_steps: int = 1, staleness: int = 0) -> tf.keras.Model:
+                      accumulation_steps: int = 1, staleness: int = 0, jit_compile: bool = False) -> tf.keras.Model:
         """Ghost batch norm at the per-worker batch; a ``GradientStepModel`` when the step runs
         in micro-batches, accumulates batches, measures the noise scale or applies stale
         gradients. The step then takes ``accumulation_steps * micro_batches`` pieces (each of

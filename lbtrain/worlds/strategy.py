@@ -29,8 +29,9 @@ ghost BN, whose moving statistics move by the mean over groups).
 
 What these worlds do not do (a one-line ``ConfigError`` naming the field, ``unsupported_setting``):
 micro-batches, gradient accumulation and staleness (steps of lbtrain's own train step, not Keras's),
-precise batch-norm statistics (``lbtrain.precise_bn`` probes the model outside the strategy), and
-the in-step and flatness measurements of ``analysis``. ``mode: multiworker`` needs tf.keras 2
+precise batch-norm statistics (``lbtrain.precise_bn`` probes the model outside the strategy),
+the in-step and flatness measurements of ``analysis``, and ``training.jit_compile: true`` (XLA
+cannot compile a tf.distribute step: ``jit_compile_problem``). ``mode: multiworker`` needs tf.keras 2
 (TensorFlow 2.15): Keras 3's ``fit`` fails under ``MultiWorkerMirroredStrategy``
 (keras-team/keras#20585, tensorflow/tensorflow#72388).
 """
@@ -44,7 +45,7 @@ import tensorflow as tf
 from lbtrain._keras import tensorflow_variables
 from lbtrain.config import ConfigError, RunConfig
 from lbtrain.measures.noise_scale import NoiseScaleSettings
-from lbtrain.worlds.base import World
+from lbtrain.worlds.base import World, jit_compile_refusal
 
 
 def settings_outside_keras_step(config: RunConfig) -> list[tuple[str, Any]]:
@@ -66,14 +67,30 @@ def settings_outside_keras_step(config: RunConfig) -> list[tuple[str, Any]]:
     return [(field, value) for field, (value, used) in fields.items() if used]
 
 
+def jit_compile_problem(mode: str) -> str:
+    """Why ``mode``'s train step cannot be compiled with XLA (``training.jit_compile``). Measured
+    on CPU: under ``MirroredStrategy`` (TF 2.15 and 2.21) the compiled step of one replica reads
+    another device's copy of the variables, which an XLA cluster cannot ("Trying to access
+    resource ... located in device CPU:1", tensorflow.org/xla/known_issues); under
+    ``MultiWorkerMirroredStrategy`` (TF 2.15) "Collectives are not yet implemented for CPU devices
+    when compiling with XLA"; a parameter server's workers read variables on the parameter
+    servers. Keras 3's own ``jit_compile="auto"`` turns XLA off under tf.distribute too."""
+    return f"mode: {mode} cannot compile its step with XLA (XLA cannot compile a tf.distribute step, whose variables and all-reduce span devices)"
+
+
+def refuse_jit_compile(config: RunConfig, mode: str) -> str | None:
+    """The one-line refusal of ``training.jit_compile: true`` in ``mode``, or None."""
+    return jit_compile_refusal(jit_compile_problem(mode)) if config.training.jit_compile is True else None
+
+
 def unsupported_by_strategy(config: RunConfig, mode: str) -> str | None:
     """The first field of ``config`` that ``mode`` (``mirrored`` or ``multiworker``) cannot train,
     as a one-line message, or None (``settings_outside_keras_step``: Keras's ``fit`` runs the
-    strategy's plain synchronous step)."""
+    strategy's plain synchronous step, which XLA cannot compile: ``refuse_jit_compile``)."""
     for field, value in settings_outside_keras_step(config):
         return (f"{field} is {value!r}, which mode: {mode} does not support (tf.distribute trains Keras's plain "
                 f"synchronous step): use mode: simulated{' or horovod' if field != 'training.staleness' else ''}")
-    return None
+    return refuse_jit_compile(config, mode)
 
 
 def contiguous_worker_batches(world_size: int, per_worker_batch: int):
@@ -116,6 +133,10 @@ class FullBatchStrategyWorld(World):
     strategy: tf.distribute.Strategy
     mode: str
 
+    @property
+    def jit_compile_problem(self) -> str:
+        return jit_compile_problem(self.mode)
+
     def input_shard(self) -> tuple[int, int]:
         return 0, 1
 
@@ -126,7 +147,7 @@ class FullBatchStrategyWorld(World):
         return self.strategy.scope()
 
     def prepare_model(self, model: tf.keras.Model, per_worker_batch: int, noise_scale: NoiseScaleSettings | None = None,
-                      accumulation_steps: int = 1, staleness: int = 0) -> tf.keras.Model:
+                      accumulation_steps: int = 1, staleness: int = 0, jit_compile: bool = False) -> tf.keras.Model:
         """The model as it is (each worker's step is the strategy's plain step on its b samples);
         lbtrain's own steps are refused by name."""
         for field, value, used in (("analysis.noise_scale", True, noise_scale is not None),

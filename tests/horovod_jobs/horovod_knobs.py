@@ -38,7 +38,7 @@ report = {
     "size": world.size,
     "environment": {name: os.environ.get(name) for name in VARIABLES},
     "compression": world.compression.__name__,
-    "core": world.core,
+    "cores": list(world.cores),
     "threads": threads(),
     "weight": float(weight.numpy()),
 }

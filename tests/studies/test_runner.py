@@ -16,7 +16,7 @@ from lbtrain.launch.horovodrun import launch_horovod
 from lbtrain.results import read_run
 from lbtrain.studies.plan import expand
 from lbtrain.studies.runner import run_experiment
-from lbtrain.worlds.horovod import HorovodWorld
+from lbtrain.worlds.horovod import HorovodWorld, rank_cores
 
 
 def experiment(tmp_path, **changes):
@@ -216,8 +216,8 @@ def test_every_horovod_knob_reaches_every_rank_and_the_timeline_lands_in_the_run
     for rank in (0, 1):
         seen = json.loads((run_dir / f"rank{rank}.json").read_text())
         assert (seen["size"], seen["environment"], seen["compression"]) == (2, expected, "FP16Compressor")
-        core = cores[rank % len(cores)]  # one local rank per core
-        assert seen["core"] == core and all(thread_cores == [core] for thread_cores in seen["threads"]["cores"])
+        own = list(rank_cores(rank, 2, cores))  # the local rank's own share of the cores (one core each on 2)
+        assert seen["cores"] == own and all(thread_cores == own for thread_cores in seen["threads"]["cores"])
         assert seen["threads"]["idle"], "no Horovod thread runs at SCHED_IDLE"
         assert seen["threads"]["other"][0] == "python"  # the main thread, which computes, is not idle
         assert seen["weight"] == -1.0  # the gradient 1 + 2**-12 crossed the allreduce as float16
@@ -233,7 +233,7 @@ def test_every_horovod_knob_reaches_every_rank_and_the_timeline_lands_in_the_run
         ({"compression": "int8"}, "horovod.compression: Input should be 'none' or 'fp16' (got 'int8')"),
         ({"timeline": "yes"}, "horovod.timeline: Input should be a valid boolean (got 'yes')"),
         ({"hierarchical_allreduce": 1}, "horovod.hierarchical_allreduce: Input should be a valid boolean (got 1)"),
-        ({"pin_cores": "always"}, "horovod.pin_cores: Input should be a valid boolean (got 'always')"),
+        ({"pin_cores": "always"}, "horovod.pin_cores: Input should be 'auto', true or false (got 'always')"),
         ({"cycle_time_ms": 5, "args": ["--cycle-time-ms=2"]},
          "horovod: args has --cycle-time-ms, which sets what cycle_time_ms sets: keep one of them"),
     ],
@@ -252,7 +252,7 @@ def test_only_the_knobs_given_become_horovod_variables(tmp_path):
                       ).horovod.environment(tmp_path) == {
         "LBTRAIN_HOROVOD_COMPRESSION": "none", "HOROVOD_FUSION_THRESHOLD": "0", "HOROVOD_HIERARCHICAL_ALLREDUCE": "0"}
     assert experiment(tmp_path, horovod={"idle_threads": True, "pin_cores": False}).horovod.environment(tmp_path) == {
-        "LBTRAIN_HOROVOD_COMPRESSION": "none", "LBTRAIN_HOROVOD_IDLE_THREADS": "1"}
+        "LBTRAIN_HOROVOD_COMPRESSION": "none", "LBTRAIN_HOROVOD_IDLE_THREADS": "1", "LBTRAIN_HOROVOD_PIN_CORES": "0"}
 
 
 @pytest.mark.horovod
