@@ -219,7 +219,7 @@ class _Built:
 def build(config: RunConfig, world: World) -> _Built:
     """Seeds, loads the data, and compiles the model with the world's optimizer and the run's
     schedule (scaled for the global batch, decaying over the budget), in the world's scope, its
-    train step compiled with XLA or not as ``resolve_jit_compile`` decides (logged once)."""
+    train step compiled with XLA or not as ``resolve_jit_compile`` decides (logged once: INFO when compiled, DEBUG when not)."""
     settings = config.training
     if world.size != settings.world_size:
         raise ValueError(f"training.world_size is {settings.world_size} but the world has {world.size} workers")
@@ -234,8 +234,9 @@ def build(config: RunConfig, world: World) -> _Built:
     analysis = config.analysis
     noise_scale = NoiseScaleSettings(analysis.noise_scale_decay, analysis.noise_scale_pieces) if analysis.noise_scale else None
     jit_compile, why = resolve_jit_compile(settings.jit_compile, world)
-    if world.is_root:
-        logger.info("train step %s: %s", "compiled with XLA" if jit_compile else "not compiled", why)
+    if world.is_root:  # compiling is the notable choice; the uncompiled step is the usual one on a CPU
+        logger.log(logging.INFO if jit_compile else logging.DEBUG, "train step %s: %s",
+                   "compiled with XLA" if jit_compile else "not compiled", why)
     with world.scope():
         model = build_model(config.model.name, data.input_shape, data.num_classes, seed=settings.seed, **config.model.options)
         loss, metrics = compile_arguments(model, data)
