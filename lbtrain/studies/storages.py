@@ -170,12 +170,17 @@ def _open_rdb(url: str, heartbeat_seconds: int, grace_seconds: int) -> RDBStorag
     raise AssertionError("unreachable")
 
 
+def _names_damaged_file(reason: str) -> bool:
+    """Whether SQLite's error says the file is no database, or a damaged one."""
+    return "not a database" in reason or "malformed" in reason
+
+
 def _hint(url: str, error: BaseException) -> str:
     path = local_path(url)
     if isinstance(error, (sqlalchemy.exc.DatabaseError, optuna.exceptions.StorageInternalError)) and path is not None \
             and path.is_file() and path.stat().st_size:
         reason = str(getattr(error, "orig", None) or error.__cause__ or error)
-        if "not a database" in reason or "malformed" in reason:
+        if _names_damaged_file(reason):
             return f"the file is not an Optuna database or is damaged: {_damaged_hint(path)}"
     if isinstance(error, ImportError):
         return ("install the PostgreSQL driver: pip install 'lbtrain[postgres]' (psycopg 3, for postgresql:// "
@@ -254,7 +259,7 @@ def storage_failure(error: BaseException) -> str | None:
     if "full" in reason or "I/O" in reason or "readonly" in reason:
         hint = ("free space on its disk (or make it writable) and rerun the same command: the finished trials are kept "
                 "and the sweep resumes")
-    elif path is not None and ("malformed" in reason or "not a database" in reason):
+    elif path is not None and _names_damaged_file(reason):
         hint = _damaged_hint(path)
     else:
         hint = "check the storage and rerun the same command: the finished trials are kept and the sweep resumes"
