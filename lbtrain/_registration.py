@@ -39,7 +39,7 @@ import os
 import sys
 from typing import Callable, TypeVar
 
-REGISTERING_MODULES = ("lbtrain.schedules", "lbtrain.optimizers", "lbtrain.layers")
+REGISTERING_MODULES = ("lbtrain.schedules", "lbtrain.optimizers", "lbtrain.layers", "lbtrain.elastic")
 # Those of them that refuse another Keras 3 backend than TensorFlow (``lbtrain._keras.BACKEND_ERROR``):
 # not imported there, so their classes are registered on the TensorFlow backend only.
 TENSORFLOW_BACKEND_ONLY = ("lbtrain.layers",)

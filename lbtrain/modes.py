@@ -38,7 +38,8 @@ class Mode:
     mode tune the same synchronous update as a simulated world (``lbtrain sweep`` trains them
     simulated, exactly); ``micro_batches``: the world can split a step into micro-batches;
     ``ghost_batch_norm``: one process simulates several workers, so batch norm must become ghost
-    batch norm (``lbtrain.models.set_virtual_batch_size``)."""
+    batch norm (``lbtrain.models.set_virtual_batch_size``); ``world_size_schedule``: the world
+    can change its size between steps as ``training.elastic`` says (``lbtrain.elastic``)."""
 
     name: str
     module: str
@@ -48,6 +49,7 @@ class Mode:
     sweepable: bool = True
     micro_batches: bool = False
     ghost_batch_norm: bool = False
+    world_size_schedule: bool = False
 
     def implementation(self) -> ModuleType:
         """The mode's module (imports TensorFlow)."""
@@ -65,6 +67,8 @@ class Mode:
         """The first setting of ``config`` the mode cannot train, as a one-line message, or None."""
         if config.training.micro_batches > 1 and not self.micro_batches:
             return f"training.micro_batches ({config.training.micro_batches}) is simulated only, not in mode: {self.name}"
+        if config.training.elastic is not None and not self.world_size_schedule:
+            return f"training.elastic (a world-size schedule) is simulated only, not in mode: {self.name}"
         hook = self._hook("unsupported_setting")
         return hook(config) if hook is not None else None
 
@@ -90,7 +94,7 @@ class Mode:
 MODES: dict[str, Mode] = {mode.name: mode for mode in (
     Mode("simulated", "lbtrain.worlds.simulated", "SimulatedWorld", "isolated",
          "W synchronous workers simulated exactly in one process (ghost batch norm)", micro_batches=True,
-         ghost_batch_norm=True),
+         ghost_batch_norm=True, world_size_schedule=True),
     Mode("horovod", "lbtrain.worlds.horovod", "HorovodWorld", "horovodrun",
          "real workers started by horovodrun (Gloo or MPI), one process per worker"),
     Mode("mirrored", "lbtrain.worlds.mirrored", "MirroredWorld", "fresh_process",

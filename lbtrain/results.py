@@ -112,7 +112,9 @@ class RunResult:
 
     ``budget`` says what the run was given (``{"epochs": 3}``, ``{"steps": 600}`` or
     ``{"samples": 76800}``, plus ``stop_at`` when it stopped at a target); ``initial_loss`` is the
-    training loss at step 0, before any update, the reference of the verdict.
+    training loss at step 0, before any update, the reference of the verdict. ``world_changes``:
+    an elastic run's changes of world size (``lbtrain.elastic.WorldChange``: step, samples, old
+    and new world size, old and new learning rate), empty for a fixed world.
     """
 
     config: dict[str, Any]
@@ -130,6 +132,7 @@ class RunResult:
     initial_loss: float | None = None
     samples_per_second: float = 0.0
     wall_time_seconds: float = 0.0
+    world_changes: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     model: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     def __post_init__(self):

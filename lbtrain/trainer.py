@@ -28,7 +28,8 @@ import tensorflow as tf
 
 from lbtrain.callbacks import BudgetStop, DivergenceGuard, GeneralizationGap, GradientNoiseScale, LearningRateLogger, Throughput
 from lbtrain.config import ConfigError, RunConfig
-from lbtrain.data import Dataset, load_dataset, make_input_pipeline, steps_per_epoch
+from lbtrain.data import Dataset, load_dataset, make_input_pipeline, sample_stream, steps_per_epoch
+from lbtrain.elastic import ElasticLearningRate, WorldChange, WorldSegment, elastic_learning_rate, plan_segments, replay_changes
 from lbtrain.measures.flatness import hessian_top_eigenvalue, pac_bayes_flatness, sharpness
 from lbtrain.measures.noise_scale import NoiseScaleSettings
 from lbtrain.models import build_model
@@ -207,13 +208,17 @@ def resolve_jit_compile(setting: bool | str, world: World) -> tuple[bool, str]:
 @dataclasses.dataclass
 class _Built:
     """What ``build`` makes of a config: the data, the compiled model and its optimizer, and
-    the budget in steps."""
+    the budget in steps; for an elastic run (``training.elastic``), its segments of one world
+    size each, its learning rate and the world changes made so far."""
 
     data: Dataset
     model: tf.keras.Model
     optimizer: tf.keras.optimizers.Optimizer
     steps_per_epoch: int
     total_steps: int
+    segments: list[WorldSegment] | None = None
+    elastic_lr: ElasticLearningRate | None = None
+    world_changes: list[WorldChange] = dataclasses.field(default_factory=list)
 
 
 def build(config: RunConfig, world: World) -> _Built:
@@ -233,6 +238,9 @@ def build(config: RunConfig, world: World) -> _Built:
     steps = steps_per_epoch(len(data.x_train), settings.update_batch, settings.world_size) * world.updates_per_step
     analysis = config.analysis
     noise_scale = NoiseScaleSettings(analysis.noise_scale_decay, analysis.noise_scale_pieces) if analysis.noise_scale else None
+    segments, schedule = None, None
+    if settings.elastic is not None:
+        segments, schedule = _elastic_plan(config, world, len(data.x_train), steps)
     jit_compile, why = resolve_jit_compile(settings.jit_compile, world)
     if world.is_root:  # compiling is the notable choice; the uncompiled step is the usual one on a CPU
         logger.log(logging.INFO if jit_compile else logging.DEBUG, "train step %s: %s",
@@ -243,10 +251,30 @@ def build(config: RunConfig, world: World) -> _Built:
         model = world.prepare_model(model, settings.per_worker_batch, noise_scale=noise_scale,
                                     accumulation_steps=settings.accumulation_steps, staleness=settings.staleness,
                                     jit_compile=jit_compile)
-        optimizer = world.wrap_optimizer(build_optimizer(config.optimizer.name, config.schedule(steps), **config.optimizer.params))
+        optimizer = world.wrap_optimizer(build_optimizer(config.optimizer.name, schedule or config.schedule(steps), **config.optimizer.params))
         model.compile(optimizer=optimizer, loss=loss, metrics=metrics, jit_compile=jit_compile and world.compiles_whole_step)
         optimizer.build(model.trainable_variables)
+    if segments is not None:
+        return _Built(data, model, optimizer, steps, segments[-1].end_step, segments=segments, elastic_lr=schedule)
     return _Built(data, model, optimizer, steps, config.total_steps(steps))
+
+
+def _elastic_plan(config: RunConfig, world: World, num_samples: int, steps: int) -> tuple[list[WorldSegment], ElasticLearningRate]:
+    """An elastic run's segments and learning rate (``lbtrain.elastic``): its budget in samples
+    (``RunConfig.elastic_samples``) cut where ``training.elastic.world_sizes`` changes the world,
+    and the recipe built for each world size it reaches."""
+    settings, elastic = config.training, config.training.elastic
+    samples = config.elastic_samples(steps)
+    segments = plan_segments(elastic.world_sizes, elastic.unit, settings.update_batch, samples)
+    world.plan_sizes([segment.world_size for segment in segments])
+
+    def schedule_for(size: int):
+        return config.at_world_size(size, samples).schedule(
+            steps_per_epoch(num_samples, settings.update_batch, size) * world.updates_per_step)
+
+    learning_rate = elastic_learning_rate(schedule_for, [segment.world_size for segment in segments], settings.update_batch,
+                                          settings.world_size, policy=elastic.lr, rewarmup_steps=elastic.rewarmup_steps)
+    return segments, learning_rate
 
 
 @dataclasses.dataclass
@@ -299,6 +327,8 @@ def make_callbacks(
 def fit(config: RunConfig, built: _Built, world: World, callbacks: _Callbacks, verbose: int) -> list[dict[str, float]]:
     """Trains from the restored epoch until the budget or the target; returns the whole
     per-epoch history (restored epochs included)."""
+    if built.segments is not None:
+        return _fit_segments(config, built, world, callbacks, verbose)
     settings, data = config.training, built.data
     shard, shards = world.input_shard()
     start_step = int(built.optimizer.iterations.numpy())
@@ -325,6 +355,52 @@ def fit(config: RunConfig, built: _Built, world: World, callbacks: _Callbacks, v
         _history_row(epoch_index, {key: values[i] for key, values in keras_history.history.items()})
         for i, epoch_index in enumerate(keras_history.epoch)
     ]
+
+
+def _fit_segments(config: RunConfig, built: _Built, world: World, callbacks: _Callbacks, verbose: int) -> list[dict[str, float]]:
+    """An elastic run's ``fit``: one Keras ``fit`` per segment of ``built.segments``, the world
+    resized and the learning rate moved to the new world (``ElasticLearningRate.change_world``)
+    before it, the data continuing the sample stream where the last segment left it
+    (``sample_stream``). A segment's epochs are ``steps_per_epoch`` of its world (the last one
+    cut at the segment's end), so checkpoints fall on segment and epoch boundaries and a resumed
+    run replays the changes before its restored step."""
+    settings, data = config.training, built.data
+    start = int(built.optimizer.iterations.numpy())
+    built.world_changes.extend(replay_changes(built.elastic_lr, built.segments, start))
+    history, epoch = list(callbacks.previous_history), callbacks.initial_epoch
+    validation_data = None
+    if len(data.x_validation):
+        validation_data = make_input_pipeline(data.x_validation, data.y_validation, per_worker_batch=settings.eval_batch,
+                                              rank=0, world_size=1, seed=0, training=False)
+    throughput = next(callback for callback in callbacks.all if isinstance(callback, Throughput))
+    for segment in built.segments:
+        if segment.end_step <= start:
+            continue
+        if segment.start_step > start and segment.world_size != built.elastic_lr.world_size:
+            change = built.elastic_lr.change_world(segment.start_step, segment.world_size, segment.start_samples)
+            built.world_changes.append(change)
+            logger.info("world size %d -> %d at step %d (%d samples): lr %.4g -> %.4g", change.old_world_size,
+                        change.new_world_size, change.step, change.samples, change.old_lr, change.new_lr)
+        begin = max(start, segment.start_step)
+        batch = segment.world_size * settings.update_batch
+        world.resize(segment.world_size)
+        throughput.global_batch = batch
+        callbacks.budget.total_steps = segment.end_step
+        per_epoch = steps_per_epoch(len(data.x_train), settings.update_batch, segment.world_size)
+        stream = sample_stream(data.x_train, data.y_train, batch=batch, seed=settings.seed,
+                               skip=segment.start_samples + (begin - segment.start_step) * batch)
+        keras_history = world.fit(
+            built.model, stream, total_steps=segment.end_step, epochs=epoch + math.ceil((segment.end_step - begin) / per_epoch),
+            initial_epoch=epoch, steps_per_epoch=per_epoch, validation_data=validation_data, callbacks=callbacks.all,
+            verbose=verbose, shuffle=False,
+        )
+        history += [_history_row(index, {key: values[i] for key, values in keras_history.history.items()})
+                    for i, index in enumerate(keras_history.epoch)]
+        epoch += len(keras_history.epoch)
+        if callbacks.guard.reason is not None or callbacks.budget.reached_step is not None:
+            break
+    callbacks.budget.total_steps = built.total_steps
+    return history
 
 
 def _target_met(stop_at, history: list[dict[str, float]]) -> bool:
@@ -425,6 +501,7 @@ def _result(config: RunConfig, built: _Built, verdict: Verdict, initial_loss: fl
         learning_rate=scale_learning_rate(config.lr.base_lr, config.lr.base_batch, config.global_batch, config.lr.rule),
         steps_per_epoch=built.steps_per_epoch,
         total_steps=int(built.optimizer.iterations.numpy()),
+        world_changes=[change.to_dict() for change in built.world_changes],
         budget=config.training.budget,
         initial_loss=initial_loss,
         samples_per_second=float(np.mean(throughputs[1:] or throughputs)) if throughputs else 0.0,

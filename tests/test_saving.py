@@ -34,7 +34,8 @@ LEGACY_FORMAT = {} if KERAS_3 else {"use_legacy_format": True}
 
 
 def test_every_keras_class_is_registered_under_both_names_and_shadows_no_keras_name():
-    assert set(KERAS_CLASSES) == {"ConstantLearningRate", "GhostBatchNormalization", "LAMB", "LARS", "PerUpdate", "Warmup"}
+    assert set(KERAS_CLASSES) == {"ConstantLearningRate", "ElasticLearningRate", "GhostBatchNormalization", "LAMB", "LARS", "PerUpdate",
+                                  "Warmup"}
     for bare, cls in KERAS_CLASSES.items():
         assert tf.keras.utils.get_registered_object(bare) is cls
         assert tf.keras.utils.get_registered_object(tf.keras.utils.get_registered_name(cls)) is cls

@@ -38,6 +38,7 @@ from lbtrain.config.run import (
     LATER_FIELD_DEFAULTS,
     AnalysisConfig,
     DataConfig,
+    ElasticConfig,
     LRConfig,
     ModelConfig,
     OptimizerConfig,
@@ -49,7 +50,7 @@ from lbtrain.config.run import (
 )
 
 __all__ = [
-    "AnalysisConfig", "BUDGET_KINDS", "ConfigError", "DEFAULT_EPOCHS", "DataConfig", "ExperimentConfig", "GRID_SHORTHANDS",
+    "AnalysisConfig", "BUDGET_KINDS", "ConfigError", "DEFAULT_EPOCHS", "DataConfig", "ElasticConfig", "ExperimentConfig", "GRID_SHORTHANDS",
     "HOROVOD_COMPRESSION_VARIABLE", "HOROVOD_IDLE_THREADS_VARIABLE", "HOROVOD_PIN_CORES_VARIABLE",
     "HorovodLaunchConfig", "JUDGING_FIELDS", "LATER_FIELD_DEFAULTS", "LRConfig", "ModelConfig", "MultiWorkerLaunchConfig", "OptimizerConfig",
     "ParameterServerLaunchConfig", "ProtocolConfig", "RUN_SECTIONS", "RUN_SECTION_SCHEMAS", "RunConfig", "SearchParam",

@@ -192,6 +192,41 @@ class StopAtConfig(_Strict):
         return f"train {self.metric} {'<=' if self.metric == 'loss' else '>='} {self.target:g}"
 
 
+class ElasticConfig(_Strict):
+    """A world size that changes while the run trains (``lbtrain.elastic``). ``world_sizes``
+    maps a point of the run to the world size from there on (``{0: 4, 300: 2, 600: 4}``), the
+    points counted in optimizer ``steps`` or training ``samples`` (``unit``); it must start at 0
+    with ``training.world_size``. ``lr``: ``follow`` (the scaling rule applied to the new global
+    batch, the decay clocked in samples, a jump up re-warmed over ``rewarmup_steps`` steps) or
+    ``keep`` (the initial world's schedule clocked in steps, as a Horovod elastic job that leaves
+    its LR alone). Simulated worlds only (``mode: simulated``)."""
+
+    world_sizes: dict[int, int]
+    unit: Literal["steps", "samples"] = "steps"
+    lr: Literal["follow", "keep"] = "follow"
+    rewarmup_steps: int = Field(default=0, ge=0, le=MAX_STEPS)
+
+    @field_validator("world_sizes", mode="before")
+    @classmethod
+    def _integer_points(cls, value: Any) -> Any:
+        """Keys written as digit strings (JSON, a run's ``config.yaml``) are the integers they spell."""
+        if isinstance(value, dict):
+            return {int(key) if isinstance(key, str) and key.isdigit() else key: size for key, size in value.items()}
+        return value
+
+    @field_validator("world_sizes")
+    @classmethod
+    def _schedule(cls, value: dict[int, int]) -> dict[int, int]:
+        if 0 not in value:
+            raise ValueError(f"must give the world size at 0 (the run's start), got points {sorted(value)}")
+        for point, size in value.items():
+            if point < 0:
+                raise ValueError(f"points are steps or samples from 0 on, got {point}")
+            if not 1 <= size <= MAX_WORLD_SIZE:
+                raise ValueError(f"world sizes are 1 to {MAX_WORLD_SIZE}, got {size} at {point}")
+        return dict(sorted(value.items()))
+
+
 BUDGET_KINDS = ("epochs", "steps", "samples")
 # The values of ``training.jit_compile``, as a YAML file writes them.
 JIT_COMPILE_CHOICES = ("auto", "true", "false")
@@ -252,6 +287,7 @@ class TrainingConfig(_Strict):
     checkpoint: bool = True
     tensorboard: bool = False
     jit_compile: bool | Literal["auto"] = "auto"
+    elastic: ElasticConfig | None = None
 
     @field_validator("jit_compile", mode="before")
     @classmethod
@@ -272,6 +308,21 @@ class TrainingConfig(_Strict):
         given = [f"{kind}={getattr(self, kind)}" for kind in BUDGET_KINDS if getattr(self, kind) is not None]
         if len(given) > 1:
             raise ValueError(f"give one budget, epochs, steps or samples, not {' and '.join(given)} (set the others to null)")
+        return self
+
+    @model_validator(mode="after")
+    def _elastic_schedule(self) -> "TrainingConfig":
+        elastic = self.elastic
+        if elastic is None:
+            return self
+        if elastic.world_sizes[0] != self.world_size:
+            raise ValueError(f"elastic.world_sizes starts at world size {elastic.world_sizes[0]} but training.world_size is "
+                             f"{self.world_size}: make them equal")
+        if self.steps is not None:
+            raise ValueError("an elastic run's budget is epochs or samples (the data seen at every world size), not steps")
+        for name in ("micro_batches", "accumulation_steps", "staleness"):
+            if getattr(self, name) != TrainingConfig.model_fields[name].default:
+                raise ValueError(f"training.{name} ({getattr(self, name)}) cannot be combined with training.elastic yet")
         return self
 
     @property
@@ -341,7 +392,7 @@ class AnalysisConfig(_Strict):
 # configured before the field existed finds its runs done.
 LATER_FIELD_DEFAULTS = {"data.task": "auto", "data.test_split": 0.2, "lr.warmup_type": "gradual", "training.accumulation_steps": 1,
                         "training.staleness": 0, "training.precise_bn_samples": None,
-                        "training.jit_compile": "auto"}
+                        "training.jit_compile": "auto", "training.elastic": None}
 # Fields that only judge a finished run and never change how it trains, with the value a run id
 # hashes for them whatever they are set to (the default when ids were first computed; None: not
 # hashed, a field added later): a run judged by another margin is the same run, found done
@@ -370,6 +421,8 @@ class RunConfig(_Strict):
             from lbtrain.measures.noise_scale import measurement_pieces
 
             measurement_pieces(settings.world_size, settings.per_worker_batch, self.analysis.noise_scale_pieces)
+        if settings.elastic is not None and self.analysis.noise_scale:
+            raise ValueError("analysis.noise_scale cannot be combined with training.elastic yet (the noise scale is per global batch)")
         if settings.samples is not None and settings.samples < self.global_batch:
             raise ValueError(f"training.samples ({settings.samples}) is less than one global batch ({self.global_batch})")
         if settings.epochs is not None and self.lr.warmup_epochs > settings.epochs:
@@ -422,6 +475,18 @@ class RunConfig(_Strict):
             self.lr.schedule_spec(), steps_per_epoch=steps_per_epoch, base_lr=self.lr.base_lr, base_batch=self.lr.base_batch,
             global_batch=self.global_batch, total_epochs=total / steps_per_epoch,
         )
+
+    def elastic_samples(self, steps_per_epoch: int) -> int:
+        """An elastic run's budget in training samples: what the budget trains at the initial world
+        size (``total_steps * global_batch``), so it compares with the fixed-world run at equal samples."""
+        return self.total_steps(steps_per_epoch) * self.global_batch
+
+    def at_world_size(self, world_size: int, samples: int) -> "RunConfig":
+        """This run with ``world_size`` workers and a budget of ``samples`` training samples: whose
+        ``schedule`` is the recipe an elastic run follows in that world (``lbtrain.elastic``)."""
+        training = self.training.model_copy(update={"world_size": world_size, "epochs": None, "steps": None,
+                                                    "samples": samples, "elastic": None})
+        return self.model_copy(update={"training": training})
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data, as written to ``config.yaml``."""

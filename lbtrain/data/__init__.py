@@ -31,7 +31,7 @@ from lbtrain.data.formats import (
     read_idx,
     read_idx_directory,
 )
-from lbtrain.data.pipeline import epoch_order, make_input_pipeline, steps_per_epoch
+from lbtrain.data.pipeline import epoch_order, make_input_pipeline, sample_stream, steps_per_epoch
 from lbtrain.data.sources import TASKS
 
 __all__ = [
@@ -52,6 +52,7 @@ __all__ = [
     "idx_search_path",
     "load_dataset",
     "make_input_pipeline",
+    "sample_stream",
     "read_idx",
     "read_idx_directory",
     "steps_per_epoch",

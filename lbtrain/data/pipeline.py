@@ -12,7 +12,7 @@ import numpy as np
 
 from lbtrain.data.errors import DatasetError
 
-__all__ = ["epoch_order", "make_input_pipeline", "steps_per_epoch"]
+__all__ = ["epoch_order", "make_input_pipeline", "sample_stream", "steps_per_epoch"]
 
 
 def steps_per_epoch(num_samples: int, per_worker_batch: int, world_size: int) -> int:
@@ -95,3 +95,23 @@ def make_input_pipeline(
     else:
         indices = tf.data.Dataset.range(num_samples).shard(world_size, rank).batch(per_worker_batch)
     return indices.map(gather, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+
+def sample_stream(x: np.ndarray, y: np.ndarray, *, batch: int, seed: int, skip: int = 0):
+    """The training stream of a run whose global batch changes (an elastic world,
+    ``lbtrain.elastic``): the epochs' orders (``epoch_order``) one after another, whole, without
+    ``skip`` samples already trained on, in batches of ``batch``. Counting the stream in samples
+    rather than steps is what lets a batch-size change continue where the previous batch size
+    stopped; a batch may span two epochs."""
+    import tensorflow as tf
+
+    if batch < 1 or skip < 0:
+        raise ValueError(f"batch must be positive and skip non-negative, got batch {batch}, skip {skip}")
+    features, labels = tf.constant(x), tf.constant(y)
+    num_samples = len(x)
+    first_epoch, offset = divmod(skip, num_samples)
+    indices = tf.data.Dataset.counter(start=first_epoch).flat_map(
+        lambda epoch: tf.data.Dataset.from_tensor_slices(epoch_order(num_samples, seed, epoch)))
+    indices = indices.skip(offset).batch(batch, drop_remainder=True)
+    return indices.map(lambda index: (tf.gather(features, index), tf.gather(labels, index)),
+                       num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)

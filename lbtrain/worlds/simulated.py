@@ -32,6 +32,19 @@ class SimulatedWorld(World):
             raise ValueError(f"micro_batches must be a positive integer dividing the world size {size}, got {micro_batches!r}")
         self.size, self.rank, self.local_rank = size, 0, 0
         self.micro_batches = micro_batches
+        self.largest_size = size
+
+    def plan_sizes(self, sizes) -> None:
+        """The world sizes this world will take in turn (``resize``; an elastic run's
+        ``training.elastic.world_sizes``): batch norm is made ghost batch norm when any is above 1,
+        so every worker's share is normalized alone whatever the size of the moment."""
+        self.largest_size = max(self.size, *sizes)
+
+    def resize(self, size: int) -> None:
+        """From now on, ``size`` workers (between ``fit`` calls: the process batch changes)."""
+        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= self.largest_size:
+            raise ValueError(f"world size must be an integer from 1 to the planned {self.largest_size}, got {size!r}")
+        self.size = size
 
     def __repr__(self) -> str:
         return f"SimulatedWorld(size={self.size}, micro_batches={self.micro_batches})"
@@ -53,7 +66,7 @@ class SimulatedWorld(World):
         would change) this world cannot measure it in the step unless the pieces are the
         worker's accumulated batches."""
         has_batch_norm = bool(batch_norm_layers(model))
-        if self.size > 1 and has_batch_norm:
+        if self.largest_size > 1 and has_batch_norm:
             model = set_virtual_batch_size(model, per_worker_batch)
         pieces, tracker = accumulation_steps * self.micro_batches, None
         if noise_scale is not None and not (self.size == 1 and has_batch_norm and pieces == 1):
