@@ -195,16 +195,28 @@ class ElasticLearningRate(LearningRateSchedule):
             self._ramp_end.assign(float(step + self.rewarmup_steps))
         return WorldChange(step, samples, old_size, self.world_size, old_lr, new_lr, float(self(step)))
 
+    def segment(self) -> dict[str, float]:
+        """The current segment as plain values: world size, step and samples at its start,
+        re-warmup start LR and end step (what an elastic job's state carries, ``set_segment``)."""
+        return {"world_size": self.world_size, "step": float(self._segment_step.numpy()),
+                "samples": float(self._segment_samples.numpy()), "ramp_from": float(self._ramp_from.numpy()),
+                "ramp_end": float(self._ramp_end.numpy())}
+
+    def set_segment(self, segment: Mapping[str, float]) -> None:
+        """Continues in ``segment`` (as ``segment`` returned it, on this or another process)."""
+        self.world_size = int(segment["world_size"])
+        self._index.assign(self.sizes.index(self.world_size))
+        self._segment_step.assign(float(segment["step"]))
+        self._segment_samples.assign(float(segment["samples"]))
+        self._ramp_from.assign(float(segment["ramp_from"]))
+        self._ramp_end.assign(float(segment["ramp_end"]))
+
     def get_config(self) -> dict:
-        """The recipe and the current segment (``segment``: world size, step and samples at its
-        start, re-warmup start LR and end step), so a saved optimizer reloads where it was."""
+        """The recipe and the current ``segment``, so a saved optimizer reloads where it was."""
         return {
             "schedules": {str(size): tf.keras.optimizers.schedules.serialize(schedule) for size, schedule in self.schedules.items()},
             "per_worker_batch": self.per_worker_batch, "initial_world_size": self.initial_world_size,
-            "policy": self.policy, "rewarmup_steps": self.rewarmup_steps, "name": self.name,
-            "segment": {"world_size": self.world_size, "step": float(self._segment_step.numpy()),
-                        "samples": float(self._segment_samples.numpy()), "ramp_from": float(self._ramp_from.numpy()),
-                        "ramp_end": float(self._ramp_end.numpy())},
+            "policy": self.policy, "rewarmup_steps": self.rewarmup_steps, "name": self.name, "segment": self.segment(),
         }
 
     @classmethod
@@ -214,12 +226,7 @@ class ElasticLearningRate(LearningRateSchedule):
         schedules = {int(size): tf.keras.optimizers.schedules.deserialize(spec) for size, spec in config["schedules"].items()}
         schedule = cls(**{**config, "schedules": schedules})
         if segment is not None:
-            schedule.world_size = int(segment["world_size"])
-            schedule._index.assign(schedule.sizes.index(schedule.world_size))
-            schedule._segment_step.assign(segment["step"])
-            schedule._segment_samples.assign(segment["samples"])
-            schedule._ramp_from.assign(segment["ramp_from"])
-            schedule._ramp_end.assign(segment["ramp_end"])
+            schedule.set_segment(segment)
         return schedule
 
 

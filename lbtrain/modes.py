@@ -38,8 +38,9 @@ class Mode:
     mode tune the same synchronous update as a simulated world (``lbtrain sweep`` trains them
     simulated, exactly); ``micro_batches``: the world can split a step into micro-batches;
     ``ghost_batch_norm``: one process simulates several workers, so batch norm must become ghost
-    batch norm (``lbtrain.models.set_virtual_batch_size``); ``world_size_schedule``: the world
-    can change its size between steps as ``training.elastic`` says (``lbtrain.elastic``)."""
+    batch norm (``lbtrain.models.set_virtual_batch_size``); ``elastic``: which kind of
+    ``training.elastic`` the mode trains (``lbtrain.elastic``): ``schedule``, a world-size
+    schedule (``world_sizes``), or ``workers``, real workers coming and going (``discovery``)."""
 
     name: str
     module: str
@@ -49,7 +50,7 @@ class Mode:
     sweepable: bool = True
     micro_batches: bool = False
     ghost_batch_norm: bool = False
-    world_size_schedule: bool = False
+    elastic: str | None = None
 
     def implementation(self) -> ModuleType:
         """The mode's module (imports TensorFlow)."""
@@ -67,8 +68,11 @@ class Mode:
         """The first setting of ``config`` the mode cannot train, as a one-line message, or None."""
         if config.training.micro_batches > 1 and not self.micro_batches:
             return f"training.micro_batches ({config.training.micro_batches}) is simulated only, not in mode: {self.name}"
-        if config.training.elastic is not None and not self.world_size_schedule:
-            return f"training.elastic (a world-size schedule) is simulated only, not in mode: {self.name}"
+        elastic = config.training.elastic
+        if elastic is not None:
+            kind = "schedule" if elastic.world_sizes is not None else "workers"
+            if self.elastic != kind:
+                return ELASTIC_REFUSALS[kind].format(mode=self.name)
         hook = self._hook("unsupported_setting")
         return hook(config) if hook is not None else None
 
@@ -84,6 +88,8 @@ class Mode:
         at start-up."""
         if micro_batches > 1 and not self.micro_batches:
             raise ConfigError(f"training.micro_batches ({micro_batches}) is simulated only, not in mode: {self.name}")
+        if self.elastic == "workers" and os.environ.get(ELASTIC_JOB_VARIABLE) == "1":
+            return importlib.import_module(ELASTIC_WORLD_MODULE).build_world(world_size)
         build = self._hook("build_world")
         if build is not None:
             return build(world_size)
@@ -91,12 +97,25 @@ class Mode:
         return world_class(world_size, micro_batches) if self.micro_batches else world_class(world_size)
 
 
+# The world of a worker of an elastic job (``training.elastic`` with ``discovery``), which Horovod's
+# elastic launcher marks by setting ``HOROVOD_ELASTIC=1`` in its workers' environment.
+ELASTIC_WORLD_MODULE = "lbtrain.worlds.elastic"
+ELASTIC_JOB_VARIABLE = "HOROVOD_ELASTIC"
+
+# Why a mode refuses each kind of ``training.elastic`` it does not train.
+ELASTIC_REFUSALS = {
+    "schedule": ("training.elastic.world_sizes (a world-size schedule) is simulated only, not in mode: {mode} "
+                 "(a Horovod job grows and shrinks with min_workers, max_workers and discovery)"),
+    "workers": ("training.elastic.discovery (real workers coming and going) needs mode: horovod, not mode: {mode} "
+                "(a simulated world takes a world_sizes schedule)"),
+}
+
 MODES: dict[str, Mode] = {mode.name: mode for mode in (
     Mode("simulated", "lbtrain.worlds.simulated", "SimulatedWorld", "isolated",
          "W synchronous workers simulated exactly in one process (ghost batch norm)", micro_batches=True,
-         ghost_batch_norm=True, world_size_schedule=True),
+         ghost_batch_norm=True, elastic="schedule"),
     Mode("horovod", "lbtrain.worlds.horovod", "HorovodWorld", "horovodrun",
-         "real workers started by horovodrun (Gloo or MPI), one process per worker"),
+         "real workers started by horovodrun (Gloo or MPI), one process per worker", elastic="workers"),
     Mode("mirrored", "lbtrain.worlds.mirrored", "MirroredWorld", "fresh_process",
          "tf.distribute.MirroredStrategy over W devices of one process"),
     Mode("multiworker", "lbtrain.worlds.multiworker", "MultiWorkerWorld", "tf_cluster",

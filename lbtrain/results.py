@@ -43,6 +43,8 @@ OWNER_FILE = "owner.json"
 LOCK_FILE = ".lock"
 # In a run folder of mode: horovod with horovod.timeline: rank 0's Horovod timeline.
 HOROVOD_TIMELINE_FILE = "horovod_timeline.json"
+# An elastic job's host discovery script, when the run lists its hosts (training.elastic.discovery).
+ELASTIC_DISCOVERY_FILE = "discover_hosts.sh"
 # Beside the runs: what the other commands write into an experiment's results folder.
 OPTUNA_DATABASE = "optuna.db"  # lbtrain sweep's default storage (sqlite:///<folder>/optuna.db)
 SWEEP_SUMMARY_FILE = "sweep_summary.csv"

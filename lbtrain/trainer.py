@@ -21,7 +21,7 @@ import math
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import tensorflow as tf
@@ -50,13 +50,21 @@ class _RunState:
     (NaN until measured) and the history so far (as JSON in a string variable, so it is saved
     in the same atomic checkpoint)."""
 
-    def __init__(self, model: tf.keras.Model, optimizer: tf.keras.optimizers.Optimizer):
+    def __init__(self, model: tf.keras.Model, optimizer: tf.keras.optimizers.Optimizer, elastic_job: bool = False):
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
         self.initial_loss = tf.Variable(math.nan, dtype=tf.float64, trainable=False, name="initial_loss")
         self.history_json = tf.Variable("[]", dtype=tf.string, trainable=False, name="history")
+        # An elastic job's progress (samples seen, the LR's segment, the world changes), as JSON:
+        # its steps do not say how many samples were seen. Only its checkpoints hold it.
+        self.progress_json = tf.Variable("{}", dtype=tf.string, trainable=False, name="progress") if elastic_job else None
+        extra = {"progress": self.progress_json} if elastic_job else {}
         self.checkpoint = tf.train.Checkpoint(
-            model=model, optimizer=optimizer, epoch=self.epoch, initial_loss=self.initial_loss, history=self.history_json,
+            model=model, optimizer=optimizer, epoch=self.epoch, initial_loss=self.initial_loss, history=self.history_json, **extra,
         )
+
+    def progress(self) -> dict[str, Any]:
+        """The restored progress of an elastic job (empty if none)."""
+        return json.loads(self.progress_json.numpy().decode()) if self.progress_json is not None else {}
 
     def restore(self, directory: Path, set_aside: bool = True) -> tuple[int, list[dict], float | None]:
         """Restores the latest checkpoint of ``directory`` if any; returns (epochs done, history,
@@ -128,6 +136,8 @@ class _RunCheckpoint(tf.keras.callbacks.Callback):
         super().__init__()
         self.state, self.guard, self.world = state, guard, world
         self.history = list(previous_history)
+        # An elastic job's: what its progress is at an epoch end (``_fit_elastic_job`` sets it).
+        self.progress: Callable[[], dict[str, Any]] | None = None
         self.manager = tf.train.CheckpointManager(state.checkpoint, str(directory), max_to_keep=1)
 
     def on_epoch_end(self, epoch, logs=None):
@@ -137,6 +147,8 @@ class _RunCheckpoint(tf.keras.callbacks.Callback):
         self.state.epoch.assign(epoch + 1)
         self.state.initial_loss.assign(math.nan if self.guard.initial_loss is None else self.guard.initial_loss)
         self.state.history_json.assign(json.dumps(finite_or_none(self.history)))
+        if self.progress is not None:
+            self.state.progress_json.assign(json.dumps(self.progress()))
         if self.world.is_root:
             self.manager.save(checkpoint_number=epoch + 1)
             return
@@ -219,6 +231,7 @@ class _Built:
     segments: list[WorldSegment] | None = None
     elastic_lr: ElasticLearningRate | None = None
     world_changes: list[WorldChange] = dataclasses.field(default_factory=list)
+    samples_trained: int | None = None
 
 
 def build(config: RunConfig, world: World) -> _Built:
@@ -226,7 +239,7 @@ def build(config: RunConfig, world: World) -> _Built:
     schedule (scaled for the global batch, decaying over the budget), in the world's scope, its
     train step compiled with XLA or not as ``resolve_jit_compile`` decides (logged once: INFO when compiled, DEBUG when not)."""
     settings = config.training
-    if world.size != settings.world_size:
+    if world.size != settings.world_size and not world.elastic:
         raise ValueError(f"training.world_size is {settings.world_size} but the world has {world.size} workers")
     tf.keras.utils.set_random_seed(settings.seed)
     data = load_dataset(
@@ -241,6 +254,8 @@ def build(config: RunConfig, world: World) -> _Built:
     segments, schedule = None, None
     if settings.elastic is not None:
         segments, schedule = _elastic_plan(config, world, len(data.x_train), steps)
+    if world.elastic and settings.elastic is None:
+        raise ConfigError("this process is a worker of an elastic job (HOROVOD_ELASTIC=1) but the run has no training.elastic")
     jit_compile, why = resolve_jit_compile(settings.jit_compile, world)
     if world.is_root:  # compiling is the notable choice; the uncompiled step is the usual one on a CPU
         logger.log(logging.INFO if jit_compile else logging.DEBUG, "train step %s: %s",
@@ -256,24 +271,29 @@ def build(config: RunConfig, world: World) -> _Built:
         optimizer.build(model.trainable_variables)
     if segments is not None:
         return _Built(data, model, optimizer, steps, segments[-1].end_step, segments=segments, elastic_lr=schedule)
-    return _Built(data, model, optimizer, steps, config.total_steps(steps))
+    return _Built(data, model, optimizer, steps, config.total_steps(steps), elastic_lr=schedule)
 
 
-def _elastic_plan(config: RunConfig, world: World, num_samples: int, steps: int) -> tuple[list[WorldSegment], ElasticLearningRate]:
+def _elastic_plan(config: RunConfig, world: World, num_samples: int,
+                  steps: int) -> tuple[list[WorldSegment] | None, ElasticLearningRate]:
     """An elastic run's segments and learning rate (``lbtrain.elastic``): its budget in samples
-    (``RunConfig.elastic_samples``) cut where ``training.elastic.world_sizes`` changes the world,
-    and the recipe built for each world size it reaches."""
+    (``RunConfig.elastic_samples``) cut where ``training.elastic.world_sizes`` changes the world
+    (None in an elastic job, whose world changes when workers come and go), and the recipe built
+    for each world size it may take."""
     settings, elastic = config.training, config.training.elastic
     samples = config.elastic_samples(steps)
-    segments = plan_segments(elastic.world_sizes, elastic.unit, settings.update_batch, samples)
-    world.plan_sizes([segment.world_size for segment in segments])
+    segments, sizes = None, elastic.sizes
+    if elastic.world_sizes is not None:
+        segments = plan_segments(elastic.world_sizes, elastic.unit, settings.update_batch, samples)
+        sizes = [segment.world_size for segment in segments]
+        world.plan_sizes(sizes)
 
     def schedule_for(size: int):
         return config.at_world_size(size, samples).schedule(
             steps_per_epoch(num_samples, settings.update_batch, size) * world.updates_per_step)
 
-    learning_rate = elastic_learning_rate(schedule_for, [segment.world_size for segment in segments], settings.update_batch,
-                                          settings.world_size, policy=elastic.lr, rewarmup_steps=elastic.rewarmup_steps)
+    learning_rate = elastic_learning_rate(schedule_for, sizes, settings.update_batch, settings.world_size,
+                                          policy=elastic.lr, rewarmup_steps=elastic.rewarmup_steps)
     return segments, learning_rate
 
 
@@ -287,6 +307,8 @@ class _Callbacks:
     noise_scale: GradientNoiseScale | NoiseScaleTracker | None
     initial_epoch: int
     previous_history: list[dict[str, float]]
+    checkpoint: "_RunCheckpoint | None" = None
+    progress: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def make_callbacks(
@@ -296,14 +318,16 @@ def make_callbacks(
     throughput, gap, divergence guard, budget, noise scale, checkpoints, TensorBoard), then the
     caller's. A resumed run restores its checkpoint here."""
     settings = config.training
-    state = _RunState(built.model, built.optimizer)
+    state = _RunState(built.model, built.optimizer, elastic_job=world.elastic)
     initial_epoch, previous_history, initial_loss = 0, [], None
     if resume and run_dir is not None:
         initial_epoch, previous_history, initial_loss = state.restore(run_dir / CHECKPOINT_FOLDER, set_aside=world.is_root)
         if initial_epoch and world.is_root:
             logger.debug("resuming after epoch %d from %s", initial_epoch, run_dir / CHECKPOINT_FOLDER)
-    # Rank 0's: every rank then measures the step-0 loss (one collective) or none does.
-    initial_loss = world.broadcast_object(initial_loss)
+    # Rank 0's: every rank then measures the step-0 loss (one collective) or none does. (An
+    # elastic job's state carries it instead: no collective may come before its first sync.)
+    if not world.elastic:
+        initial_loss = world.broadcast_object(initial_loss)
     guard = DivergenceGuard(settings.divergence_factor, world=world, initial_loss=initial_loss)
     budget = BudgetStop(built.total_steps, settings.stop_at)
     callbacks = [*world.callbacks(), LearningRateLogger(), Throughput(config.global_batch), GeneralizationGap(), guard, budget]
@@ -316,12 +340,14 @@ def make_callbacks(
                                          every=analysis.noise_scale_every, decay=analysis.noise_scale_decay ** analysis.noise_scale_every,
                                          seed=settings.seed)
         callbacks.append(noise_scale)
+    checkpoint = None
     if run_dir is not None and settings.checkpoint:
-        callbacks.append(_RunCheckpoint(run_dir / CHECKPOINT_FOLDER, state, guard, previous_history, world))
+        checkpoint = _RunCheckpoint(run_dir / CHECKPOINT_FOLDER, state, guard, previous_history, world)
+        callbacks.append(checkpoint)
     if run_dir is not None and settings.tensorboard and world.is_root:
         callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=str(run_dir / "tensorboard")))
     callbacks.extend(extra)
-    return _Callbacks(callbacks, guard, budget, noise_scale, initial_epoch, previous_history)
+    return _Callbacks(callbacks, guard, budget, noise_scale, initial_epoch, previous_history, checkpoint, state.progress())
 
 
 def fit(config: RunConfig, built: _Built, world: World, callbacks: _Callbacks, verbose: int) -> list[dict[str, float]]:
@@ -329,6 +355,8 @@ def fit(config: RunConfig, built: _Built, world: World, callbacks: _Callbacks, v
     per-epoch history (restored epochs included)."""
     if built.segments is not None:
         return _fit_segments(config, built, world, callbacks, verbose)
+    if world.elastic:
+        return _fit_elastic_job(config, built, world, callbacks, verbose)
     settings, data = config.training, built.data
     shard, shards = world.input_shard()
     start_step = int(built.optimizer.iterations.numpy())
@@ -400,7 +428,83 @@ def _fit_segments(config: RunConfig, built: _Built, world: World, callbacks: _Ca
         if callbacks.guard.reason is not None or callbacks.budget.reached_step is not None:
             break
     callbacks.budget.total_steps = built.total_steps
+    built.samples_trained = built.elastic_lr.samples_at(int(built.optimizer.iterations.numpy()))
     return history
+
+
+class _ElasticProgress(tf.keras.callbacks.Callback):
+    """An elastic job's progress into its state, after every other callback of the step and
+    before the commit: ``samples`` after every batch; at an epoch end, ``epoch``, the epoch's
+    history row and the step-0 loss (which the divergence guard measured)."""
+
+    def __init__(self, state, batch: int, guard: DivergenceGuard):
+        super().__init__()
+        self.state, self.batch, self.guard = state, batch, guard
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.state.samples += self.batch
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.state.epoch = epoch + 1
+        self.state.history = [*self.state.history, _history_row(epoch, logs or {})]
+        self.state.initial_loss = self.guard.initial_loss
+
+
+def _fit_elastic_job(config: RunConfig, built: _Built, world: World, callbacks: _Callbacks, verbose: int) -> list[dict[str, float]]:
+    """A Horovod elastic job's ``fit`` (``lbtrain.worlds.elastic``): training runs in Horovod's
+    elastic protocol from a state that every (re)start synchronizes from rank 0 (model,
+    optimizer, samples seen, epoch, history, step-0 loss, the LR's segment, the changes so far).
+    At each (re)start, in a world of another size than the LR's, the LR moves to it
+    (``ElasticLearningRate.change_world`` at the committed step and samples) and the change is
+    recorded; then the run trains on its share of the sample stream from the committed samples
+    until the budget in samples (``RunConfig.elastic_samples``), committing every
+    ``commit_steps`` steps. Returns the history (rolled back with the state on a failure)."""
+    settings, data, elastic = config.training, built.data, config.training.elastic
+    schedule, guard, budget = built.elastic_lr, callbacks.guard, callbacks.budget
+    total = config.elastic_samples(built.steps_per_epoch)
+    restored = callbacks.progress
+    state = world.elastic_state(
+        built.model, built.optimizer, samples=int(restored.get("samples", 0)), epoch=callbacks.initial_epoch,
+        history=list(callbacks.previous_history), initial_loss=guard.initial_loss,
+        segment=restored.get("segment", schedule.segment()), changes=list(restored.get("changes", [])))
+    throughput = next(callback for callback in callbacks.all if isinstance(callback, Throughput))
+    if callbacks.checkpoint is not None:
+        callbacks.checkpoint.progress = lambda: {"samples": state.samples, "segment": state.segment, "changes": state.changes}
+
+    def train_while_the_world_holds(state) -> None:
+        schedule.set_segment(state.segment)
+        guard.initial_loss = state.initial_loss
+        step = int(built.optimizer.iterations.numpy())
+        if world.size != schedule.world_size:
+            change = schedule.change_world(step, world.size, state.samples)
+            state.segment, state.changes = schedule.segment(), [*state.changes, change.to_dict()]
+            if world.is_root:
+                logger.info("world size %d -> %d at step %d (%d samples): lr %.4g -> %.4g", change.old_world_size,
+                            change.new_world_size, change.step, change.samples, change.old_lr, change.new_lr)
+        batch = world.size * settings.update_batch
+        remaining = (total - state.samples) // batch
+        if remaining <= 0 or guard.reason is not None or budget.reached_step is not None:
+            return
+        if callbacks.checkpoint is not None:
+            callbacks.checkpoint.history = list(state.history)
+        budget.total_steps, throughput.global_batch = step + remaining, batch
+        per_epoch = steps_per_epoch(len(data.x_train), settings.update_batch, world.size)
+        stream = sample_stream(data.x_train, data.y_train, batch=batch, seed=settings.seed, skip=state.samples,
+                               rank=world.rank, world_size=world.size)
+        validation_data = None
+        if len(data.x_validation):
+            validation_data = make_input_pipeline(data.x_validation, data.y_validation, per_worker_batch=settings.eval_batch,
+                                                  rank=world.rank, world_size=world.size, seed=0, training=False)
+        world.fit(built.model, stream, total_steps=budget.total_steps, epochs=state.epoch + math.ceil(remaining / per_epoch),
+                  initial_epoch=state.epoch, steps_per_epoch=per_epoch, validation_data=validation_data,
+                  callbacks=[*callbacks.all, _ElasticProgress(state, batch, guard), world.commit_callback(state, elastic.commit_steps)],
+                  verbose=verbose if world.is_root else 0, shuffle=False)
+
+    world.run_elastic(train_while_the_world_holds, state)
+    built.world_changes = [WorldChange(**change) for change in state.changes]
+    built.samples_trained = state.samples
+    budget.total_steps = int(built.optimizer.iterations.numpy())
+    return list(state.history)
 
 
 def _target_met(stop_at, history: list[dict[str, float]]) -> bool:
@@ -473,6 +577,8 @@ def train(
     run_callbacks = make_callbacks(config, built, world, Path(run_dir) if run_dir is not None else None, resume, callbacks)
     history = fit(config, built, world, run_callbacks, verbose)
     metrics = measure(config, built, world, run_callbacks, history)
+    if built.samples_trained is not None:
+        metrics["samples_trained"] = built.samples_trained
     guard = run_callbacks.guard
     verdict = judge(
         initial_loss=guard.initial_loss, final_train_loss=metrics["train_loss"], final_train_accuracy=metrics["train_accuracy"],

@@ -118,6 +118,11 @@ def _run(**elastic):
     ({"world_sizes": {0: 4}, "lr": "linear"}, {}, "elastic.lr"),
     ({"world_sizes": {0: 4}}, {"epochs": None, "steps": 30}, "budget is epochs or samples"),
     ({"world_sizes": {0: 4}}, {"accumulation_steps": 2}, "training.accumulation_steps (2) cannot be combined with training.elastic"),
+    ({"min_workers": 1, "max_workers": 2}, {}, "missing discovery"),
+    ({"world_sizes": {0: 4}, "max_workers": 2}, {}, "not both (got world_sizes and max_workers)"),
+    ({"min_workers": 1, "max_workers": 2, "discovery": ["localhost"]}, {}, "gave 'localhost', not host:slots"),
+    ({"min_workers": 1, "max_workers": 2, "discovery": "d.sh"}, {}, "training.world_size (4, the workers the job starts with)"),
+    ({"min_workers": 1, "max_workers": 4, "discovery": "d.sh", "cooldown_seconds": [9, 3]}, {}, "0 < low <= high"),
 ])
 def test_bad_elastic_settings_are_one_line_errors(elastic, training, message):
     run = _run(**elastic)
@@ -137,9 +142,14 @@ def test_elastic_is_refused_outside_a_simulated_world():
     from lbtrain.modes import get_mode
 
     config = run_config_from_dict(_run(world_sizes={0: 4, 8: 2}))
-    assert get_mode("mirrored").unsupported_setting(config) == \
-        "training.elastic (a world-size schedule) is simulated only, not in mode: mirrored"
+    assert get_mode("mirrored").unsupported_setting(config).startswith(
+        "training.elastic.world_sizes (a world-size schedule) is simulated only, not in mode: mirrored")
+    assert get_mode("horovod").unsupported_setting(config).startswith(
+        "training.elastic.world_sizes (a world-size schedule) is simulated only, not in mode: horovod")
     assert get_mode("simulated").unsupported_setting(config) is None
+    workers = _run(min_workers=1, max_workers=4, discovery=["localhost:4"])
+    assert get_mode("simulated").unsupported_setting(run_config_from_dict(workers)).startswith(
+        "training.elastic.discovery (real workers coming and going) needs mode: horovod, not mode: simulated")
 
 
 def test_a_simulated_elastic_run_applies_the_rule_and_resumes_to_the_same_weights(tmp_path):

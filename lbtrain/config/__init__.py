@@ -46,6 +46,7 @@ from lbtrain.config.run import (
     StopAtConfig,
     TrainingConfig,
     describe_budget,
+    parse_hosts,
     run_config_from_dict,
 )
 
@@ -56,5 +57,5 @@ __all__ = [
     "ParameterServerLaunchConfig", "ProtocolConfig", "RUN_SECTIONS", "RUN_SECTION_SCHEMAS", "RunConfig", "SearchParam",
     "StopAtConfig", "SweepConfig", "TrainingConfig", "apply_overrides", "check_search_paths", "deep_merge",
     "describe_budget", "format_validation_error", "known_field_path", "load_experiment", "load_run_config", "nested",
-    "parse_yaml", "read_yaml_mapping", "run_config_from_dict", "with_overrides",
+    "parse_hosts", "parse_yaml", "read_yaml_mapping", "run_config_from_dict", "with_overrides",
 ]

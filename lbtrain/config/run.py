@@ -192,19 +192,53 @@ class StopAtConfig(_Strict):
         return f"train {self.metric} {'<=' if self.metric == 'loss' else '>='} {self.target:g}"
 
 
-class ElasticConfig(_Strict):
-    """A world size that changes while the run trains (``lbtrain.elastic``). ``world_sizes``
-    maps a point of the run to the world size from there on (``{0: 4, 300: 2, 600: 4}``), the
-    points counted in optimizer ``steps`` or training ``samples`` (``unit``); it must start at 0
-    with ``training.world_size``. ``lr``: ``follow`` (the scaling rule applied to the new global
-    batch, the decay clocked in samples, a jump up re-warmed over ``rewarmup_steps`` steps) or
-    ``keep`` (the initial world's schedule clocked in steps, as a Horovod elastic job that leaves
-    its LR alone). Simulated worlds only (``mode: simulated``)."""
+def parse_hosts(lines: list[str], source: str = "discovery") -> dict[str, int]:
+    """``{host: slots}`` of ``host:slots`` entries (Horovod's host discovery format); blank
+    entries are skipped. A ``ValueError`` names the first entry that is not one.
 
-    world_sizes: dict[int, int]
+    >>> parse_hosts(["localhost:2", "10.0.0.7:4", ""])
+    {'localhost': 2, '10.0.0.7': 4}
+    """
+    hosts: dict[str, int] = {}
+    for line in lines:
+        line = line.strip()
+        if not line:
+            continue
+        host, _, slots = line.rpartition(":")
+        if not host or not slots.isdigit() or int(slots) < 1 or any(char.isspace() for char in host):
+            raise ValueError(f"{source} gave {line[:80]!r}, not host:slots (a host name or address, a colon, a positive number)")
+        hosts[host] = int(slots)
+    return hosts
+
+
+class ElasticConfig(_Strict):
+    """A world size that changes while the run trains (``lbtrain.elastic``; docs: Worlds and
+    modes, Elastic worlds). Either of two kinds:
+
+    - a simulated schedule (``mode: simulated``): ``world_sizes`` maps a point of the run to the
+      world size from there on (``{0: 4, 300: 2, 600: 4}``), the points counted in optimizer
+      ``steps`` or training ``samples`` (``unit``); it starts at 0 with ``training.world_size``;
+    - real workers coming and going (``mode: horovod``, Horovod's elastic launcher with Gloo):
+      between ``min_workers`` and ``max_workers`` ranks, the hosts found by ``discovery`` (a
+      script printing one ``host:slots`` line per host, or that list itself), the state committed
+      every ``commit_steps`` steps (a failure rolls back to the last commit), a host that failed
+      tried again after ``cooldown_seconds: [low, high]`` (Horovod's blacklist cooldown; none:
+      never), the job ended after ``timeout_seconds`` with fewer than ``min_workers``.
+
+    ``lr``: ``follow`` (the scaling rule applied to the new global batch, the decay clocked in
+    samples, a jump up re-warmed over ``rewarmup_steps`` steps) or ``keep`` (the initial world's
+    schedule clocked in steps, as a Horovod elastic job that leaves its LR alone)."""
+
+    world_sizes: dict[int, int] | None = None
     unit: Literal["steps", "samples"] = "steps"
     lr: Literal["follow", "keep"] = "follow"
     rewarmup_steps: int = Field(default=0, ge=0, le=MAX_STEPS)
+    min_workers: int | None = Field(default=None, ge=1, le=MAX_WORLD_SIZE)
+    max_workers: int | None = Field(default=None, ge=1, le=MAX_WORLD_SIZE)
+    discovery: str | list[str] | None = None
+    commit_steps: int = Field(default=10, ge=1, le=MAX_STEPS)
+    cooldown_seconds: tuple[int, int] | None = None
+    timeout_seconds: int = Field(default=600, ge=1, le=86_400)
 
     @field_validator("world_sizes", mode="before")
     @classmethod
@@ -214,9 +248,17 @@ class ElasticConfig(_Strict):
             return {int(key) if isinstance(key, str) and key.isdigit() else key: size for key, size in value.items()}
         return value
 
+    @field_validator("cooldown_seconds", mode="before")
+    @classmethod
+    def _pair(cls, value: Any) -> Any:
+        """A YAML list ``[5, 10]`` is the pair."""
+        return tuple(value) if isinstance(value, list) else value
+
     @field_validator("world_sizes")
     @classmethod
-    def _schedule(cls, value: dict[int, int]) -> dict[int, int]:
+    def _schedule(cls, value: dict[int, int] | None) -> dict[int, int] | None:
+        if value is None:
+            return None
         if 0 not in value:
             raise ValueError(f"must give the world size at 0 (the run's start), got points {sorted(value)}")
         for point, size in value.items():
@@ -225,6 +267,38 @@ class ElasticConfig(_Strict):
             if not 1 <= size <= MAX_WORLD_SIZE:
                 raise ValueError(f"world sizes are 1 to {MAX_WORLD_SIZE}, got {size} at {point}")
         return dict(sorted(value.items()))
+
+    @field_validator("discovery")
+    @classmethod
+    def _hosts(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(value, list):
+            parse_hosts(value)
+        elif value is not None and not value.strip():
+            raise ValueError("is a script's path or a list of host:slots, got an empty string")
+        return value
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "ElasticConfig":
+        real = {name: getattr(self, name) for name in ("min_workers", "max_workers", "discovery") if getattr(self, name) is not None}
+        if self.world_sizes is not None and real:
+            raise ValueError(f"give world_sizes (a simulated schedule) or min_workers, max_workers and discovery (real workers), "
+                             f"not both (got world_sizes and {', '.join(real)})")
+        if self.world_sizes is None and len(real) < 3:
+            missing = [name for name in ("min_workers", "max_workers", "discovery") if name not in real]
+            raise ValueError(f"give world_sizes (a simulated schedule) or min_workers, max_workers and discovery "
+                             f"(real workers; missing {', '.join(missing)})")
+        if self.world_sizes is None and self.min_workers > self.max_workers:
+            raise ValueError(f"min_workers ({self.min_workers}) is more than max_workers ({self.max_workers})")
+        if self.cooldown_seconds is not None and not 0 < self.cooldown_seconds[0] <= self.cooldown_seconds[1]:
+            raise ValueError(f"cooldown_seconds is [low, high] with 0 < low <= high, got {list(self.cooldown_seconds)}")
+        return self
+
+    @property
+    def sizes(self) -> list[int]:
+        """Every world size the run may take: the schedule's, or ``min_workers`` to ``max_workers``."""
+        if self.world_sizes is not None:
+            return sorted(set(self.world_sizes.values()))
+        return list(range(self.min_workers, self.max_workers + 1))
 
 
 BUDGET_KINDS = ("epochs", "steps", "samples")
@@ -315,9 +389,12 @@ class TrainingConfig(_Strict):
         elastic = self.elastic
         if elastic is None:
             return self
-        if elastic.world_sizes[0] != self.world_size:
+        if elastic.world_sizes is not None and elastic.world_sizes[0] != self.world_size:
             raise ValueError(f"elastic.world_sizes starts at world size {elastic.world_sizes[0]} but training.world_size is "
                              f"{self.world_size}: make them equal")
+        if elastic.world_sizes is None and not elastic.min_workers <= self.world_size <= elastic.max_workers:
+            raise ValueError(f"training.world_size ({self.world_size}, the workers the job starts with) is not within "
+                             f"elastic.min_workers ({elastic.min_workers}) and max_workers ({elastic.max_workers})")
         if self.steps is not None:
             raise ValueError("an elastic run's budget is epochs or samples (the data seen at every world size), not steps")
         for name in ("micro_batches", "accumulation_steps", "staleness"):

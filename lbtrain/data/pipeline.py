@@ -97,21 +97,26 @@ def make_input_pipeline(
     return indices.map(gather, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 
 
-def sample_stream(x: np.ndarray, y: np.ndarray, *, batch: int, seed: int, skip: int = 0):
+def sample_stream(x: np.ndarray, y: np.ndarray, *, batch: int, seed: int, skip: int = 0, rank: int = 0, world_size: int = 1):
     """The training stream of a run whose global batch changes (an elastic world,
     ``lbtrain.elastic``): the epochs' orders (``epoch_order``) one after another, whole, without
-    ``skip`` samples already trained on, in batches of ``batch``. Counting the stream in samples
-    rather than steps is what lets a batch-size change continue where the previous batch size
-    stopped; a batch may span two epochs."""
+    the ``skip`` samples already trained on, in global batches of ``batch``, of which rank
+    ``rank`` of ``world_size`` takes every ``world_size``-th sample from its rank on (as
+    ``make_input_pipeline`` shards, so a simulated world's ghost batch r is rank r's batch).
+    Counting the stream in samples rather than steps is what lets a batch-size change continue
+    where the previous batch size stopped; a batch may span two epochs."""
     import tensorflow as tf
 
-    if batch < 1 or skip < 0:
-        raise ValueError(f"batch must be positive and skip non-negative, got batch {batch}, skip {skip}")
+    if batch < 1 or skip < 0 or batch % world_size or not 0 <= rank < world_size:
+        raise ValueError(f"batch must be a positive multiple of world_size, skip non-negative and rank in [0, world_size): "
+                         f"got batch {batch}, skip {skip}, rank {rank}, world_size {world_size}")
     features, labels = tf.constant(x), tf.constant(y)
     num_samples = len(x)
     first_epoch, offset = divmod(skip, num_samples)
     indices = tf.data.Dataset.counter(start=first_epoch).flat_map(
         lambda epoch: tf.data.Dataset.from_tensor_slices(epoch_order(num_samples, seed, epoch)))
     indices = indices.skip(offset).batch(batch, drop_remainder=True)
+    if world_size > 1:
+        indices = indices.map(lambda index: index[rank::world_size])
     return indices.map(lambda index: (tf.gather(features, index), tf.gather(labels, index)),
                        num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import IO, Sequence
 
-from lbtrain.config import ExperimentConfig
+from lbtrain.config import ElasticConfig, ExperimentConfig
 from lbtrain.launch.cluster import JobExit, launch_multiworker, launch_parameter_server
 from lbtrain.launch.horovodrun import horovod_launch_problem, launch_horovod
 from lbtrain.logs import child_environment
@@ -40,12 +40,14 @@ def run_fresh_process(program: Sequence[str], task: str) -> JobExit:
     return JobExit(completed.returncode, output=completed.stdout + completed.stderr, task=task)
 
 
-def start_run(kind: str, program: Sequence[str], world_size: int, experiment: ExperimentConfig, run_dir: Path) -> JobExit:
+def start_run(kind: str, program: Sequence[str], world_size: int, experiment: ExperimentConfig, run_dir: Path,
+              elastic: ElasticConfig | None = None) -> JobExit:
     """Runs ``program`` (one run's ``lbtrain train ... --mode M``) as launch ``kind`` says, for
-    ``world_size`` workers, with the experiment's launch settings; returns how the job ended. A
-    launch setting that cannot be met (a port in use) is a ``ConfigError``."""
+    ``world_size`` workers, with the experiment's launch settings (and the run's
+    ``training.elastic``, for Horovod's elastic launcher); returns how the job ended. A launch
+    setting that cannot be met (a port in use, a discovery script that fails) is a ``ConfigError``."""
     if kind == "horovodrun":
-        return launch_horovod(experiment.horovod, world_size, program, run_dir)
+        return launch_horovod(experiment.horovod, world_size, program, run_dir, elastic=elastic)
     if kind == "fresh_process":
         return run_fresh_process(program, task=f"lbtrain train --mode {experiment.mode}")
     if kind == "tf_cluster":

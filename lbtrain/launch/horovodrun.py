@@ -1,18 +1,28 @@
 """``mode: horovod``'s launcher: ``horovodrun -np W -H HOSTS ARGS... PROGRAM`` on this machine
-(or the hosts given), the one place that finds ``horovodrun``."""
+(or the hosts given), the one place that finds ``horovodrun``; for a run with
+``training.elastic`` (real workers coming and going), Horovod's elastic launcher
+``horovodrun -np W --min-np --max-np --host-discovery-script ...`` (``elastic_arguments``)."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Sequence
 
-from lbtrain.config import HorovodLaunchConfig
+from lbtrain.config import ConfigError, ElasticConfig, HorovodLaunchConfig, parse_hosts
+from lbtrain.files import write_atomic
 from lbtrain.launch.cluster import JobExit
 from lbtrain.logs import child_environment
+from lbtrain.results import CHECKPOINT_FOLDER, ELASTIC_DISCOVERY_FILE
+
+# How long a discovery script may take to print its hosts (Horovod runs it every second or so).
+DISCOVERY_TIMEOUT_SECONDS = 30
+# What Horovod's elastic driver says when fewer than --min-np workers remain for --elastic-timeout.
+ELASTIC_TIMEOUT_MESSAGE = "Timed out waiting for"
 
 
 def horovodrun_path() -> str | None:
@@ -43,19 +53,76 @@ def horovod_launch_problem() -> str | None:
 
 
 def horovodrun_command(world_size: int, program: Sequence[str], hosts: str | None = None,
-                       args: Sequence[str] = ()) -> list[str]:
-    """``horovodrun -np W -H HOSTS ARGS... PROGRAM`` (``HOSTS`` defaults to ``localhost:W``)."""
+                       args: Sequence[str] = (), elastic: Sequence[str] = ()) -> list[str]:
+    """``horovodrun -np W -H HOSTS ARGS... PROGRAM`` (``HOSTS`` defaults to ``localhost:W``); with
+    ``elastic`` (``elastic_arguments``), those flags instead of ``-H``."""
     launcher = horovodrun_path()
     if launcher is None:
         raise FileNotFoundError("horovodrun is not installed here")
-    return [launcher, "-np", str(world_size), "-H", hosts or f"localhost:{world_size}", *args, *program]
+    placement = list(elastic) if elastic else ["-H", hosts or f"localhost:{world_size}"]
+    return [launcher, "-np", str(world_size), *placement, *args, *program]
 
 
-def launch_horovod(settings: HorovodLaunchConfig, world_size: int, program: Sequence[str], run_dir: str | Path) -> JobExit:
+def discovered_hosts(discovery: str | list[str]) -> dict[str, int]:
+    """``{host: slots}`` that ``training.elastic.discovery`` gives now: the list itself, or what the
+    script prints (one ``host:slots`` line per host, Horovod's format). A script that is missing,
+    not executable, fails, hangs or prints anything else is a one-line ``ConfigError``."""
+    field = "training.elastic.discovery"
+    if isinstance(discovery, list):
+        return parse_hosts(discovery, field)
+    script = Path(discovery).expanduser()
+    if not script.is_file():
+        raise ConfigError(f"{field}: {discovery} is not a file (give an executable script printing host:slots lines, "
+                          "or the list of host:slots)")
+    if not os.access(script, os.X_OK):
+        raise ConfigError(f"{field}: {discovery} is not executable (chmod +x it)")
+    try:
+        completed = subprocess.run([str(script.resolve())], capture_output=True, text=True, timeout=DISCOVERY_TIMEOUT_SECONDS)
+    except subprocess.TimeoutExpired:
+        raise ConfigError(f"{field}: {discovery} did not finish within {DISCOVERY_TIMEOUT_SECONDS} s") from None
+    if completed.returncode != 0:
+        said = next((line.strip() for line in completed.stderr.splitlines() if line.strip()), "no message")
+        raise ConfigError(f"{field}: {discovery} failed (exit {completed.returncode}): {said[:200]}")
+    try:
+        hosts = parse_hosts(completed.stdout.splitlines(), f"{field}: {discovery}")
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    if not hosts:
+        raise ConfigError(f"{field}: {discovery} printed no host (one host:slots line per host)")
+    return hosts
+
+
+def elastic_arguments(elastic: ElasticConfig, run_dir: str | Path) -> list[str]:
+    """horovodrun's elastic flags for ``elastic``: ``--min-np``, ``--max-np``, the discovery script
+    (a listed discovery is written to ``run_dir``'s ``discover_hosts.sh``), ``--elastic-timeout`` and,
+    if set, ``--blacklist-cooldown-range``. The discovery is checked first (``discovered_hosts``)."""
+    discovered_hosts(elastic.discovery)
+    if isinstance(elastic.discovery, list):
+        lines = "".join(f"echo {shlex.quote(host)}\n" for host in elastic.discovery if host.strip())
+        script = write_atomic(Path(run_dir) / ELASTIC_DISCOVERY_FILE, f"#!/bin/sh\n{lines}")
+        script.chmod(0o755)
+    else:
+        script = Path(elastic.discovery).expanduser().resolve()
+    arguments = ["--min-np", str(elastic.min_workers), "--max-np", str(elastic.max_workers),
+                 "--host-discovery-script", str(script), "--elastic-timeout", str(elastic.timeout_seconds)]
+    if elastic.cooldown_seconds is not None:
+        arguments += ["--blacklist-cooldown-range", *map(str, elastic.cooldown_seconds)]
+    return arguments
+
+
+def launch_horovod(settings: HorovodLaunchConfig, world_size: int, program: Sequence[str], run_dir: str | Path,
+                   elastic: ElasticConfig | None = None) -> JobExit:
     """Runs ``program`` on ``world_size`` ranks (output captured), with the experiment's Horovod
     knobs in the environment the ranks inherit (``HorovodLaunchConfig.environment``: Horovod's
     own variables, which horovodrun's flags only set for it, and which a ``$HOROVODRUN`` wrapper
-    or mpirun pass on as well)."""
-    command = horovodrun_command(world_size, program, settings.hosts, settings.args)
+    or mpirun pass on as well); with ``elastic`` (real workers coming and going), under Horovod's
+    elastic launcher (``elastic_arguments``)."""
+    flags = elastic_arguments(elastic, run_dir) if elastic is not None else ()
+    command = horovodrun_command(world_size, program, settings.hosts, settings.args, elastic=flags)
     completed = subprocess.run(command, capture_output=True, text=True, env={**child_environment(), **settings.environment(run_dir)})
-    return JobExit(completed.returncode, output=completed.stdout + completed.stderr, task="horovodrun")
+    output = completed.stdout + completed.stderr
+    if elastic is not None and completed.returncode != 0 and ELASTIC_TIMEOUT_MESSAGE in output:
+        output = (f"lbtrain: error: fewer than training.elastic.min_workers ({elastic.min_workers}) workers were left for "
+                  f"{elastic.timeout_seconds} s (training.elastic.timeout_seconds), so the job stopped; its last checkpoint is "
+                  f"in {Path(run_dir) / CHECKPOINT_FOLDER} and a rerun resumes from it")
+    return JobExit(completed.returncode, output=output, task="horovodrun")

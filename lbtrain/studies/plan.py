@@ -192,11 +192,18 @@ def check_mode(experiment: ExperimentConfig, planned: list[PlannedRun]) -> None:
     problem = mode.launch_problem()
     if problem is not None:
         raise ConfigError(problem)
+    checked_discoveries = []
     for run in planned:
         problem = mode.unsupported_setting(run.config) or process_local_problem(
             run.config, f"lbtrain run trains each run of mode {mode.name} in processes of their own")
         if problem is not None:
             raise ConfigError(f"{problem} (run {run.label}, world size {run.config.training.world_size})")
+        elastic = run.config.training.elastic
+        if elastic is not None and elastic.discovery is not None and elastic.discovery not in checked_discoveries:
+            from lbtrain.launch.horovodrun import discovered_hosts
+
+            discovered_hosts(elastic.discovery)
+            checked_discoveries.append(elastic.discovery)
     if planned:
         _check_ports(experiment, max(run.config.training.world_size for run in planned))
 

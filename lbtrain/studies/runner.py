@@ -135,7 +135,8 @@ def _train_launched(mode: Mode, planned: PlannedRun, run_dir: Path, experiment: 
 
     program = [*_train_command(planned, run_dir), "--mode", mode.name]
     try:
-        job = start_run(mode.launch, program, planned.config.training.world_size, experiment, run_dir)
+        job = start_run(mode.launch, program, planned.config.training.world_size, experiment, run_dir,
+                        elastic=planned.config.training.elastic)
     except ConfigError as error:
         return _launched_result(planned, run_dir, 1, str(error))
     return _launched_result(planned, run_dir, job.returncode, job.failure)

@@ -16,9 +16,9 @@ from lbtrain.worlds.base import World
 def current_world(world_size: int, micro_batches: int = 1, mode: str | None = None) -> World:
     """The world of ``mode`` (a name of ``MODES``); without one, Horovod's world when launched by
     horovodrun/mpirun, else a simulated one of ``world_size``. Build it before TensorFlow runs an
-    op. Under Horovod and multiworker the number of processes must equal ``world_size``."""
+    op. Under Horovod (but in an elastic job) and multiworker the number of processes must equal ``world_size``."""
     world = get_mode(mode or default_mode_name()).build_world(world_size, micro_batches)
-    if world is not None and world.size != world_size:
+    if world is not None and world.size != world_size and not world.elastic:
         raise ConfigError(f"training.world_size is {world_size} but the launcher started {world.size} processes")
     return world
 
