@@ -256,6 +256,9 @@ def build(config: RunConfig, world: World) -> _Built:
         segments, schedule = _elastic_plan(config, world, len(data.x_train), steps)
     if world.elastic and settings.elastic is None:
         raise ConfigError("this process is a worker of an elastic job (HOROVOD_ELASTIC=1) but the run has no training.elastic")
+    if settings.elastic is not None and settings.elastic.discovery is not None and not world.elastic:
+        raise ConfigError("training.elastic.discovery is set but this job was not started by horovodrun's elastic launcher "
+                          "(lbtrain run starts it; by hand: horovodrun --min-np/--max-np/--host-discovery-script)")
     jit_compile, why = resolve_jit_compile(settings.jit_compile, world)
     if world.is_root:  # compiling is the notable choice; the uncompiled step is the usual one on a CPU
         logger.log(logging.INFO if jit_compile else logging.DEBUG, "train step %s: %s",
