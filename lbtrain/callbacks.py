@@ -187,7 +187,9 @@ class Throughput(tf.keras.callbacks.Callback):
 
     Timed from the start of the epoch to the start of validation (or the epoch's end when
     there is none), so validation and checkpointing are not counted; the first epoch
-    includes tracing. No per-step hook: it costs the training loop nothing.
+    includes tracing. No per-step hook: it costs the training loop nothing. The steps counted
+    are the epoch's (``fit``'s ``steps_per_epoch``), or the optimizer's steps in the epoch when
+    fewer: an epoch that a budget or an elastic world's segment ended early.
     """
 
     def __init__(self, global_batch: int):
@@ -195,8 +197,14 @@ class Throughput(tf.keras.callbacks.Callback):
         self.global_batch = global_batch
         self._epoch_start = 0.0
         self._elapsed: float | None = None
+        self._start_step: int | None = None
+
+    def _step(self) -> int | None:
+        optimizer = getattr(self.model, "optimizer", None)
+        return optimizer_step(optimizer) if optimizer is not None else None
 
     def on_epoch_begin(self, epoch, logs=None):
+        self._start_step = self._step()
         self._epoch_start = time.perf_counter()
         self._elapsed = None
 
@@ -207,7 +215,10 @@ class Throughput(tf.keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         elapsed = self._elapsed if self._elapsed is not None else time.perf_counter() - self._epoch_start
         if logs is not None and elapsed > 0:
-            logs["samples_per_second"] = self.params["steps"] * self.global_batch / elapsed
+            steps, end = self.params["steps"], self._step()
+            if self._start_step is not None and end is not None and 0 < end - self._start_step < steps:
+                steps = end - self._start_step
+            logs["samples_per_second"] = steps * self.global_batch / elapsed
 
 
 class DivergenceGuard(tf.keras.callbacks.Callback):

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import tensorflow as tf
 
@@ -243,6 +243,29 @@ def replay_changes(schedule: ElasticLearningRate, segments: Sequence[WorldSegmen
     return changes
 
 
+def plan_run(config: Any, num_samples: int, updates_per_step: int = 1) -> tuple[list[WorldSegment] | None, ElasticLearningRate]:
+    """An elastic run's segments and learning rate, from its resolved ``RunConfig`` and its number
+    of training samples: its budget in samples (``RunConfig.elastic_samples``) cut where
+    ``training.elastic.world_sizes`` changes the world (None for real workers, whose world changes
+    when they come and go), and the recipe built for each world size it may take
+    (``RunConfig.at_world_size``). ``updates_per_step``: the world's optimizer updates per global
+    batch (``World.updates_per_step``)."""
+    from lbtrain.data import steps_per_epoch
+
+    settings, elastic = config.training, config.training.elastic
+    samples = config.elastic_samples(steps_per_epoch(num_samples, settings.update_batch, settings.world_size) * updates_per_step)
+    segments, sizes = None, elastic.sizes
+    if elastic.world_sizes is not None:
+        segments = plan_segments(elastic.world_sizes, elastic.unit, settings.update_batch, samples)
+        sizes = [segment.world_size for segment in segments]
+
+    def schedule_for(size: int) -> LearningRateSchedule:
+        return config.at_world_size(size, samples).schedule(steps_per_epoch(num_samples, settings.update_batch, size) * updates_per_step)
+
+    return segments, elastic_learning_rate(schedule_for, sizes, settings.update_batch, settings.world_size,
+                                           policy=elastic.lr, rewarmup_steps=elastic.rewarmup_steps)
+
+
 def elastic_learning_rate(schedule_for: Callable[[int], LearningRateSchedule], sizes: Sequence[int], per_worker_batch: int,
                           initial_world_size: int, policy: str = "follow", rewarmup_steps: int = 0) -> ElasticLearningRate:
     """An ``ElasticLearningRate`` over the world sizes ``sizes``, ``schedule_for(W)`` giving the
@@ -252,4 +275,4 @@ def elastic_learning_rate(schedule_for: Callable[[int], LearningRateSchedule], s
 
 
 __all__ = ["ElasticLearningRate", "LR_POLICIES", "SCHEDULE_UNITS", "WorldChange", "WorldSegment", "elastic_learning_rate",
-           "plan_segments", "replay_changes"]
+           "plan_run", "plan_segments", "replay_changes"]

@@ -26,10 +26,11 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import tensorflow as tf
 
+from lbtrain._keras import optimizer_step
 from lbtrain.callbacks import BudgetStop, DivergenceGuard, GeneralizationGap, GradientNoiseScale, LearningRateLogger, Throughput
 from lbtrain.config import ConfigError, RunConfig
 from lbtrain.data import Dataset, load_dataset, make_input_pipeline, sample_stream, steps_per_epoch
-from lbtrain.elastic import ElasticLearningRate, WorldChange, WorldSegment, elastic_learning_rate, plan_segments, replay_changes
+from lbtrain.elastic import ElasticLearningRate, WorldChange, WorldSegment, plan_run, replay_changes
 from lbtrain.measures.flatness import hessian_top_eigenvalue, pac_bayes_flatness, sharpness
 from lbtrain.measures.noise_scale import NoiseScaleSettings
 from lbtrain.models import build_model
@@ -253,7 +254,9 @@ def build(config: RunConfig, world: World) -> _Built:
     noise_scale = NoiseScaleSettings(analysis.noise_scale_decay, analysis.noise_scale_pieces) if analysis.noise_scale else None
     segments, schedule = None, None
     if settings.elastic is not None:
-        segments, schedule = _elastic_plan(config, world, len(data.x_train), steps)
+        segments, schedule = plan_run(config, len(data.x_train), world.updates_per_step)
+        if segments is not None:
+            world.plan_sizes([segment.world_size for segment in segments])
     if world.elastic and settings.elastic is None:
         raise ConfigError("this process is a worker of an elastic job (HOROVOD_ELASTIC=1) but the run has no training.elastic")
     if settings.elastic is not None and settings.elastic.discovery is not None and not world.elastic:
@@ -275,29 +278,6 @@ def build(config: RunConfig, world: World) -> _Built:
     if segments is not None:
         return _Built(data, model, optimizer, steps, segments[-1].end_step, segments=segments, elastic_lr=schedule)
     return _Built(data, model, optimizer, steps, config.total_steps(steps), elastic_lr=schedule)
-
-
-def _elastic_plan(config: RunConfig, world: World, num_samples: int,
-                  steps: int) -> tuple[list[WorldSegment] | None, ElasticLearningRate]:
-    """An elastic run's segments and learning rate (``lbtrain.elastic``): its budget in samples
-    (``RunConfig.elastic_samples``) cut where ``training.elastic.world_sizes`` changes the world
-    (None in an elastic job, whose world changes when workers come and go), and the recipe built
-    for each world size it may take."""
-    settings, elastic = config.training, config.training.elastic
-    samples = config.elastic_samples(steps)
-    segments, sizes = None, elastic.sizes
-    if elastic.world_sizes is not None:
-        segments = plan_segments(elastic.world_sizes, elastic.unit, settings.update_batch, samples)
-        sizes = [segment.world_size for segment in segments]
-        world.plan_sizes(sizes)
-
-    def schedule_for(size: int):
-        return config.at_world_size(size, samples).schedule(
-            steps_per_epoch(num_samples, settings.update_batch, size) * world.updates_per_step)
-
-    learning_rate = elastic_learning_rate(schedule_for, sizes, settings.update_batch, settings.world_size,
-                                          policy=elastic.lr, rewarmup_steps=elastic.rewarmup_steps)
-    return segments, learning_rate
 
 
 @dataclasses.dataclass
@@ -422,7 +402,7 @@ def _fit_segments(config: RunConfig, built: _Built, world: World, callbacks: _Ca
                                skip=segment.start_samples + (begin - segment.start_step) * batch)
         keras_history = world.fit(
             built.model, stream, total_steps=segment.end_step, epochs=epoch + math.ceil((segment.end_step - begin) / per_epoch),
-            initial_epoch=epoch, steps_per_epoch=per_epoch, validation_data=validation_data, callbacks=callbacks.all,
+            initial_epoch=epoch, steps_per_epoch=per_epoch, validation_data=validation_data, callbacks=[_EpochStep(), *callbacks.all],
             verbose=verbose, shuffle=False,
         )
         history += [_history_row(index, {key: values[i] for key, values in keras_history.history.items()})
@@ -433,6 +413,16 @@ def _fit_segments(config: RunConfig, built: _Built, world: World, callbacks: _Ca
     callbacks.budget.total_steps = built.total_steps
     built.samples_trained = built.elastic_lr.samples_at(int(built.optimizer.iterations.numpy()))
     return history
+
+
+class _EpochStep(tf.keras.callbacks.Callback):
+    """``logs["step"]``: the optimizer steps taken by each epoch's end, in an elastic world's
+    history, whose epochs differ in steps (``lbtrain.measures.steps_to_target`` reads it). First
+    in the list, so every later callback (checkpoints included) sees it."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            logs["step"] = optimizer_step(self.model.optimizer)
 
 
 class _ElasticProgress(tf.keras.callbacks.Callback):
@@ -500,7 +490,8 @@ def _fit_elastic_job(config: RunConfig, built: _Built, world: World, callbacks: 
                                                   rank=world.rank, world_size=world.size, seed=0, training=False)
         world.fit(built.model, stream, total_steps=budget.total_steps, epochs=state.epoch + math.ceil(remaining / per_epoch),
                   initial_epoch=state.epoch, steps_per_epoch=per_epoch, validation_data=validation_data,
-                  callbacks=[*callbacks.all, _ElasticProgress(state, batch, guard), world.commit_callback(state, elastic.commit_steps)],
+                  callbacks=[_EpochStep(), *callbacks.all, _ElasticProgress(state, batch, guard),
+                             world.commit_callback(state, elastic.commit_steps)],
                   verbose=verbose if world.is_root else 0, shuffle=False)
 
     world.run_elastic(train_while_the_world_holds, state)

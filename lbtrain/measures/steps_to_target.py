@@ -18,15 +18,16 @@ def steps_to_target(history: Sequence[Mapping[str, Any]], steps_per_epoch: int, 
                     metric: str = "val_accuracy") -> float | None:
     """The first step at which ``metric`` reaches ``target``, or None if it never does.
 
-    The metric is known at the end of each epoch (step ``epoch * steps_per_epoch``); between two
-    epoch ends it is interpolated linearly, and before the first one it is taken to cross at the
-    first epoch's end (the measurement cannot say earlier)."""
+    The metric is known at the end of each epoch (step ``epoch * steps_per_epoch``, or the row's
+    own ``step`` where it has one: an elastic world's epochs have as many steps as the world size
+    of the moment gives); between two epoch ends it is interpolated linearly, and before the first
+    one it is taken to cross at the first epoch's end (the measurement cannot say earlier)."""
     previous_step, previous_value = None, None
     for row in history:
         value = row.get(metric)
         if value is None or not math.isfinite(float(value)):
             continue
-        step = float(row["epoch"]) * steps_per_epoch
+        step = float(row["step"]) if row.get("step") is not None else float(row["epoch"]) * steps_per_epoch
         if value >= target:
             if previous_value is None:
                 return step

@@ -188,7 +188,9 @@ def learning_curves(records: Sequence[RunRecord], metric: str) -> dict[str, list
 def applied_schedules(records: Sequence[RunRecord]) -> dict[str, list[Line]]:
     """One panel per world size, one line per recipe: the learning rate of every step the run
     took (its schedule rebuilt from the resolved config, as ``RunConfig.schedule`` made it), over
-    epochs. Seeds share a schedule, so the seed that trained longest stands for all."""
+    epochs. Seeds share a schedule, so the seed that trained longest stands for all. Runs of an
+    elastic world (``training.elastic``) are left out: their LR depends on the world changes they
+    met (``lbtrain.elastic``), which a config alone does not give; their ``world_changes`` say it."""
     from lbtrain.config import run_config_from_dict
     from lbtrain.schedules import schedule_values
 
@@ -197,7 +199,7 @@ def applied_schedules(records: Sequence[RunRecord]) -> dict[str, list[Line]]:
         at_batch = [r for r in records if r.global_batch == batch]
         for recipe in recipes(at_batch):
             result = max((r.result for r in at_batch if r.recipe == recipe), key=lambda result: result.total_steps or 0)
-            if not result.steps_per_epoch or not result.total_steps:
+            if not result.steps_per_epoch or not result.total_steps or result.config["training"].get("elastic"):
                 continue
             schedule = run_config_from_dict(result.config).schedule(result.steps_per_epoch)
             steps = result.total_steps
