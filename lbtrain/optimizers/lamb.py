@@ -8,7 +8,7 @@ from typing import Iterable
 from lbtrain._keras import ops
 from lbtrain._registration import keras_serializable
 from lbtrain.optimizers._arguments import check_number
-from lbtrain.optimizers._layerwise import DEFAULT_EXCLUDE, LayerwiseAdaptiveOptimizer, trust_ratio
+from lbtrain.optimizers._layerwise import DEFAULT_EXCLUDE, LayerwiseAdaptiveOptimizer, norm, trust_ratio
 
 
 @keras_serializable()
@@ -68,16 +68,22 @@ class LAMB(LayerwiseAdaptiveOptimizer):
         first, second = self._first_moments[index], self._second_moments[index]
         gradient = ops.cast(ops.dense(gradient), dtype)
 
-        self.assign(first, self.beta_1 * first + (1 - self.beta_1) * gradient)
-        self.assign(second, self.beta_2 * second + (1 - self.beta_2) * ops.square(gradient))
-        first_hat = first / (1 - ops.power(ops.convert_to_tensor(self.beta_1, dtype), step))
-        second_hat = second / (1 - ops.power(ops.convert_to_tensor(self.beta_2, dtype), step))
-        update = first_hat / (ops.sqrt(second_hat) + self.epsilon)
+        # m = beta_1 * m + (1 - beta_1) * g as m += (1 - beta_1) * (g - m), and v alike: updated in
+        # place, one temporary fewer per moment.
+        self.assign_add(first, (gradient - first) * (1 - self.beta_1))
+        self.assign_add(second, (ops.square(gradient) - second) * (1 - self.beta_2))
+        # r = m_hat / (sqrt(v_hat) + epsilon) with the bias corrections folded into two scalars, as
+        # Keras's Adam does, so r is m * alpha / (sqrt(v) + epsilon'): with c1 = 1 - beta_1**t and
+        # c2 = sqrt(1 - beta_2**t), m_hat = m / c1, sqrt(v_hat) = sqrt(v) / c2, hence
+        # r = m * (c2 / c1) / (sqrt(v) + epsilon * c2).
+        first_correction = 1 - ops.power(ops.convert_to_tensor(self.beta_1, dtype), step)
+        second_correction = ops.sqrt(1 - ops.power(ops.convert_to_tensor(self.beta_2, dtype), step))
+        update = first * (second_correction / first_correction) / (ops.sqrt(second) + self.epsilon * second_correction)
         if self.decays(variable):
             update += self.weight_decay * variable
         step_size = lr
         if self.adapts(variable):
-            step_size = lr * trust_ratio(ops.norm(variable), ops.norm(update))
+            step_size = lr * trust_ratio(norm(variable), norm(update))
         self.assign_sub(variable, step_size * update)
 
     def get_config(self) -> dict:

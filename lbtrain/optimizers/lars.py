@@ -8,7 +8,7 @@ from typing import Iterable
 from lbtrain._keras import ops
 from lbtrain._registration import keras_serializable
 from lbtrain.optimizers._arguments import check_number
-from lbtrain.optimizers._layerwise import DEFAULT_EXCLUDE, LayerwiseAdaptiveOptimizer, trust_ratio
+from lbtrain.optimizers._layerwise import DEFAULT_EXCLUDE, LayerwiseAdaptiveOptimizer, norm, trust_ratio
 
 # What the classic-momentum trust ratio divides ``eta * ||w||`` by (plus epsilon): "paper",
 # ||g|| + wd * ||w|| (You et al. 2017, Algorithm 1; timm's Lars), or "decayed_gradient",
@@ -119,11 +119,11 @@ class LARS(LayerwiseAdaptiveOptimizer):
         if self.classic_momentum:
             step_size = lr
             if adapts:
-                weight_norm = ops.norm(variable)
+                weight_norm = norm(variable)
                 if self.trust_ratio_denominator == "paper":
-                    gradient_norm = ops.norm(gradient) + weight_decay * weight_norm
+                    gradient_norm = norm(gradient) + weight_decay * weight_norm
                 else:
-                    gradient_norm = ops.norm(decayed)
+                    gradient_norm = norm(decayed)
                 step_size = lr * trust_ratio(weight_norm, gradient_norm + self.epsilon, self.eta)
             self.assign(velocity, momentum * velocity + step_size * decayed)
             update = momentum * velocity + step_size * decayed if self.nesterov else velocity
@@ -133,7 +133,7 @@ class LARS(LayerwiseAdaptiveOptimizer):
             update = momentum * velocity + decayed if self.nesterov else velocity
             step_size = lr
             if adapts:
-                step_size = lr * trust_ratio(ops.norm(variable), ops.norm(update) + self.epsilon, self.eta)
+                step_size = lr * trust_ratio(norm(variable), norm(update) + self.epsilon, self.eta)
             self.assign_sub(variable, step_size * update)
 
     def get_config(self) -> dict:
