@@ -88,7 +88,7 @@ def plan_segments(world_sizes: Mapping[int, int], unit: str, per_worker_batch: i
     step are left out.
 
     >>> [(s.start_step, s.steps, s.world_size, s.start_samples) for s in plan_segments({0: 4, 3: 2}, "steps", 8, 320)]
-    [(0, 3, 4, 0), (3, 12, 2, 96)]
+    [(0, 3, 4, 0), (3, 14, 2, 96)]
     """
     if unit not in SCHEDULE_UNITS:
         raise ValueError(f"unit must be one of {', '.join(SCHEDULE_UNITS)}, got {unit!r}")
