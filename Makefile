@@ -67,15 +67,20 @@ $(VENV_KERAS3)/.jax: | $(VENV_KERAS3)/.lbtrain-installed
 
 setup-keras3: $(VENV_KERAS3)/.lbtrain-installed $(VENV_KERAS3)/.jax data
 
+# pytest-xdist: TEST_WORKERS processes per stack (logical: one per logical core), each idle worker taking
+# tests from the other's queue (worksteal); tests/conftest.py starts the modules with slow tests.
+TEST_WORKERS ?= logical
+PYTEST := pytest -q -n $(TEST_WORKERS) --dist worksteal
+
 test: setup setup-keras3 lint docs
-	$(BIN)/python -m pytest -q
-	$(BIN_KERAS3)/python -m pytest -q
+	$(BIN)/python -m $(PYTEST)
+	$(BIN_KERAS3)/python -m $(PYTEST)
 
 test-keras3: setup-keras3
-	$(BIN_KERAS3)/python -m pytest -q
+	$(BIN_KERAS3)/python -m $(PYTEST)
 
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m $(PYTEST) -m "not slow"
 
 # The documentation site (mkdocs.yml, docs/): a broken link, anchor, snippet or API reference
 # fails the build. The API reference reads lbtrain's source (griffe), importing no TensorFlow.

@@ -26,7 +26,8 @@ def horovod_installed() -> bool:
 
 # Tests whose behaviour does not depend on the Keras version run on the main stack only (TF 2.15,
 # tf.keras 2): on the Keras 3 stack they would repeat the same checks (make test runs both). Each
-# with the reason the second stack adds nothing; what Keras 3 changes (models, layers, optimizers,
+# key is a folder, a file or one test (the start of its node id), with the reason the second
+# stack adds nothing; what Keras 3 changes (models, layers, optimizers,
 # saving, schedules, the trainer, the worlds, the runner's checkpoints, sweeps and runs end to end,
 # Ctrl-C with JAX's callbacks) runs on both.
 MAIN_STACK_ONLY = {
@@ -36,6 +37,12 @@ MAIN_STACK_ONLY = {
     "tests/studies/test_protocol.py": "the tuning protocol's planning, seeds and tables (its trials train as any sweep's)",
     "tests/studies/test_search.py": "the log2 grid and TPE settings of the protocol's search",
     "tests/config/": "YAML limits and number checks, before any model exists",
+    "tests/studies/test_sweep.py::test_resume_after_sigkill_fails_the_stale_trial_and_completes_the_study":
+        "a killed worker's stale trial failed by the storage's heartbeat, and the study topped up: Optuna's storage, not Keras",
+    "tests/studies/test_sweep.py::test_two_workers_share_one_study": "two workers claiming the trials of one Optuna storage",
+    "tests/cli/test_cli.py::test_a_storage_that_cannot_be_opened_is_one_line": "a storage URL refused before any model is built",
+    "tests/cli/test_cli.py::test_train_refuses_a_run_dir_that_is_a_file_and_threads_far_above_the_cores":
+        "lbtrain train's arguments refused before any model is built",
 }
 
 
@@ -49,13 +56,26 @@ def keras_3() -> bool:
         return False
 
 
+def slow_modules_first(items: list) -> None:
+    """Reorders ``items`` in place: the modules holding a test marked ``slow`` first, each
+    module's tests kept together and in order (its module fixtures are built once). Under
+    pytest-xdist (make test runs ``-n 2``) a long test started last would leave the other
+    worker idle while it finishes."""
+    slow = {item.module.__name__ for item in items
+            if item.get_closest_marker("slow") is not None and getattr(item, "module", None) is not None}
+    items.sort(key=lambda item: getattr(getattr(item, "module", None), "__name__", None) not in slow)
+
+
 def pytest_collection_modifyitems(config, items):
-    """On the Keras 3 stack, the tests of ``MAIN_STACK_ONLY`` skip, saying why; tests marked
-    ``horovod`` skip, saying why, on a stack without Horovod (Keras 3)."""
+    """Modules with slow tests first (``slow_modules_first``). On the Keras 3 stack, the tests of
+    ``MAIN_STACK_ONLY`` skip, saying why; tests marked ``horovod`` skip, saying why, on a stack
+    without Horovod (Keras 3)."""
+    slow_modules_first(items)
     if keras_3():
         for item in items:
-            path = os.path.relpath(str(item.fspath), REPO_ROOT)
-            reason = next((why for prefix, why in MAIN_STACK_ONLY.items() if path.startswith(prefix)), None)
+            # A folder, a file or one test: the start of the test's node id (path::name[params]).
+            node = item.nodeid.replace(os.sep, "/")
+            reason = next((why for prefix, why in MAIN_STACK_ONLY.items() if node.startswith(prefix)), None)
             if reason is not None:
                 item.add_marker(pytest.mark.skip(reason=f"runs on the TF 2.15 stack only: {reason}"))
     if horovod_installed():

@@ -29,6 +29,7 @@ from lbtrain.bench import (
 from lbtrain.models import build_model
 
 
+@pytest.mark.slow
 def test_a_tiny_matrix_writes_a_csv_json_and_plot_with_positive_throughput(tmp_path):
     result = run_cli("bench", "--models", "mlp", "--batches", "16", "--worlds", "single,simulated:2,independent:2",
                      "--steps", "3", "--warmup", "2", "--output", str(tmp_path))

@@ -93,6 +93,7 @@ def conv_then_dense_mflops(input_shape: tuple, width: int, outputs: int) -> floa
     return 6 * (height * breadth * 3 * 3 * channels * width + width * outputs) / 1e6
 
 
+@pytest.mark.slow
 def test_a_model_by_reference_is_benchmarked_from_the_users_folder(tmp_path):
     write_package(tmp_path)
     result = bench("--models", MODEL, "--batches", "8", "--worlds", "single,simulated:2", "--steps", "3", "--warmup", "1",
@@ -110,6 +111,7 @@ def test_a_model_by_reference_is_benchmarked_from_the_users_folder(tmp_path):
     assert table[1].split()[:3] == [MODEL, "8", "single"] and table[2].split()[:3] == [MODEL, "8", "simulated:2"]
 
 
+@pytest.mark.slow
 def test_a_step_cheaper_than_its_input_pipeline_is_labelled_input_bound(tmp_path):
     """Large images (384x384x3, 1.7 MiB a sample): the pipeline gathers every byte of each batch,
     ``glance`` reads one pixel. Idle, the pipeline delivers about a tenth of the step's images/s;
@@ -125,6 +127,7 @@ def test_a_step_cheaper_than_its_input_pipeline_is_labelled_input_bound(tmp_path
     assert "input-bound" in result.stdout.splitlines()[1]
 
 
+@pytest.mark.slow
 def test_a_registered_name_is_benchmarked_at_the_shape_and_classes_asked_for(tmp_path):
     """An installed package's entry point (group ``lbtrain.models``) on PYTHONPATH, run from
     another folder; a single sigmoid output for 2 classes trains with binary cross-entropy."""

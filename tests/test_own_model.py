@@ -153,6 +153,7 @@ def test_lbtrain_sweep_and_advise_take_the_users_model(project):
     assert probe["model"] == MODEL and probe["dataset"] == "data.npz"
 
 
+@pytest.mark.slow
 def test_a_keras_application_trains_one_epoch_in_a_simulated_world_of_4():
     config = run_config_from_dict({
         "data": {"dataset": "synthetic", "options": {"input_shape": [32, 32, 3], "num_classes": 4, "train_size": 64, "test_size": 16}},

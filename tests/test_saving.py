@@ -192,6 +192,7 @@ WRAPPERS = {"plain": (lambda optimizer: optimizer, list(CASES)), "horovod": (dis
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:You are saving your model as an HDF5 file")
 @pytest.mark.parametrize("wrapper", [pytest.param(name, marks=pytest.mark.horovod) if name == "horovod" else name
                                      for name in WRAPPERS])

@@ -70,6 +70,7 @@ def _only_run(folder: Path, name: str) -> tuple[Path, dict]:
     return run_dir, json.loads((run_dir / "metrics.json").read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.horovod
 def test_a_killed_rank_shrinks_the_job_which_grows_back_with_the_lr_following_the_rule(tmp_path):
     path = _experiment(tmp_path, "elastic_kill", epochs=80, min_workers=1, max_workers=2, discovery=HOSTS,
@@ -110,6 +111,7 @@ def test_a_killed_rank_shrinks_the_job_which_grows_back_with_the_lr_following_th
         assert (real["old_lr"], real["new_lr"]) == pytest.approx((exact["old_lr"], exact["new_lr"]), rel=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.horovod
 def test_below_min_workers_the_job_stops_with_its_last_checkpoint_on_disk(tmp_path):
     path = _experiment(tmp_path, "elastic_min", epochs=80, min_workers=2, max_workers=2, discovery=HOSTS, timeout_seconds=5)
