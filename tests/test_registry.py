@@ -43,7 +43,12 @@ def package(tmp_path, monkeypatch):
                 return "made"
     """))
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    monkeypatch.delenv(MODEL_REGISTRY.environment_variable, raising=False)
+    # Importing userpkg.things registers "userpkg-net" in this process and exports it in the
+    # environment; both are undone after the test (set then deleted, so monkeypatch restores
+    # the variable's absence), or the name would show in other tests' lists of models.
+    monkeypatch.setattr(MODEL_REGISTRY, "_functions", dict(MODEL_REGISTRY._functions))
+    monkeypatch.setenv(MODEL_REGISTRY.environment_variable, "")
+    monkeypatch.delenv(MODEL_REGISTRY.environment_variable)
     yield folder
     for name in [name for name in sys.modules if name.startswith("userpkg")]:
         del sys.modules[name]
