@@ -10,6 +10,8 @@ diagnostics are log records on stderr (``lbtrain.logs``): ``--quiet`` keeps the 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import os
 import signal
 import sys
@@ -107,12 +109,61 @@ def _interrupt_again(previous_hook):
     return hook
 
 
+class _QuietAfterInterrupt(logging.Filter):
+    """Once Ctrl-C has arrived, drops the records of other libraries' loggers: the interrupt
+    unwinds through whatever was running, and a library cleaning up after it logs that as an
+    error with its traceback (SQLAlchemy's "Error closing cursor" in a sweep worker stopped
+    mid-query). ``lbtrain``'s own records pass, and everything passes before the interrupt."""
+
+    def __init__(self):
+        super().__init__()
+        self.interrupted = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from lbtrain.logs import LOGGER_NAME
+
+        return not self.interrupted or record.name == LOGGER_NAME or record.name.startswith(LOGGER_NAME + ".")
+
+
+@contextlib.contextmanager
+def _other_logs_quiet_after_interrupt():
+    """While the command runs, SIGINT marks ``_QuietAfterInterrupt`` on the handlers that print
+    to the terminal (Python's last-resort handler and the root logger's) before raising
+    ``KeyboardInterrupt`` as Python's default handler does; both are restored afterwards. Only
+    where SIGINT has Python's default handler and this is the main thread."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    quiet = _QuietAfterInterrupt()
+
+    def on_interrupt(signum, frame):
+        quiet.interrupted = True
+        signal.default_int_handler(signum, frame)
+
+    handlers = [handler for handler in (logging.lastResort, *logging.getLogger().handlers) if handler is not None]
+    for handler in handlers:
+        handler.addFilter(quiet)
+    signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for handler in handlers:
+            handler.removeFilter(quiet)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from lbtrain.logs import configure
 
     args = build_parser().parse_args(argv)
     configure(args.verbosity)
     sys.unraisablehook = _interrupt_again(sys.unraisablehook)
+    with _other_logs_quiet_after_interrupt():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Runs the command ``args`` names; what any failure prints and the exit code it gives."""
     try:
         return args.handler(args)
     except KeyboardInterrupt:

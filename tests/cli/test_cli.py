@@ -290,6 +290,41 @@ def _interrupt_when(command: list[str], started, timeout: float = 120) -> tuple[
 INTERRUPTED = "lbtrain: interrupted; rerun the same command to resume"
 
 
+# A command whose work logs through other libraries' loggers, as SQLAlchemy does when Ctrl-C
+# lands in a sweep worker's query: before the interrupt its records print, after it only lbtrain's.
+LOGGING_COMMAND = """
+import logging, os, signal, sys
+import lbtrain.cli
+
+def command(args):
+    logging.getLogger("sqlalchemy.pool.impl.QueuePool").error("before the interrupt")
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        signal.pause()
+    finally:
+        try:
+            raise ValueError("the cursor is gone")
+        except ValueError:
+            logging.getLogger("sqlalchemy.pool.impl.QueuePool").error("Error closing cursor", exc_info=True)
+        logging.getLogger("lbtrain.studies").warning("lbtrain's own record")
+
+lbtrain.cli.datasets.run = command
+code = lbtrain.cli.main(["datasets"])
+print("default SIGINT handler restored:", signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+sys.exit(code)
+"""
+
+
+def test_ctrl_c_silences_other_libraries_logs_but_not_lbtrains_and_restores_the_handler():
+    completed = subprocess.run([sys.executable, "-c", LOGGING_COMMAND], capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 130
+    lines = stderr_lines(completed.stderr)
+    assert lines[0] == "before the interrupt" and lines[-1] == "lbtrain: interrupted; rerun the same command to resume"
+    assert "Error closing cursor" not in completed.stderr and "Traceback" not in completed.stderr
+    assert len(lines) == 3 and lines[1].endswith("lbtrain's own record"), lines
+    assert completed.stdout == "default SIGINT handler restored: True\n"
+
+
 @pytest.mark.slow
 def test_ctrl_c_in_run_is_one_line_exit_130_and_the_rerun_resumes(tmp_path):
     # One run of 150 epochs (about ten seconds): long enough that a starved test process still
