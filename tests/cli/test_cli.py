@@ -316,7 +316,9 @@ sys.exit(code)
 
 
 def test_ctrl_c_silences_other_libraries_logs_but_not_lbtrains_and_restores_the_handler():
-    completed = subprocess.run([sys.executable, "-c", LOGGING_COMMAND], capture_output=True, text=True, timeout=120)
+    # SIGINT's default action, as _interrupt_when gives its command (pytest in the background ignores it).
+    completed = subprocess.run([sys.executable, "-c", LOGGING_COMMAND], capture_output=True, text=True, timeout=120,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert completed.returncode == 130
     lines = stderr_lines(completed.stderr)
     assert lines[0] == "before the interrupt" and lines[-1] == "lbtrain: interrupted; rerun the same command to resume"
