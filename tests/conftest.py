@@ -56,14 +56,19 @@ def keras_3() -> bool:
         return False
 
 
+def _module_name(item) -> str | None:
+    """The name of the test module ``item`` is in; None for a doctest, which has none."""
+    module = getattr(item, "module", None)
+    return module.__name__ if module is not None else None
+
+
 def slow_modules_first(items: list) -> None:
     """Reorders ``items`` in place: the modules holding a test marked ``slow`` first, each
     module's tests kept together and in order (its module fixtures are built once). Under
-    pytest-xdist (make test runs ``-n 2``) a long test started last would leave the other
-    worker idle while it finishes."""
-    slow = {item.module.__name__ for item in items
-            if item.get_closest_marker("slow") is not None and getattr(item, "module", None) is not None}
-    items.sort(key=lambda item: getattr(getattr(item, "module", None), "__name__", None) not in slow)
+    pytest-xdist (make test runs one worker per core) a long test started last would leave the
+    other workers idle while it finishes."""
+    slow = {_module_name(item) for item in items if item.get_closest_marker("slow") is not None} - {None}
+    items.sort(key=lambda item: _module_name(item) not in slow)
 
 
 def pytest_collection_modifyitems(config, items):
