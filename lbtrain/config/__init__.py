@@ -18,6 +18,7 @@ from lbtrain.config.experiment import (
     ProtocolConfig,
     SearchParam,
     SweepConfig,
+    TrainLongerConfig,
     check_search_paths,
     known_field_path,
 )
@@ -55,7 +56,7 @@ __all__ = [
     "HOROVOD_COMPRESSION_VARIABLE", "HOROVOD_IDLE_THREADS_VARIABLE", "HOROVOD_PIN_CORES_VARIABLE",
     "HorovodLaunchConfig", "JUDGING_FIELDS", "LATER_FIELD_DEFAULTS", "LRConfig", "ModelConfig", "MultiWorkerLaunchConfig", "OptimizerConfig",
     "ParameterServerLaunchConfig", "ProtocolConfig", "RUN_SECTIONS", "RUN_SECTION_SCHEMAS", "RunConfig", "SearchParam",
-    "StopAtConfig", "SweepConfig", "TrainingConfig", "apply_overrides", "check_search_paths", "deep_merge",
+    "StopAtConfig", "SweepConfig", "TrainLongerConfig", "TrainingConfig", "apply_overrides", "check_search_paths", "deep_merge",
     "describe_budget", "format_validation_error", "known_field_path", "load_experiment", "load_run_config", "nested",
     "parse_hosts", "parse_yaml", "read_yaml_mapping", "run_config_from_dict", "with_overrides",
 ]

@@ -210,6 +210,18 @@ def known_field_path(dotted: str) -> bool:
     return _known_path(dotted.split("."))
 
 
+class TrainLongerConfig(_Strict):
+    """A convergence control of the protocol (``protocol.train_longer``): at ``world_size`` one
+    arm re-run with every final seed for ``factor`` times the updates its finals took, its decay
+    stretched to the longer budget and its warmup kept in epochs. ``arm`` names it by its final
+    label (``"momentum+warmup linear rule"``); by default it is the arm with the best mean
+    validation accuracy there (every seed ok), as for ``equal_steps``."""
+
+    world_size: int = Field(gt=0)
+    factor: float = Field(gt=1, le=1000)
+    arm: str | None = None
+
+
 class ProtocolConfig(_Strict):
     """The tuning protocol of ``lbtrain sweep`` (``lbtrain.studies.protocol``; Shallue et al. 2018,
     Nado et al. 2021): every arm is tuned on validation, then its best configuration is re-run
@@ -226,7 +238,11 @@ class ProtocolConfig(_Strict):
     ``search`` for that recipe, e.g. Adam's LR range beside SGD's; the trial budget stays
     ``sweep.trials`` for every arm. ``equal_steps`` lists world sizes where the best arm (by
     validation accuracy, every seed ok) is also re-run for as many updates as the reference
-    world size's runs took (Hoffer et al. 2017's "train longer"), with the same seeds."""
+    world size's runs took (Hoffer et al. 2017's "train longer"), with the same seeds.
+    ``rule_only`` lists recipes tuned at the reference world size only: elsewhere they have
+    rule arms and no tuned arm (a recipe that is there to test a rule, e.g. linear scaling
+    without warmup, at a fraction of the tuning). ``train_longer`` adds convergence controls
+    (``TrainLongerConfig``): an arm re-run for a multiple of its own updates."""
 
     seeds: list[int] = Field(default_factory=lambda: [1, 2, 3], min_length=3)
     search_method: Literal["grid", "tpe"] = "grid"
@@ -236,6 +252,8 @@ class ProtocolConfig(_Strict):
     rules: dict[str, list[str | float]] = Field(default_factory=dict)
     search: dict[str, dict[str, SearchParam]] = Field(default_factory=dict)
     equal_steps: list[int] = Field(default_factory=list)
+    rule_only: list[str] = Field(default_factory=list)
+    train_longer: list[TrainLongerConfig] = Field(default_factory=list)
 
     @field_validator("search")
     @classmethod

@@ -45,10 +45,12 @@ how lucky the base LR was. ``lbtrain sweep`` on an experiment with a ``protocol`
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from pathlib import Path
 from typing import Any, Callable
 
+import optuna
 from optuna.trial import TrialState
 
 from lbtrain.config import ConfigError, ExperimentConfig, SearchParam, run_config_from_dict, with_overrides
@@ -120,7 +122,7 @@ def protocol_arms(experiment: ExperimentConfig) -> list[Arm]:
     if unknown_sizes:
         raise ConfigError(f"protocol.equal_steps: {unknown_sizes} must be world sizes of grid.world_sizes {sizes} "
                           f"other than the reference world size {reference}")
-    for section in ("rules", "search"):
+    for section in ("rules", "search", "rule_only"):
         unknown = sorted(set(getattr(experiment.protocol, section)) - set(recipes))
         if unknown:
             raise ConfigError(f"protocol.{section}: {', '.join(map(repr, unknown))} is not a recipe "
@@ -133,13 +135,29 @@ def protocol_arms(experiment: ExperimentConfig) -> list[Arm]:
                                    method=settings.search_method, startup_trials=settings.tpe_startup_trials, pruner="none")
                    for size in sizes}
         rules = experiment.protocol.rules.get(recipe)
+        tuned_everywhere = recipe not in settings.rule_only
         for size in sizes:
-            arms.append(Arm(recipe, "tuned", size, base, studies[size]))
+            if tuned_everywhere or size == reference:
+                arms.append(Arm(recipe, "tuned", size, base, studies[size]))
             if size != reference and rules is None:
                 arms.append(Arm(recipe, "rule", size, base, studies[reference]))
             elif size != reference:
                 arms += [Arm(recipe, "rule", size, with_overrides(base, {"lr.rule": rule}), studies[reference], rule) for rule in rules]
+    _check_train_longer(experiment, arms)
     return arms
+
+
+def _check_train_longer(experiment: ExperimentConfig, arms: list[Arm]) -> None:
+    """``ConfigError`` when a ``protocol.train_longer`` control names a world size or an arm
+    the protocol does not have."""
+    sizes = world_sizes(experiment)
+    for control in experiment.protocol.train_longer:
+        if control.world_size not in sizes:
+            raise ConfigError(f"protocol.train_longer: world size {control.world_size} is not one of grid.world_sizes {sizes}")
+        labels = [arm.label for arm in arms if arm.world_size == control.world_size]
+        if control.arm is not None and control.arm not in labels:
+            raise ConfigError(f"protocol.train_longer: {control.arm!r} is not an arm at world size {control.world_size} "
+                              f"(arms there: {', '.join(labels)})")
 
 
 def tuning_seeds(experiment: ExperimentConfig, arms: list[Arm]) -> list[int]:
@@ -158,6 +176,21 @@ def check_final_seeds(experiment: ExperimentConfig, arms: list[Arm]) -> None:
                           f"{', '.join(map(str, shared))} (training.seed): the finals need seeds no trial used")
 
 
+def untaken_points(study: optuna.Study, points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``points`` no trial has finished, is running or waits for. A point whose only trials
+    failed (a Ctrl-C, a killed worker past its retries) is tried again; Optuna's
+    ``skip_if_exists`` would count the failure as tried and leave a hole in the grid."""
+    taken = [trial.system_attrs.get("fixed_params", trial.params)
+             for trial in study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.WAITING, TrialState.RUNNING))]
+    return [point for point in points if not any(_same_point(point, other) for other in taken)]
+
+
+def _same_point(point: dict[str, Any], other: dict[str, Any]) -> bool:
+    return point.keys() == other.keys() and all(
+        math.isclose(value, other[path], rel_tol=1e-9) if isinstance(value, (int, float)) and isinstance(other[path], (int, float))
+        else value == other[path] for path, value in point.items())
+
+
 def tune(experiment: ExperimentConfig, spec: StudySpec, storage: str) -> None:
     """Tunes one study to the end (``lbtrain.studies.search``): TPE to ``sweep.trials`` trials,
     or the grid, then its edge extensions while the best ok trial sits on an edge. Resumable:
@@ -168,8 +201,8 @@ def tune(experiment: ExperimentConfig, spec: StudySpec, storage: str) -> None:
     study = open_study(experiment, spec, storage)
     points = grid_points(spec.search)
     while points:
-        for point in points:
-            study.enqueue_trial(point, skip_if_exists=True)
+        for point in untaken_points(study, points):
+            study.enqueue_trial(point)
         queued = len(study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.WAITING, TrialState.RUNNING)))
         study = optimize(experiment, spec, queued, storage)
         best = best_ok_trial(study)
@@ -249,6 +282,43 @@ def equal_steps_runs(experiment: ExperimentConfig, arms: list[Arm], best_params:
     return planned
 
 
+def train_longer_label(arm: Arm, factor: float) -> str:
+    """The label of an arm's convergence-control re-runs (``protocol.train_longer``)."""
+    return f"{arm.label} {factor:g}x longer"
+
+
+def own_steps(summary: list[dict[str, Any]], arm: Arm) -> int | None:
+    """The updates the arm's ok final runs took, or None when it has none."""
+    steps = [row["total_steps"] for row in summary
+             if row["label"] == arm.label and row["world_size"] == arm.world_size and row["status"] == "ok"]
+    return max(steps) if steps else None
+
+
+def train_longer_arms(experiment: ExperimentConfig, arms: list[Arm], summary: list[dict[str, Any]]) -> list[tuple[Arm, float]]:
+    """Each ``protocol.train_longer`` control's arm (the named one, else the best on validation
+    at its world size) with its factor; a control whose arm has no ok final run is left out."""
+    chosen = []
+    for control in experiment.protocol.train_longer:
+        if control.arm is None:
+            arm = best_arm(arms, summary, control.world_size)
+        else:
+            arm = next(arm for arm in arms if arm.label == control.arm and arm.world_size == control.world_size)
+        if arm is not None and own_steps(summary, arm) is not None:
+            chosen.append((arm, control.factor))
+    return chosen
+
+
+def train_longer_runs(experiment: ExperimentConfig, arms: list[Arm], best_params: dict[str, dict[str, Any]],
+                      summary: list[dict[str, Any]]) -> list[PlannedRun]:
+    """Each convergence control's arm re-run with every seed for ``factor`` times its own
+    updates: the decay follows the longer budget, the warmup stays in epochs."""
+    planned = []
+    for arm, factor in train_longer_arms(experiment, arms, summary):
+        budget = {"training.epochs": None, "training.samples": None, "training.steps": round(factor * own_steps(summary, arm))}
+        planned += final_runs(experiment, arm, {**best_params[arm.study.name], **budget}, train_longer_label(arm, factor))
+    return planned
+
+
 def run_protocol(
     experiment: ExperimentConfig,
     *,
@@ -273,6 +343,7 @@ def run_protocol(
     planned = [run for arm in arms if arm.study.name in params for run in final_runs(experiment, arm, params[arm.study.name])]
     summary = run_planned(experiment, planned, config_file=config_file, progress=progress)
     longer = equal_steps_runs(experiment, arms, params, summary)
+    longer += train_longer_runs(experiment, arms, params, summary)
     if longer:
         summary = run_planned(experiment, planned + longer, config_file=config_file, progress=progress)
     trials = {study.name: len(open_study(experiment, study, storage).get_trials(deepcopy=False, states=FINISHED))
@@ -281,7 +352,8 @@ def run_protocol(
     rows = comparison_rows(arms, summary, trials, reference)
     chosen = {size: arm.label for size in world_sizes(experiment) if (arm := best_arm(arms, summary, size)) is not None}
     write_protocol(experiment, rows, trials, recipe_lr_fits(experiment, arms, storage), equal_steps_rows(arms, summary, reference), chosen,
-                   search_summary(experiment, studies, storage), tuning_seeds(experiment, arms))
+                   search_summary(experiment, studies, storage), tuning_seeds(experiment, arms),
+                   train_longer_rows(train_longer_arms(experiment, arms, summary), summary, reference))
     return rows
 
 
@@ -314,33 +386,35 @@ def comparison_rows(arms: list[Arm], summary: list[dict[str, Any]], trials: dict
     """Per recipe, world size and rule: each arm's test accuracy (``Estimate`` as plain data),
     the cost of the rule (tuned − rule), and each arm against the recipe's tuned arm at the
     reference world size (arm − reference), with the trials behind each arm. At the reference
-    world size the rule arm is the tuned arm: one row, no differences."""
+    world size the rule arm is the tuned arm: one row, no differences. A ``rule_only`` recipe
+    has no tuned arm elsewhere: its tuned fields there are empty (n = 0, no trials)."""
     from lbtrain.reports.statistics import difference_interval, mean_interval
 
     def difference(a: list[float], b: list[float], at_reference: bool) -> dict[str, Any] | None:
         return None if at_reference else dataclasses.asdict(difference_interval(a, b))
 
     rows = []
-    for arm in (arm for arm in arms if arm.kind == "tuned"):
-        config = run_config_from_dict(with_overrides(arm.base, {"training.world_size": arm.world_size}))
-        at_reference = arm.world_size == reference
-        tuned, tuned_runs = _test_accuracies(summary, arm.label, arm.world_size)
-        base, _ = _test_accuracies(summary, arm.label, reference)
-        rule_arms = [a for a in arms if a.kind == "rule" and a.recipe == arm.recipe and a.world_size == arm.world_size]
-        reference_study = next(a.study.name for a in arms if a.recipe == arm.recipe and a.world_size == reference)
-        for rule_arm in rule_arms or [arm]:
-            rule, rule_runs = _test_accuracies(summary, rule_arm.label, arm.world_size)
+    for recipe, size in dict.fromkeys((arm.recipe, arm.world_size) for arm in arms):
+        group = [arm for arm in arms if (arm.recipe, arm.world_size) == (recipe, size)]
+        tuned_arm = next((arm for arm in group if arm.kind == "tuned"), None)
+        reference_arm = next(arm for arm in arms if arm.recipe == recipe and arm.world_size == reference)
+        config = run_config_from_dict(with_overrides(group[0].base, {"training.world_size": size}))
+        at_reference = size == reference
+        tuned, tuned_runs = _test_accuracies(summary, tuned_arm.label, size) if tuned_arm else ([], 0)
+        base, _ = _test_accuracies(summary, reference_arm.label, reference)
+        for rule_arm in [arm for arm in group if arm.kind == "rule"] or group:
+            rule, rule_runs = _test_accuracies(summary, rule_arm.label, size)
             rows.append({
-                "recipe": arm.recipe,
+                "recipe": recipe,
                 "rule_name": "reference" if at_reference else str(config.lr.rule if rule_arm.rule is None else rule_arm.rule),
-                "world_size": arm.world_size,
+                "world_size": size,
                 "global_batch": config.global_batch,
                 "tuned": dataclasses.asdict(mean_interval(tuned)),
                 "tuned_runs": tuned_runs,
-                "tuned_trials": trials[arm.study.name],
+                "tuned_trials": trials[tuned_arm.study.name] if tuned_arm else 0,
                 "rule": dataclasses.asdict(mean_interval(rule)),
                 "rule_runs": rule_runs,
-                "rule_trials": trials[reference_study],
+                "rule_trials": trials[reference_arm.study.name],
                 "cost_of_rule": difference(tuned, rule, at_reference),
                 "rule_minus_reference": difference(rule, base, at_reference),
                 "tuned_minus_reference": difference(tuned, base, at_reference),
@@ -348,31 +422,60 @@ def comparison_rows(arms: list[Arm], summary: list[dict[str, Any]], trials: dict
     return rows
 
 
+def _longer_row(arm: Arm, label: str, summary: list[dict[str, Any]], reference: int) -> dict[str, Any] | None:
+    """An arm re-run for more updates under ``label``: its test accuracy (``Estimate`` as plain
+    data) beside the arm's own, the gain of the extra updates (longer − the arm) and longer −
+    the recipe's tuned arm at the reference world size; None when it has no such runs."""
+    from lbtrain.reports.statistics import difference_interval, mean_interval
+
+    longer, longer_runs = _test_accuracies(summary, label, arm.world_size)
+    if not longer_runs:
+        return None
+    shorter, _ = _test_accuracies(summary, arm.label, arm.world_size)
+    base, _ = _test_accuracies(summary, f"{arm.recipe} tuned", reference)
+    return {
+        "arm": arm.label,
+        "recipe": arm.recipe,
+        "world_size": arm.world_size,
+        "global_batch": run_config_from_dict(with_overrides(arm.base, {"training.world_size": arm.world_size})).global_batch,
+        "shorter": dataclasses.asdict(mean_interval(shorter)),
+        "longer": dataclasses.asdict(mean_interval(longer)),
+        "longer_runs": longer_runs,
+        "gain": dataclasses.asdict(difference_interval(longer, shorter)),
+        "longer_minus_reference": dataclasses.asdict(difference_interval(longer, base)),
+    }
+
+
 def equal_steps_rows(arms: list[Arm], summary: list[dict[str, Any]], reference: int) -> list[dict[str, Any]]:
     """Per arm re-run at equal steps: its test accuracy at equal steps and at equal epochs
     (``Estimate`` as plain data), the gain from the extra updates (equal steps − equal epochs)
     and equal steps against the recipe's tuned arm at the reference world size."""
-    from lbtrain.reports.statistics import difference_interval, mean_interval
-
     rows = []
     for arm in arms:
-        longer, longer_runs = _test_accuracies(summary, equal_steps_label(arm), arm.world_size)
-        if not longer_runs:
-            continue
-        shorter, _ = _test_accuracies(summary, arm.label, arm.world_size)
-        base, _ = _test_accuracies(summary, f"{arm.recipe} tuned", reference)
-        rows.append({
-            "arm": arm.label,
-            "recipe": arm.recipe,
-            "world_size": arm.world_size,
-            "global_batch": run_config_from_dict(with_overrides(arm.base, {"training.world_size": arm.world_size})).global_batch,
-            "steps": reference_steps(summary, arm.recipe, reference),
-            "equal_epochs": dataclasses.asdict(mean_interval(shorter)),
-            "equal_steps": dataclasses.asdict(mean_interval(longer)),
-            "equal_steps_runs": longer_runs,
-            "gain_of_steps": dataclasses.asdict(difference_interval(longer, shorter)),
-            "equal_steps_minus_reference": dataclasses.asdict(difference_interval(longer, base)),
-        })
+        row = _longer_row(arm, equal_steps_label(arm), summary, reference)
+        if row is not None:
+            rows.append({
+                **{key: row[key] for key in ("arm", "recipe", "world_size", "global_batch")},
+                "steps": reference_steps(summary, arm.recipe, reference),
+                "equal_epochs": row["shorter"],
+                "equal_steps": row["longer"],
+                "equal_steps_runs": row["longer_runs"],
+                "gain_of_steps": row["gain"],
+                "equal_steps_minus_reference": row["longer_minus_reference"],
+            })
+    return rows
+
+
+def train_longer_rows(controls: list[tuple[Arm, float]], summary: list[dict[str, Any]], reference: int) -> list[dict[str, Any]]:
+    """Per convergence control (``train_longer_arms``): the arm's test accuracy at its budget and
+    at ``factor`` times it, the gain of the longer budget and longer − the recipe's tuned arm at
+    the reference world size, with the updates of each budget."""
+    rows = []
+    for arm, factor in controls:
+        row = _longer_row(arm, train_longer_label(arm, factor), summary, reference)
+        if row is not None:
+            steps = own_steps(summary, arm)
+            rows.append({**row, "factor": factor, "steps": steps, "longer_steps": round(factor * steps)})
     return rows
 
 
@@ -386,10 +489,12 @@ def _describe(record: dict[str, Any] | None, signed: bool = False) -> str:
 
 def protocol_markdown(experiment: ExperimentConfig, rows: list[dict[str, Any]], trials: dict[str, int],
                       lr_fits: dict[str, dict[str, Any]] | None = None, steps_rows: list[dict[str, Any]] | None = None,
-                      search: dict[str, dict[str, Any]] | None = None, tuning_seeds: list[int] | None = None) -> str:
+                      search: dict[str, dict[str, Any]] | None = None, tuning_seeds: list[int] | None = None,
+                      longer_rows: list[dict[str, Any]] | None = None) -> str:
     """``protocol.md``: the comparison table, the budgets, how each study searched, the tuned
-    LR's exponent in the batch per recipe and the equal-steps re-runs, every number from
-    ``rows``, ``lr_fits``, ``steps_rows`` and ``search``."""
+    LR's exponent in the batch per recipe, the equal-steps re-runs and the convergence
+    controls, every number from ``rows``, ``lr_fits``, ``steps_rows``, ``search`` and
+    ``longer_rows``."""
     from lbtrain.reports.scaling_laws import LrExponentFit
     from lbtrain.reports.tables import markdown_table
 
@@ -421,6 +526,7 @@ def protocol_markdown(experiment: ExperimentConfig, rows: list[dict[str, Any]], 
             "alpha = 0.5 is the sqrt rule, 1 the linear rule):\n\n"
             + "\n".join(f"- {recipe}: {LrExponentFit.from_dict(fit).describe()}" for recipe, fit in lr_fits.items())]),
         *([] if not steps_rows else [_equal_steps_markdown(steps_rows, reference_world_size(experiment))]),
+        *([] if not longer_rows else [_train_longer_markdown(longer_rows, reference_world_size(experiment))]),
     ]) + "\n"
 
 
@@ -458,22 +564,39 @@ def _equal_steps_markdown(steps_rows: list[dict[str, Any]], reference: int) -> s
             f"arm at world size {reference}.\n\n{table}")
 
 
+def _train_longer_markdown(longer_rows: list[dict[str, Any]], reference: int) -> str:
+    from lbtrain.reports.tables import markdown_table
+
+    table = markdown_table(
+        ["arm", "world", "global batch", "steps", "longer: steps", "test acc [95% CI]", "longer: test acc [95% CI]",
+         "longer − arm", "longer − reference"],
+        [[row["arm"], row["world_size"], row["global_batch"], row["steps"], row["longer_steps"], _describe(row["shorter"]),
+          _describe(row["longer"]), _describe(row["gain"], signed=True), _describe(row["longer_minus_reference"], signed=True)]
+         for row in longer_rows],
+    )
+    return ("Convergence controls (`protocol.train_longer`): the arm re-run with the same seeds for a multiple of its own "
+            "updates, its decay stretched to the longer budget; *longer − arm* is what the extra updates buy, *reference* is "
+            f"its recipe's tuned arm at world size {reference}.\n\n{table}")
+
+
 def write_protocol(experiment: ExperimentConfig, rows: list[dict[str, Any]], trials: dict[str, int],
                    lr_fits: dict[str, dict[str, Any]] | None = None, steps_rows: list[dict[str, Any]] | None = None,
                    best: dict[int, str] | None = None, search: dict[str, dict[str, Any]] | None = None,
-                   tuning_seeds: list[int] | None = None) -> Path:
+                   tuning_seeds: list[int] | None = None, longer_rows: list[dict[str, Any]] | None = None) -> Path:
     """Writes ``protocol.json`` (rows, trial counts, the tuned LR's exponent per recipe, the
-    equal-steps rows, the best arm per world size on validation as ``best_arms``, how each study
-    searched as ``search``, the seeds of the tuning trials and of the finals) and
-    ``protocol.md``; returns the latter."""
+    equal-steps rows, the convergence controls as ``train_longer``, the best arm per world size
+    on validation as ``best_arms``, how each study searched as ``search``, the seeds of the
+    tuning trials and of the finals) and ``protocol.md``; returns the latter."""
     folder = experiment.results_dir
     write_json_atomic(folder / PROTOCOL_FILE, {"rows": rows, "trials": trials, "lr_fits": lr_fits or {}, "equal_steps": steps_rows or [],
+                                               "train_longer": longer_rows or [],
                                                "best_arms": {str(size): label for size, label in (best or {}).items()},
                                                "search": search or {}, "seeds": {"tuning": tuning_seeds or [],
                                                                                  "finals": list(experiment.protocol.seeds)}})
-    return write_atomic(folder / PROTOCOL_REPORT, protocol_markdown(experiment, rows, trials, lr_fits, steps_rows, search, tuning_seeds))
+    return write_atomic(folder / PROTOCOL_REPORT,
+                        protocol_markdown(experiment, rows, trials, lr_fits, steps_rows, search, tuning_seeds, longer_rows))
 
 
 __all__ = ["ARM_KINDS", "Arm", "best_arm", "check_final_seeds", "comparison_rows", "equal_steps_rows", "equal_steps_runs", "final_runs",
-           "protocol_arms", "reference_world_size", "run_protocol", "search_summary", "tune", "tuned_studies", "tuning_seeds",
-           "write_protocol"]
+           "own_steps", "protocol_arms", "reference_world_size", "run_protocol", "search_summary", "train_longer_arms",
+           "train_longer_label", "train_longer_rows", "train_longer_runs", "tune", "tuned_studies", "tuning_seeds", "untaken_points", "write_protocol"]

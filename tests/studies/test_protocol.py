@@ -18,7 +18,11 @@ from lbtrain.studies.protocol import (
     equal_steps_runs,
     protocol_arms,
     reference_world_size,
+    train_longer_rows,
+    train_longer_runs,
+    tune,
     tuned_studies,
+    untaken_points,
 )
 from lbtrain.studies.sweep import FINISHED, best_ok_trial, open_study
 
@@ -125,7 +129,79 @@ def test_equal_steps_rerun_the_best_arm_on_validation_for_the_reference_updates(
     assert row["equal_steps_minus_reference"]["mean"] == pytest.approx(0.77 - 0.81)
 
 
+def test_a_rule_only_recipe_is_tuned_at_the_reference_only_and_carried_by_its_rules(tmp_path):
+    spec = protocol_spec(tmp_path, protocol={"seeds": [1, 2, 3], "rule_only": ["sqrt"], "rules": {"sqrt": ["sqrt", "linear"]}})
+    spec["grid"]["world_sizes"] = [1, 2, 4]
+    arms = protocol_arms(ExperimentConfig.model_validate(spec))
+    assert [(arm.label, arm.world_size, arm.study.name) for arm in arms if arm.recipe == "sqrt"] == [
+        ("sqrt tuned", 1, "proto-sqrt-w1"), ("sqrt sqrt rule", 2, "proto-sqrt-w1"), ("sqrt linear rule", 2, "proto-sqrt-w1"),
+        ("sqrt sqrt rule", 4, "proto-sqrt-w1"), ("sqrt linear rule", 4, "proto-sqrt-w1")]
+    assert [study.name for study in tuned_studies(arms)] == [
+        "proto-sqrt-w1", "proto-linear-warmup-w1", "proto-linear-warmup-w2", "proto-linear-warmup-w4"]
+
+    accuracies = {("sqrt tuned", 1): [0.80, 0.82, 0.84], ("sqrt sqrt rule", 2): [0.75, 0.77, 0.76], ("sqrt linear rule", 2): [0.7] * 3,
+                  ("sqrt sqrt rule", 4): [0.7, 0.6, None], ("sqrt linear rule", 4): [0.5] * 3}
+    summary = [{"label": label, "world_size": world, "status": "ok" if value is not None else "diverged", "test_accuracy": value}
+               for (label, world), values in accuracies.items() for value in values]
+    trials = {study.name: 5 for study in tuned_studies(arms)}
+    rows = {(row["rule_name"], row["world_size"]): row for row in comparison_rows(arms, summary, trials, 1) if row["recipe"] == "sqrt"}
+    assert list(rows) == [("reference", 1), ("sqrt", 2), ("linear", 2), ("sqrt", 4), ("linear", 4)]
+    sqrt4 = rows[("sqrt", 4)]
+    assert (sqrt4["tuned"]["n"], sqrt4["tuned_runs"], sqrt4["tuned_trials"], sqrt4["rule_trials"]) == (0, 0, 0, 5)
+    assert (sqrt4["rule"]["n"], sqrt4["rule_runs"]) == (2, 3) and sqrt4["rule_minus_reference"]["mean"] == pytest.approx(0.65 - 0.82)
+    assert sqrt4["cost_of_rule"]["mean"] is None and sqrt4["tuned_minus_reference"]["mean"] is None
+    assert rows[("reference", 1)]["tuned"]["mean"] == pytest.approx(0.82) and rows[("reference", 1)]["tuned_trials"] == 5
+
+
+def test_train_longer_reruns_an_arm_for_a_multiple_of_its_own_updates(tmp_path):
+    controls = [{"world_size": 2, "factor": 3}, {"world_size": 2, "factor": 2, "arm": "linear+warmup tuned"}]
+    experiment = ExperimentConfig.model_validate(protocol_spec(tmp_path, protocol={"seeds": [1, 2, 3], "train_longer": controls}))
+    arms = protocol_arms(experiment)
+    runs = {("sqrt tuned", 1): [(0.80, 0.81, "ok")] * 3, ("sqrt tuned", 2): [(0.70, 0.79, "ok")] * 3,
+            ("sqrt rule", 2): [(0.75, 0.70, "ok")] * 3, ("linear+warmup tuned", 1): [(0.8, 0.8, "ok")] * 3,
+            ("linear+warmup tuned", 2): [(0.6, 0.6, "ok")] * 2 + [(0.1, 0.1, "diverged")], ("linear+warmup rule", 2): [(0.5, 0.5, "ok")] * 3}
+    summary = [{"label": label, "world_size": world, "validation_accuracy": validation, "test_accuracy": test, "status": status,
+                "total_steps": 15 if world == 1 else 7} for (label, world), values in runs.items() for validation, test, status in values]
+    params = {"proto-sqrt-w1": {"lr.base_lr": 0.05}, "proto-linear-warmup-w2": {"lr.base_lr": 0.2, "lr.warmup_epochs": 0.5}}
+    planned = train_longer_runs(experiment, arms, params, summary)
+    # The best on validation (sqrt rule), then the named arm although one of its seeds diverged.
+    assert [(run.label, run.config.training.seed, run.config.training.steps) for run in planned] == [
+        ("sqrt rule 3x longer", seed, 21) for seed in (1, 2, 3)] + [("linear+warmup tuned 2x longer", seed, 14) for seed in (1, 2, 3)]
+    assert (planned[0].config.lr.base_lr, planned[0].config.training.epochs) == (0.05, None)
+    assert planned[3].config.lr.warmup_epochs == 0.5  # the warmup stays in epochs
+
+    summary += [{"label": "sqrt rule 3x longer", "world_size": 2, "validation_accuracy": 0.8, "test_accuracy": test, "status": status,
+                 "total_steps": 21} for test, status in ((0.76, "ok"), (0.78, "ok"), (0.1, "diverged"))]
+    [row] = train_longer_rows([(arms[2], 3.0)], summary, 1)
+    assert (row["arm"], row["world_size"], row["global_batch"], row["steps"], row["longer_steps"], row["longer_runs"]) == (
+        "sqrt rule", 2, 32, 7, 21, 3)
+    assert row["longer"]["n"] == 2 and row["gain"]["mean"] == pytest.approx(0.77 - 0.70)
+    assert row["longer_minus_reference"]["mean"] == pytest.approx(0.77 - 0.81)
+
+
+def test_a_grid_point_whose_trial_failed_is_tried_again(tmp_path):
+    experiment = ExperimentConfig.model_validate(protocol_spec(tmp_path, protocol={"seeds": [1, 2, 3], "grid_extensions": 0}))
+    spec = tuned_studies(protocol_arms(experiment))[0]  # the grid {0.05, 0.1}, nothing past its edges
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study = open_study(experiment, spec, storage)
+    study.enqueue_trial({"lr.base_lr": 0.05})
+    interrupted = study.ask()  # as a Ctrl-C leaves it: the point's one trial failed
+    interrupted.suggest_float("lr.base_lr", 0.05, 0.1, log=True)
+    study.tell(interrupted, state=optuna.trial.TrialState.FAIL)
+    assert untaken_points(study, [{"lr.base_lr": 0.05}, {"lr.base_lr": 0.1}]) == [{"lr.base_lr": 0.05}, {"lr.base_lr": 0.1}]
+
+    tune(experiment, spec, storage)
+    finished = open_study(experiment, spec, storage).get_trials(states=FINISHED)
+    assert sorted(trial.params["lr.base_lr"] for trial in finished) == [0.05, 0.1]
+    assert untaken_points(study, [{"lr.base_lr": 0.05}, {"lr.base_lr": 0.1}, {"lr.base_lr": 0.2}]) == [{"lr.base_lr": 0.2}]
+
+
 @pytest.mark.parametrize("changes, message", [
+    ({"protocol": {"rule_only": ["adam"]}}, r"protocol.rule_only: 'adam' is not a recipe"),
+    ({"protocol": {"train_longer": [{"world_size": 4, "factor": 3}]}},
+     r"protocol.train_longer: world size 4 is not one of grid.world_sizes \[1, 2\]"),
+    ({"protocol": {"train_longer": [{"world_size": 1, "factor": 3, "arm": "sqrt rule"}]}},
+     r"protocol.train_longer: 'sqrt rule' is not an arm at world size 1 \(arms there: sqrt tuned, linear\+warmup tuned\)"),
     ({"grid": {"world_sizes": [1, 2], "seeds": [0, 1]}}, r"the protocol crosses grid.world_sizes with grid.variants only, not training.seed"),
     ({"protocol": {"reference_world_size": 4}}, r"protocol.reference_world_size 4 is not one of grid.world_sizes \[1, 2\]"),
     ({"protocol": {"rules": {"linear": ["sqrt"]}}}, r"protocol.rules: 'linear' is not a recipe \(labels of grid.variants: sqrt, linear\+warmup\)"),
@@ -147,7 +223,8 @@ def test_fewer_than_three_seeds_is_a_config_error(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_tuned_study_from_one_yaml_equal_budgets_three_seeds_and_the_cost_of_the_rule(tmp_path, capsys):
-    spec = protocol_spec(tmp_path, protocol={"seeds": [1, 2, 3], "grid_extensions": 1, "equal_steps": [2]})
+    spec = protocol_spec(tmp_path, protocol={"seeds": [1, 2, 3], "grid_extensions": 1, "equal_steps": [2],
+                                             "train_longer": [{"world_size": 2, "factor": 2, "arm": "sqrt rule"}]})
     path = tmp_path / "proto.yaml"
     path.write_text(yaml.safe_dump(spec))
     assert main(["sweep", str(path)]) == 0
@@ -176,7 +253,8 @@ def test_a_tuned_study_from_one_yaml_equal_budgets_three_seeds_and_the_cost_of_t
     # Every arm's best re-run with three seeds; the rule arm at world 2 carries world 1's best LR.
     everything = read_summary(results / "summary.csv")
     longer = [row for row in everything if row["label"].endswith(" equal steps")]
-    summary = [row for row in everything if row not in longer]
+    control = [row for row in everything if row["label"] == "sqrt rule 2x longer"]
+    summary = [row for row in everything if row not in longer + control]
     arms = {(row["label"], row["world_size"]) for row in summary}
     assert arms == {(f"{recipe} {kind}", world) for recipe in ("sqrt", "linear+warmup")
                     for kind, world in (("tuned", 1), ("tuned", 2), ("rule", 2))}
@@ -218,6 +296,15 @@ def test_a_tuned_study_from_one_yaml_equal_budgets_three_seeds_and_the_cost_of_t
     assert steps_row["arm"] == best.label and steps_row["equal_steps"]["n"] == len(ok_longer)
     assert steps_row["equal_steps"]["mean"] == pytest.approx(statistics.fmean(ok_longer))
     assert f"| {best.label} | 2 | 32 | 15 |" in text
+
+    # The convergence control: the named arm, the same seeds, twice its own updates.
+    assert sorted((row["seed"], row["world_size"], row["total_steps"]) for row in control) == [(seed, 2, 14) for seed in (1, 2, 3)]
+    [control_row] = json.loads((results / "protocol.json").read_text())["train_longer"]
+    ok_control = [row["test_accuracy"] for row in control if row["status"] == "ok"]
+    assert (control_row["arm"], control_row["steps"], control_row["longer_steps"], control_row["longer"]["n"]) == (
+        "sqrt rule", 7, 14, len(ok_control))
+    assert control_row["gain"]["mean"] == pytest.approx(statistics.fmean(ok_control) - statistics.fmean(rule))
+    assert "| sqrt rule | 2 | 32 | 7 | 14 |" in text
 
     # Resumable: a rerun trains nothing new.
     capsys.readouterr()
