@@ -241,7 +241,9 @@ class ProtocolConfig(_Strict):
     world size's runs took (Hoffer et al. 2017's "train longer"), with the same seeds.
     ``rule_only`` lists recipes tuned at the reference world size only: elsewhere they have
     rule arms and no tuned arm (a recipe that is there to test a rule, e.g. linear scaling
-    without warmup, at a fraction of the tuning). ``train_longer`` adds convergence controls
+    without warmup, at a fraction of the tuning); ``tuned_only`` lists recipes with tuned arms
+    only, never carried by a rule (a recipe that is there as tuned, e.g. LARS in a study of SGD's
+    rules). ``train_longer`` adds convergence controls
     (``TrainLongerConfig``): an arm re-run for a multiple of its own updates."""
 
     seeds: list[int] = Field(default_factory=lambda: [1, 2, 3], min_length=3)
@@ -253,6 +255,7 @@ class ProtocolConfig(_Strict):
     search: dict[str, dict[str, SearchParam]] = Field(default_factory=dict)
     equal_steps: list[int] = Field(default_factory=list)
     rule_only: list[str] = Field(default_factory=list)
+    tuned_only: list[str] = Field(default_factory=list)
     train_longer: list[TrainLongerConfig] = Field(default_factory=list)
 
     @field_validator("search")

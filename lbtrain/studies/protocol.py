@@ -122,7 +122,11 @@ def protocol_arms(experiment: ExperimentConfig) -> list[Arm]:
     if unknown_sizes:
         raise ConfigError(f"protocol.equal_steps: {unknown_sizes} must be world sizes of grid.world_sizes {sizes} "
                           f"other than the reference world size {reference}")
-    for section in ("rules", "search", "rule_only"):
+    both = sorted(set(settings.rule_only) & set(settings.tuned_only))
+    if both:
+        raise ConfigError(f"protocol: {', '.join(map(repr, both))} is in both rule_only and tuned_only (it would have no arm "
+                          "but at the reference world size)")
+    for section in ("rules", "search", "rule_only", "tuned_only"):
         unknown = sorted(set(getattr(experiment.protocol, section)) - set(recipes))
         if unknown:
             raise ConfigError(f"protocol.{section}: {', '.join(map(repr, unknown))} is not a recipe "
@@ -135,10 +139,12 @@ def protocol_arms(experiment: ExperimentConfig) -> list[Arm]:
                                    method=settings.search_method, startup_trials=settings.tpe_startup_trials, pruner="none")
                    for size in sizes}
         rules = experiment.protocol.rules.get(recipe)
-        tuned_everywhere = recipe not in settings.rule_only
+        tuned_everywhere, carried = recipe not in settings.rule_only, recipe not in settings.tuned_only
         for size in sizes:
             if tuned_everywhere or size == reference:
                 arms.append(Arm(recipe, "tuned", size, base, studies[size]))
+            if not carried:
+                continue
             if size != reference and rules is None:
                 arms.append(Arm(recipe, "rule", size, base, studies[reference]))
             elif size != reference:
@@ -387,7 +393,8 @@ def comparison_rows(arms: list[Arm], summary: list[dict[str, Any]], trials: dict
     the cost of the rule (tuned − rule), and each arm against the recipe's tuned arm at the
     reference world size (arm − reference), with the trials behind each arm. At the reference
     world size the rule arm is the tuned arm: one row, no differences. A ``rule_only`` recipe
-    has no tuned arm elsewhere: its tuned fields there are empty (n = 0, no trials)."""
+    has no tuned arm elsewhere: its tuned fields there are empty (n = 0, no trials); a
+    ``tuned_only`` recipe has no rule arm: its rule fields are empty and its rule is ``-``."""
     from lbtrain.reports.statistics import difference_interval, mean_interval
 
     def difference(a: list[float], b: list[float], at_reference: bool) -> dict[str, Any] | None:
@@ -402,11 +409,12 @@ def comparison_rows(arms: list[Arm], summary: list[dict[str, Any]], trials: dict
         at_reference = size == reference
         tuned, tuned_runs = _test_accuracies(summary, tuned_arm.label, size) if tuned_arm else ([], 0)
         base, _ = _test_accuracies(summary, reference_arm.label, reference)
-        for rule_arm in [arm for arm in group if arm.kind == "rule"] or group:
-            rule, rule_runs = _test_accuracies(summary, rule_arm.label, size)
+        for rule_arm in [arm for arm in group if arm.kind == "rule"] or [tuned_arm if at_reference else None]:
+            rule, rule_runs = _test_accuracies(summary, rule_arm.label, size) if rule_arm else ([], 0)
             rows.append({
                 "recipe": recipe,
-                "rule_name": "reference" if at_reference else str(config.lr.rule if rule_arm.rule is None else rule_arm.rule),
+                "rule_name": ("reference" if at_reference else "-" if rule_arm is None
+                              else str(config.lr.rule if rule_arm.rule is None else rule_arm.rule)),
                 "world_size": size,
                 "global_batch": config.global_batch,
                 "tuned": dataclasses.asdict(mean_interval(tuned)),

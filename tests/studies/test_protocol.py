@@ -153,6 +153,18 @@ def test_a_rule_only_recipe_is_tuned_at_the_reference_only_and_carried_by_its_ru
     assert rows[("reference", 1)]["tuned"]["mean"] == pytest.approx(0.82) and rows[("reference", 1)]["tuned_trials"] == 5
 
 
+def test_a_tuned_only_recipe_has_no_rule_arms_and_no_rule_columns(tmp_path):
+    arms = protocol_arms(ExperimentConfig.model_validate(protocol_spec(tmp_path, protocol={"seeds": [1, 2, 3], "tuned_only": ["sqrt"]})))
+    assert [(arm.label, arm.world_size) for arm in arms] == [
+        ("sqrt tuned", 1), ("sqrt tuned", 2), ("linear+warmup tuned", 1), ("linear+warmup tuned", 2), ("linear+warmup rule", 2)]
+    summary = [{"label": label, "world_size": world, "status": "ok", "test_accuracy": value}
+               for label, world, value in (("sqrt tuned", 1, 0.8), ("sqrt tuned", 1, 0.82), ("sqrt tuned", 2, 0.7), ("sqrt tuned", 2, 0.74))]
+    rows = [row for row in comparison_rows(arms, summary, {study.name: 5 for study in tuned_studies(arms)}, 1) if row["recipe"] == "sqrt"]
+    assert [(row["rule_name"], row["world_size"], row["rule"]["n"], row["rule_runs"], row["tuned"]["n"]) for row in rows] == [
+        ("reference", 1, 2, 2, 2), ("-", 2, 0, 0, 2)]
+    assert rows[1]["tuned_minus_reference"]["mean"] == pytest.approx(0.72 - 0.81) and rows[1]["cost_of_rule"]["mean"] is None
+
+
 def test_train_longer_reruns_an_arm_for_a_multiple_of_its_own_updates(tmp_path):
     controls = [{"world_size": 2, "factor": 3}, {"world_size": 2, "factor": 2, "arm": "linear+warmup tuned"}]
     experiment = ExperimentConfig.model_validate(protocol_spec(tmp_path, protocol={"seeds": [1, 2, 3], "train_longer": controls}))
@@ -198,6 +210,8 @@ def test_a_grid_point_whose_trial_failed_is_tried_again(tmp_path):
 
 @pytest.mark.parametrize("changes, message", [
     ({"protocol": {"rule_only": ["adam"]}}, r"protocol.rule_only: 'adam' is not a recipe"),
+    ({"protocol": {"tuned_only": ["adam"]}}, r"protocol.tuned_only: 'adam' is not a recipe"),
+    ({"protocol": {"tuned_only": ["sqrt"], "rule_only": ["sqrt"]}}, r"protocol: 'sqrt' is in both rule_only and tuned_only"),
     ({"protocol": {"train_longer": [{"world_size": 4, "factor": 3}]}},
      r"protocol.train_longer: world size 4 is not one of grid.world_sizes \[1, 2\]"),
     ({"protocol": {"train_longer": [{"world_size": 1, "factor": 3, "arm": "sqrt rule"}]}},
