@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import goyal_blow_up_run
-from lbtrain.config import ConfigError, run_config_from_dict
+from lbtrain.config import ConfigError, StopAtConfig, run_config_from_dict
 from lbtrain.results import RunResult
 from lbtrain.schedules import build_schedule
 from lbtrain.trainer import train
@@ -191,8 +191,20 @@ def test_stop_at_a_training_target_ends_the_run_at_the_first_epoch_reaching_it()
     assert unreachable.total_steps == 12 and "target_reached_step" not in unreachable.metrics
 
 
+def test_stop_at_a_validation_target_ends_the_run_at_the_first_epoch_reaching_it():
+    reached = train(config(training={"epochs": 3, "stop_at": {"val_accuracy": 0.01}}), SimulatedWorld(4))
+    assert reached.total_steps == 6 and reached.metrics["target_reached_step"] == 6 and len(reached.history) == 1
+    assert reached.history[0]["val_accuracy"] >= 0.01
+    unreachable = train(config(training={"epochs": 2, "stop_at": {"val_accuracy": 1.0}}), SimulatedWorld(4))
+    assert unreachable.total_steps == 12 and "target_reached_step" not in unreachable.metrics
+    assert StopAtConfig(val_accuracy=0.9).describe() == "validation accuracy >= 0.9"
+    with pytest.raises(ConfigError, match=r"training.stop_at.val_accuracy needs a validation split \(data.validation_split > 0\)"):
+        config(data={"validation_split": 0.0}, training={"stop_at": {"val_accuracy": 0.9}})
+
+
 @pytest.mark.parametrize("training, lr, message", [
     ({"epochs": 2, "steps": 10}, {}, "give one budget, epochs, steps or samples, not epochs=2 and steps=10"),
+    ({"stop_at": {"train_loss": 0.1, "val_accuracy": 0.9}}, {}, "give one target"),
     ({"epochs": None, "samples": 31}, {}, r"training.samples \(31\) is less than one global batch \(32\)"),
     ({"epochs": 1}, {"warmup_epochs": 2}, r"lr.warmup_epochs \(2\) is longer than the budget \(training.epochs 1\)"),
     ({"stop_at": {"train_loss": 0.1, "train_accuracy": 0.9}}, {}, "give one target"),

@@ -162,34 +162,39 @@ class LRConfig(_Strict):
 
 
 class StopAtConfig(_Strict):
-    """Stop when the epoch's training loss is at most ``train_loss``, or its training accuracy
-    at least ``train_accuracy`` (one of the two; Keskar et al. 2017 compare batches at equal
-    training loss). The run's budget is then the cap."""
+    """Stop at the end of the first epoch whose training loss is at most ``train_loss``, whose
+    training accuracy is at least ``train_accuracy``, or whose validation accuracy is at least
+    ``val_accuracy`` (one of the three; Keskar et al. 2017 compare batches at equal training
+    loss; steps to a validation target, Shallue et al. 2018, need no epoch past it). The run's
+    budget is then the cap."""
 
     train_loss: float | None = Field(default=None, gt=0)
     train_accuracy: float | None = Field(default=None, gt=0, le=1)
+    val_accuracy: float | None = Field(default=None, gt=0, le=1)
 
     @model_validator(mode="after")
     def _one_target(self) -> "StopAtConfig":
-        if (self.train_loss is None) == (self.train_accuracy is None):
-            raise ValueError("give one target: train_loss (stop when the loss is at most it) or train_accuracy (at least it)")
+        if sum(value is not None for value in (self.train_loss, self.train_accuracy, self.val_accuracy)) != 1:
+            raise ValueError("give one target: train_loss (stop when the loss is at most it), train_accuracy or val_accuracy "
+                             "(at least it)")
         return self
 
     @property
     def metric(self) -> str:
-        """The training metric compared, as Keras logs it (``loss`` or ``accuracy``)."""
-        return "loss" if self.train_loss is not None else "accuracy"
+        """The metric compared, as Keras logs it (``loss``, ``accuracy`` or ``val_accuracy``)."""
+        return "loss" if self.train_loss is not None else "accuracy" if self.train_accuracy is not None else "val_accuracy"
 
     @property
     def target(self) -> float:
-        return self.train_loss if self.train_loss is not None else self.train_accuracy
+        return next(value for value in (self.train_loss, self.train_accuracy, self.val_accuracy) if value is not None)
 
     def reached(self, value: float) -> bool:
         """Whether an epoch's ``metric`` value meets the target."""
         return value <= self.target if self.metric == "loss" else value >= self.target
 
     def describe(self) -> str:
-        return f"train {self.metric} {'<=' if self.metric == 'loss' else '>='} {self.target:g}"
+        name = "validation accuracy" if self.metric == "val_accuracy" else f"train {self.metric}"
+        return f"{name} {'<=' if self.metric == 'loss' else '>='} {self.target:g}"
 
 
 def parse_hosts(lines: list[str], source: str = "discovery") -> dict[str, int]:
@@ -500,6 +505,8 @@ class RunConfig(_Strict):
             measurement_pieces(settings.world_size, settings.per_worker_batch, self.analysis.noise_scale_pieces)
         if settings.elastic is not None and self.analysis.noise_scale:
             raise ValueError("analysis.noise_scale cannot be combined with training.elastic yet (the noise scale is per global batch)")
+        if settings.stop_at is not None and settings.stop_at.metric == "val_accuracy" and not self.data.validation_split:
+            raise ValueError("training.stop_at.val_accuracy needs a validation split (data.validation_split > 0)")
         if settings.samples is not None and settings.samples < self.global_batch:
             raise ValueError(f"training.samples ({settings.samples}) is less than one global batch ({self.global_batch})")
         if settings.epochs is not None and self.lr.warmup_epochs > settings.epochs:
