@@ -471,10 +471,11 @@ class AnalysisConfig(_Strict):
 
 # Fields added to runs after studies were committed, with their defaults: a run id hashes such a
 # field only when it is set away from its default (``RunConfig.identity``), so a rerun of a study
-# configured before the field existed finds its runs done.
+# configured before the field existed finds its runs done. A path may reach into a nested section
+# (``training.stop_at.val_accuracy``: only where ``stop_at`` is set).
 LATER_FIELD_DEFAULTS = {"data.task": "auto", "data.test_split": 0.2, "lr.warmup_type": "gradual", "training.accumulation_steps": 1,
                         "training.staleness": 0, "training.precise_bn_samples": None,
-                        "training.jit_compile": "auto", "training.elastic": None}
+                        "training.jit_compile": "auto", "training.elastic": None, "training.stop_at.val_accuracy": None}
 # Fields that only judge a finished run and never change how it trains, with the value a run id
 # hashes for them whatever they are set to (the default when ids were first computed; None: not
 # hashed, a field added later): a run judged by another margin is the same run, found done
@@ -582,9 +583,12 @@ class RunConfig(_Strict):
         before such a field existed, or judged by another margin, keep their ids."""
         data = self.to_dict()
         for path, default in LATER_FIELD_DEFAULTS.items():
-            section, field = path.split(".")
-            if data[section].get(field) == default:
-                del data[section][field]
+            *sections, field = path.split(".")
+            parent = data
+            for section in sections:
+                parent = parent.get(section) if isinstance(parent, dict) else None
+            if isinstance(parent, dict) and field in parent and parent[field] == default:
+                del parent[field]
         for path, hashed in JUDGING_FIELDS.items():
             section, field = path.split(".")
             data[section].pop(field, None)

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -313,20 +314,29 @@ def test_a_rerun_with_another_grid_says_in_one_warning_which_earlier_runs_its_su
 
 
 def test_fields_added_later_enter_a_run_id_only_away_from_their_default(tmp_path):
-    """A study configured before lr.warmup_type, training.accumulation_steps and
-    training.staleness existed keeps its run ids, so a rerun finds its runs done."""
+    """A study configured before lr.warmup_type, training.accumulation_steps,
+    training.staleness or training.stop_at.val_accuracy existed keeps its run ids, so a rerun
+    finds its runs done."""
     from lbtrain.config import JUDGING_FIELDS, LATER_FIELD_DEFAULTS, run_config_from_dict
     from lbtrain.studies.plan import run_id
 
-    config = run_config_from_dict({"lr": {"warmup_epochs": 1}})
+    config = run_config_from_dict({"lr": {"warmup_epochs": 1}, "training": {"stop_at": {"train_loss": 0.3}}})
     older = config.to_dict()
     for path in [*LATER_FIELD_DEFAULTS, *(path for path, hashed in JUDGING_FIELDS.items() if hashed is None)]:
-        section, field = path.split(".")
-        del older[section][field]
+        *sections, field = path.split(".")
+        parent = older
+        for section in sections:
+            parent = parent[section]
+        del parent[field]
     older["training"]["collapse_margin"] = JUDGING_FIELDS["training.collapse_margin"]  # what ids were computed with
     assert config.identity() == older
     assert run_id(config, "a") == run_id(run_config_from_dict(older), "a")
     assert run_id(run_config_from_dict({"lr": {"warmup_epochs": 1, "warmup_type": "constant"}}), "a") != run_id(config, "a")
+    # A committed run that stopped at a training loss, configured before stop_at.val_accuracy existed.
+    [committed] = [row for row in read_summary(Path(REPO_ROOT) / "results" / "keskar_v2" / "summary.csv")
+                   if row["label"] == "LB equal loss" and row["seed"] == "0"]
+    recorded = yaml.safe_load((Path(REPO_ROOT) / "results" / "keskar_v2" / "runs" / committed["run_id"] / "config.yaml").read_text())
+    assert run_id(run_config_from_dict(recorded), "LB equal loss") == committed["run_id"]
 
 
 @pytest.mark.horovod
