@@ -116,13 +116,14 @@ class _QuietAfterInterrupt(logging.Filter):
     mid-query). ``lbtrain``'s own records pass, and everything passes before the interrupt."""
 
     def __init__(self):
-        super().__init__()
-        self.interrupted = False
-
-    def filter(self, record: logging.LogRecord) -> bool:
         from lbtrain.logs import LOGGER_NAME
 
-        return not self.interrupted or record.name == LOGGER_NAME or record.name.startswith(LOGGER_NAME + ".")
+        super().__init__()
+        self.interrupted = False
+        self.own = LOGGER_NAME
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not self.interrupted or record.name == self.own or record.name.startswith(self.own + ".")
 
 
 @contextlib.contextmanager

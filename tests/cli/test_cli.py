@@ -269,15 +269,19 @@ def _children(pid: int) -> list[int]:
             for child in open(f"/proc/{pid}/task/{task}/children").read().split()]
 
 
+def _default_sigint() -> None:
+    """A child's ``preexec_fn``: SIGINT's default action, as a command typed at a terminal has
+    (pytest run in the background of a non-interactive shell ignores SIGINT, and an ignored
+    signal stays ignored across exec; lbtrain, rightly, keeps it so)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt_when(command: list[str], started, timeout: float = 120) -> tuple[subprocess.CompletedProcess, list[int]]:
     """Starts ``lbtrain COMMAND`` in its own session, waits until ``started()``, then sends
     SIGINT to its whole process group, as Ctrl-C in a terminal does; returns how it ended and
-    the processes it had started. The command starts with SIGINT's default action, as a command
-    typed at a terminal does: pytest run in the background of a non-interactive shell ignores
-    SIGINT, and an ignored signal stays ignored across exec (lbtrain, rightly, keeps it so)."""
+    the processes it had started. The command starts with SIGINT's default action (``_default_sigint``)."""
     process = subprocess.Popen([sys.executable, "-m", "lbtrain.cli", *command], cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                               stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_default_sigint)
     deadline = time.monotonic() + timeout
     while not started() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -316,9 +320,8 @@ sys.exit(code)
 
 
 def test_ctrl_c_silences_other_libraries_logs_but_not_lbtrains_and_restores_the_handler():
-    # SIGINT's default action, as _interrupt_when gives its command (pytest in the background ignores it).
     completed = subprocess.run([sys.executable, "-c", LOGGING_COMMAND], capture_output=True, text=True, timeout=120,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                               preexec_fn=_default_sigint)
     assert completed.returncode == 130
     lines = stderr_lines(completed.stderr)
     assert lines[0] == "before the interrupt" and lines[-1] == "lbtrain: interrupted; rerun the same command to resume"
