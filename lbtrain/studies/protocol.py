@@ -16,6 +16,9 @@ how lucky the base LR was. ``lbtrain sweep`` on an experiment with a ``protocol`
      of them, one rule arm per rule (``"<recipe> <rule> rule"``): no scaling, sqrt and linear
      compared on the same base-batch tuning.
 
+   A recipe in ``protocol.rule_only`` has no tuned arm but at the reference world size (it is
+   there to test its rules); one in ``protocol.tuned_only`` has no rule arm.
+
    Every tuned study searches the same way (``lbtrain.studies.search``): by default the grid of
    the search space's values, every combination once, extended past an edge while the best ok
    trial sits on it; or TPE with ``sweep.trials`` trials of which at least 10 are random. Each
@@ -40,13 +43,18 @@ how lucky the base LR was. ``lbtrain sweep`` on an experiment with a ``protocol`
    ``"<arm> equal steps"``; its decay follows the longer budget, its warmup stays in epochs.
    The comparison gives its test accuracy against the same arm at equal epochs (what the
    extra updates buy) and against the recipe's tuned reference.
+5. **Convergence controls** (``protocol.train_longer``, optional). At a listed world size one
+   arm (named, or the best as above) is re-run with the same seeds for ``factor`` times its
+   own updates, labelled ``"<arm> <factor>x longer"``, and compared the same way.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import statistics
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -69,6 +77,8 @@ from lbtrain.studies.sweep import (
     optimize,
     world_sizes,
 )
+
+logger = logging.getLogger(__name__)
 
 ARM_KINDS = ("tuned", "rule")
 WARMUP_FIELDS = ("lr.warmup_epochs", "lr.warmup_start")
@@ -126,6 +136,9 @@ def protocol_arms(experiment: ExperimentConfig) -> list[Arm]:
     if both:
         raise ConfigError(f"protocol: {', '.join(map(repr, both))} is in both rule_only and tuned_only (it would have no arm "
                           "but at the reference world size)")
+    ignored = sorted(set(settings.rules) & set(settings.tuned_only))
+    if ignored:
+        raise ConfigError(f"protocol.rules: {', '.join(map(repr, ignored))} is tuned_only, so it has no rule arm to carry by them")
     for section in ("rules", "search", "rule_only", "tuned_only"):
         unknown = sorted(set(getattr(experiment.protocol, section)) - set(recipes))
         if unknown:
@@ -186,7 +199,7 @@ def untaken_points(study: optuna.Study, points: list[dict[str, Any]]) -> list[di
     """The ``points`` no trial has finished, is running or waits for. A point whose only trials
     failed (a Ctrl-C, a killed worker past its retries) is tried again; Optuna's
     ``skip_if_exists`` would count the failure as tried and leave a hole in the grid."""
-    taken = [trial.system_attrs.get("fixed_params", trial.params)
+    taken = [{**trial.system_attrs.get("fixed_params", {}), **trial.params}
              for trial in study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.WAITING, TrialState.RUNNING))]
     return [point for point in points if not any(_same_point(point, other) for other in taken)]
 
@@ -200,20 +213,28 @@ def _same_point(point: dict[str, Any], other: dict[str, Any]) -> bool:
 def tune(experiment: ExperimentConfig, spec: StudySpec, storage: str) -> None:
     """Tunes one study to the end (``lbtrain.studies.search``): TPE to ``sweep.trials`` trials,
     or the grid, then its edge extensions while the best ok trial sits on an edge. Resumable:
-    points already tried are not queued again."""
+    points already tried are not queued again, and a point whose trial failed is. While a trial
+    of the study runs in another process (or a dead one's is not yet stale), it waits."""
     if spec.method != "grid":
         optimize(experiment, spec, experiment.sweep.trials, storage)
         return
     study = open_study(experiment, spec, storage)
     points = grid_points(spec.search)
+    wanted = list(points)
     while points:
-        for point in untaken_points(study, points):
+        for point in untaken_points(study, wanted):
             study.enqueue_trial(point)
         queued = len(study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.WAITING, TrialState.RUNNING)))
         study = optimize(experiment, spec, queued, storage)
+        if study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            # Another process's trial, or a dead one's until its heartbeat is stale (then the
+            # next claim fails it and queues its retry): wait for it rather than spin or leave it.
+            time.sleep(experiment.sweep.heartbeat_seconds)
+            continue
         best = best_ok_trial(study)
         tried = [trial.params for trial in study.get_trials(deepcopy=False, states=FINISHED)]
         points = [] if best is None else edge_extensions(spec.search, tried, best.params, experiment.protocol.grid_extensions)
+        wanted += points
 
 
 def search_summary(experiment: ExperimentConfig, studies: list[StudySpec], storage: str) -> dict[str, dict[str, Any]]:
@@ -302,16 +323,20 @@ def own_steps(summary: list[dict[str, Any]], arm: Arm) -> int | None:
 
 def train_longer_arms(experiment: ExperimentConfig, arms: list[Arm], summary: list[dict[str, Any]]) -> list[tuple[Arm, float]]:
     """Each ``protocol.train_longer`` control's arm (the named one, else the best on validation
-    at its world size) with its factor; a control whose arm has no ok final run is left out."""
-    chosen = []
+    at its world size) with its factor, once per arm and factor; a control whose arm has no ok
+    final run is left out with a warning."""
+    chosen: dict[tuple[str, int, float], tuple[Arm, float]] = {}
     for control in experiment.protocol.train_longer:
         if control.arm is None:
             arm = best_arm(arms, summary, control.world_size)
         else:
             arm = next(arm for arm in arms if arm.label == control.arm and arm.world_size == control.world_size)
-        if arm is not None and own_steps(summary, arm) is not None:
-            chosen.append((arm, control.factor))
-    return chosen
+        if arm is None or own_steps(summary, arm) is None:
+            logger.warning("protocol.train_longer at world size %d: %s, so this control is not run", control.world_size,
+                           "no arm has every seed ok" if arm is None else f"{arm.label} has no ok final run")
+            continue
+        chosen.setdefault((arm.label, arm.world_size, float(control.factor)), (arm, control.factor))
+    return list(chosen.values())
 
 
 def train_longer_runs(experiment: ExperimentConfig, arms: list[Arm], best_params: dict[str, dict[str, Any]],
@@ -422,7 +447,7 @@ def comparison_rows(arms: list[Arm], summary: list[dict[str, Any]], trials: dict
                 "tuned_trials": trials[tuned_arm.study.name] if tuned_arm else 0,
                 "rule": dataclasses.asdict(mean_interval(rule)),
                 "rule_runs": rule_runs,
-                "rule_trials": trials[reference_arm.study.name],
+                "rule_trials": trials[reference_arm.study.name] if rule_arm else 0,
                 "cost_of_rule": difference(tuned, rule, at_reference),
                 "rule_minus_reference": difference(rule, base, at_reference),
                 "tuned_minus_reference": difference(tuned, base, at_reference),

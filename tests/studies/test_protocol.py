@@ -2,6 +2,7 @@
 re-run with three seeds, the cost of a rule with its interval."""
 
 import json
+import logging
 import statistics
 
 import optuna
@@ -165,8 +166,9 @@ def test_a_tuned_only_recipe_has_no_rule_arms_and_no_rule_columns(tmp_path):
     assert rows[1]["tuned_minus_reference"]["mean"] == pytest.approx(0.72 - 0.81) and rows[1]["cost_of_rule"]["mean"] is None
 
 
-def test_train_longer_reruns_an_arm_for_a_multiple_of_its_own_updates(tmp_path):
-    controls = [{"world_size": 2, "factor": 3}, {"world_size": 2, "factor": 2, "arm": "linear+warmup tuned"}]
+def test_train_longer_reruns_an_arm_for_a_multiple_of_its_own_updates(tmp_path, caplog):
+    controls = [{"world_size": 2, "factor": 3}, {"world_size": 2, "factor": 2, "arm": "linear+warmup tuned"},
+                {"world_size": 2, "factor": 3.0, "arm": "sqrt rule"}]  # the first control again, by name: run once
     experiment = ExperimentConfig.model_validate(protocol_spec(tmp_path, protocol={"seeds": [1, 2, 3], "train_longer": controls}))
     arms = protocol_arms(experiment)
     runs = {("sqrt tuned", 1): [(0.80, 0.81, "ok")] * 3, ("sqrt tuned", 2): [(0.70, 0.79, "ok")] * 3,
@@ -181,6 +183,11 @@ def test_train_longer_reruns_an_arm_for_a_multiple_of_its_own_updates(tmp_path):
         ("sqrt rule 3x longer", seed, 21) for seed in (1, 2, 3)] + [("linear+warmup tuned 2x longer", seed, 14) for seed in (1, 2, 3)]
     assert (planned[0].config.lr.base_lr, planned[0].config.training.epochs) == (0.05, None)
     assert planned[3].config.lr.warmup_epochs == 0.5  # the warmup stays in epochs
+    without_ok = [row for row in summary if row["label"] != "linear+warmup tuned" or row["world_size"] != 2]
+    with caplog.at_level(logging.WARNING, logger="lbtrain"):
+        assert [run.label for run in train_longer_runs(experiment, arms, params, without_ok)] == ["sqrt rule 3x longer"] * 3
+    assert [record.getMessage() for record in caplog.records] == [
+        "protocol.train_longer at world size 2: linear+warmup tuned has no ok final run, so this control is not run"]
 
     summary += [{"label": "sqrt rule 3x longer", "world_size": 2, "validation_accuracy": 0.8, "test_accuracy": test, "status": status,
                  "total_steps": 21} for test, status in ((0.76, "ok"), (0.78, "ok"), (0.1, "diverged"))]
@@ -208,8 +215,28 @@ def test_a_grid_point_whose_trial_failed_is_tried_again(tmp_path):
     assert untaken_points(study, [{"lr.base_lr": 0.05}, {"lr.base_lr": 0.1}, {"lr.base_lr": 0.2}]) == [{"lr.base_lr": 0.2}]
 
 
+def test_a_grid_point_a_dead_process_left_running_is_waited_for_then_retried(tmp_path):
+    spec = protocol_spec(tmp_path, protocol={"seeds": [1, 2, 3], "grid_extensions": 0},
+                         sweep={"trials": 2, "heartbeat_seconds": 1, "grace_seconds": 8})
+    experiment = ExperimentConfig.model_validate(spec)
+    spec = tuned_studies(protocol_arms(experiment))[0]  # the grid {0.05, 0.1}, nothing past its edges
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study = open_study(experiment, spec, storage)
+    study.enqueue_trial({"lr.base_lr": 0.05})
+    orphan = study.ask()  # a worker that took the point, beat once and died
+    orphan.suggest_float("lr.base_lr", 0.05, 0.1, log=True)
+    study._storage.record_heartbeat(orphan._trial_id)
+
+    tune(experiment, spec, storage)  # neither returns with the point unfinished nor spins on it
+    trials = open_study(experiment, spec, storage).get_trials()
+    assert sorted((trial.state.name, trial.params["lr.base_lr"]) for trial in trials) == [
+        ("COMPLETE", 0.05), ("COMPLETE", 0.1), ("FAIL", 0.05)]
+
+
 @pytest.mark.parametrize("changes, message", [
     ({"protocol": {"rule_only": ["adam"]}}, r"protocol.rule_only: 'adam' is not a recipe"),
+    ({"protocol": {"tuned_only": ["sqrt"], "rules": {"sqrt": ["linear"]}}},
+     r"protocol.rules: 'sqrt' is tuned_only, so it has no rule arm to carry by them"),
     ({"protocol": {"tuned_only": ["adam"]}}, r"protocol.tuned_only: 'adam' is not a recipe"),
     ({"protocol": {"tuned_only": ["sqrt"], "rule_only": ["sqrt"]}}, r"protocol: 'sqrt' is in both rule_only and tuned_only"),
     ({"protocol": {"train_longer": [{"world_size": 4, "factor": 3}]}},
