@@ -57,18 +57,25 @@ def run_id(config: RunConfig, label: str) -> str:
 
 def _check_labels(variants: list[dict[str, Any]]) -> None:
     """Variant labels must differ as run ids show them: two variants labelled alike (or alike
-    but for case, spaces or punctuation) would be grouped as seeds of one recipe."""
-    seen: dict[str, tuple[int, str]] = {}
+    but for case, spaces or punctuation) would be grouped as seeds of one recipe. One label may
+    name several variants only when they set different ``training.world_size`` or
+    ``training.per_worker_batch``, written the same way: one recipe given per batch (an LR
+    chosen for each batch, say), which reports group by recipe and global batch."""
+    seen: dict[tuple[str, Any, Any], tuple[int, str]] = {}
+    spelled: dict[str, tuple[int, str]] = {}
     for index, variant in enumerate(variants):
         if "label" not in variant:
             continue
         label = str(variant["label"])
         slug = label_slug(label)
-        if slug in seen:
-            first, other = seen[slug]
+        key = (slug, variant.get("training.world_size"), variant.get("training.per_worker_batch"))
+        first, other = seen.get(key) or spelled.get(slug, (index, label))
+        if key in seen or other != label:
             raise ConfigError(f"grid.variants[{index}].label {label!r} is the same recipe name as grid.variants[{first}].label "
-                              f"{other!r} (labels must differ in letters or digits)")
-        seen[slug] = (index, label)
+                              f"{other!r} (labels must differ in letters or digits; one label, written alike, may name "
+                              "variants of different training.world_size or training.per_worker_batch)")
+        seen[key] = (index, label)
+        spelled.setdefault(slug, (index, label))
 
 
 def grid_axes(grid: dict[str, Any]) -> tuple[list[tuple[str, list[Any]]], list[dict[str, Any]]]:

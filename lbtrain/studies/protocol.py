@@ -128,6 +128,10 @@ def protocol_arms(experiment: ExperimentConfig) -> list[Arm]:
     sizes, reference = world_sizes(experiment), reference_world_size(experiment)
     settings = experiment.protocol
     recipes = [str(variant.get("label") or "base") for variant in variants]
+    repeated = sorted({recipe for recipe in recipes if recipes.count(recipe) > 1})
+    if repeated:
+        raise ConfigError(f"grid.variants: the protocol takes each recipe once (it is tuned at every world size), "
+                          f"but {', '.join(map(repr, repeated))} names several variants")
     unknown_sizes = [size for size in experiment.protocol.equal_steps if size not in sizes or size == reference]
     if unknown_sizes:
         raise ConfigError(f"protocol.equal_steps: {unknown_sizes} must be world sizes of grid.world_sizes {sizes} "

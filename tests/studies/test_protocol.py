@@ -235,6 +235,9 @@ def test_a_grid_point_a_dead_process_left_running_is_waited_for_then_retried(tmp
 
 @pytest.mark.parametrize("changes, message", [
     ({"protocol": {"rule_only": ["adam"]}}, r"protocol.rule_only: 'adam' is not a recipe"),
+    ({"grid": {"world_sizes": [1, 2], "variants": [{"label": "sqrt", "lr.rule": "sqrt", "training.per_worker_batch": 8},
+                                                    {"label": "sqrt", "lr.rule": "sqrt"}]}},
+     r"grid.variants: the protocol takes each recipe once \(it is tuned at every world size\), but 'sqrt' names several variants"),
     ({"protocol": {"tuned_only": ["sqrt"], "rules": {"sqrt": ["linear"]}}},
      r"protocol.rules: 'sqrt' is tuned_only, so it has no rule arm to carry by them"),
     ({"protocol": {"tuned_only": ["adam"]}}, r"protocol.tuned_only: 'adam' is not a recipe"),

@@ -47,6 +47,23 @@ def test_expand_crosses_variants_with_lists_in_order_with_stable_unique_ids(tmp_
         "variants": [{"label": "none", "lr.rule": "none"}, {"label": "Linear+WU", "lr.rule": "linear", "lr.warmup_epochs": 0.5}]}))]
 
 
+def test_one_recipe_may_be_given_per_batch_under_one_label(tmp_path):
+    """An LR chosen for each batch: one label on variants of different world sizes (or per-worker
+    batches), written alike; the same label twice at one batch, or spelled two ways, is refused."""
+    per_batch = [{"label": "table", "training.world_size": 1, "lr.base_lr": 0.1},
+                 {"label": "table", "training.world_size": 2, "lr.base_lr": 0.15},
+                 {"label": "table", "training.world_size": 2, "training.per_worker_batch": 8, "lr.base_lr": 0.12}]
+    planned = expand(experiment(tmp_path, grid={"seeds": [0, 1], "variants": per_batch}))
+    assert [(p.label, p.config.training.world_size, p.config.training.per_worker_batch, p.config.lr.base_lr, p.config.training.seed)
+            for p in planned] == [("table", 1, 16, 0.1, 0), ("table", 1, 16, 0.1, 1), ("table", 2, 16, 0.15, 0),
+                                  ("table", 2, 16, 0.15, 1), ("table", 2, 8, 0.12, 0), ("table", 2, 8, 0.12, 1)]
+    assert len({p.run_id for p in planned}) == 6
+    with pytest.raises(ConfigError, match=r"grid.variants\[2\].label 'table' is the same recipe name as grid.variants\[1\].label 'table' "):
+        expand(experiment(tmp_path, grid={"variants": [*per_batch[:2], {**per_batch[1], "lr.base_lr": 0.3}]}))
+    with pytest.raises(ConfigError, match=r"grid.variants\[1\].label 'Table' is the same recipe name as grid.variants\[0\].label 'table' "):
+        expand(experiment(tmp_path, grid={"variants": [per_batch[0], {**per_batch[1], "label": "Table"}]}))
+
+
 def test_changing_one_value_changes_only_the_ids_it_touches(tmp_path):
     before = {p.label + str(p.config.training.world_size): p.run_id for p in expand(experiment(tmp_path))}
     after = {p.label + str(p.config.training.world_size): p.run_id
