@@ -146,8 +146,11 @@ def _open_journal(path: str, heartbeat_seconds: int, grace_seconds: int) -> Hear
     kept = _torn_tail(path, lock)
     if kept is not None:
         # The next append would join the torn line and the new one into a line no process can read.
-        raise _Damaged(f"its last line is torn (a process was killed or the disk filled while writing it): cut it off "
-                       f"with truncate -s {kept} {path} and rerun (the trials before it are kept), or {_damaged_hint(path)}")
+        # The command last: a message past the CLI's length cap loses its middle, never its end.
+        raise _Damaged(f"its last line is torn (a process was killed or the disk filled while writing it): to start its studies "
+                       f"over, move it aside (mv {path} {path}.damaged) or restore it from a backup, and rerun; to keep the trials "
+                       f"before it, cut the torn line off and rerun: "
+                       f"truncate -s {kept} {path}")
     return HeartbeatJournalStorage(_CheckedJournalFile(path, lock_obj=lock), heartbeat_seconds,
                                    grace_seconds, RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES))
 

@@ -440,8 +440,9 @@ def test_a_storage_url_naming_a_file_that_is_no_database_is_one_line_and_the_fil
 
 
 def test_a_journal_whose_last_line_is_torn_is_one_line_saying_how_to_cut_it_and_the_rerun_resumes(tmp_path, tmp_path_factory, finished_sweep):
-    # A short folder: the message names the journal three times, and past lbtrain.cli.MAX_ERROR_LENGTH
-    # (as under this test's own, longer tmp_path with pytest-xdist) the CLI elides its middle.
+    # A short folder: the message names the journal four times, and past lbtrain.cli.MAX_ERROR_LENGTH
+    # (as under this test's own, longer tmp_path with pytest-xdist) the CLI elides its middle (the
+    # command, last, stays).
     journal = tmp_path_factory.mktemp("torn") / "sweep.log"
     whole = finished_sweep["journal"]
     journal.write_bytes(whole + whole.splitlines(keepends=True)[-1][:40])  # a line cut short, as a kill leaves one
@@ -449,9 +450,9 @@ def test_a_journal_whose_last_line_is_torn_is_one_line_saying_how_to_cut_it_and_
     path = tiny_sweep(tmp_path, trials=2)
     line = one_line(lbtrain_sweep(path, "--storage", f"journal://{journal}", cache=finished_sweep["cache"]), 2)
     assert line == (f"lbtrain: error: storage 'journal://{journal}' cannot be opened: its last line is torn (a process was "
-                    f"killed or the disk filled while writing it): cut it off with truncate -s {len(whole)} {journal} and rerun "
-                    f"(the trials before it are kept), or move it aside (mv {journal} {journal}.damaged) and rerun to start "
-                    "its studies over, or restore it from a backup")
+                    f"killed or the disk filled while writing it): to start its studies over, move it aside (mv {journal} "
+                    f"{journal}.damaged) or restore it from a backup, and rerun; to keep the trials before it, cut the torn "
+                    f"line off and rerun: truncate -s {len(whole)} {journal}")
     assert journal.read_bytes() == torn
     os.truncate(journal, len(whole))
     rerun = lbtrain_sweep(path, "--storage", f"journal://{journal}", cache=finished_sweep["cache"])
