@@ -1,9 +1,13 @@
 """The committed experiments: each loads, expands (or, with a protocol, lays out its arms), and
-the studies built on goyal_bn's tuning use the base LR goyal_bn tuned, and the sync_vs_async pair
-differs only in its mode."""
+the studies built on goyal_bn's (goyal_v3's) tuning use the base LR it tuned, keskar_v3's
+equal-loss target is goyal_v3's small-batch training loss, and the sync_vs_async pair differs only
+in its mode."""
 
+import csv
+import statistics
 from pathlib import Path
 
+import optuna
 import pytest
 import yaml
 
@@ -15,6 +19,8 @@ from lbtrain.studies.protocol import protocol_arms
 
 EXPERIMENTS = sorted((Path(REPO_ROOT) / "experiments").glob("*.yaml"))
 BUILT_ON_GOYAL_BN = ("keskar_v2", "warmup_ablation")
+BUILT_ON_GOYAL_V3 = ("keskar_v3", "critical_batch_v3")
+GOYAL_V3 = Path(REPO_ROOT) / "results" / "goyal_v3"
 
 
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=[path.stem for path in EXPERIMENTS])
@@ -33,6 +39,31 @@ def test_studies_built_on_goyal_bn_use_its_tuned_momentum_base_lr(name):
     tuned = {yaml.safe_load((results / "runs" / row["run_id"] / "config.yaml").read_text())["lr"]["base_lr"] for row in reference}
     assert len(tuned) == 1
     assert load_experiment(Path(REPO_ROOT) / "experiments" / f"{name}.yaml").base_run()["lr"]["base_lr"] == tuned.pop()
+
+
+@pytest.mark.parametrize("name", BUILT_ON_GOYAL_V3)
+def test_studies_built_on_goyal_v3_use_the_base_lr_its_grid_chose_at_every_world_size(name):
+    storage = f"sqlite:///{GOYAL_V3 / 'optuna.db'}"
+    best = set()
+    for size in (1, 4, 16):
+        study = optuna.load_study(study_name=f"goyal_v3-momentum-warmup-w{size}", storage=storage)
+        ok = [trial for trial in study.get_trials(deepcopy=False) if trial.value is not None and trial.user_attrs.get("status") == "ok"]
+        best.add(max(ok, key=lambda trial: trial.value).params["lr.base_lr"])
+    assert best == {0.1}
+    assert load_experiment(Path(REPO_ROOT) / "experiments" / f"{name}.yaml").base_run()["lr"]["base_lr"] == best.pop()
+
+
+def test_keskar_v3_stops_the_large_batch_at_goyal_v3s_small_batch_training_loss():
+    finals = sorted((GOYAL_V3 / "runs").glob("momentum-warmup-tuned-w1-s*"))
+    if len(finals) < 5:
+        pytest.skip("goyal_v3's world-size-1 finals are not committed yet")
+    losses = []
+    for run in finals:
+        with open(run / "history.csv") as handle:
+            losses.append(float(list(csv.DictReader(handle))[-1]["loss"]))
+    [equal_loss] = [variant for variant in load_experiment(Path(REPO_ROOT) / "experiments" / "keskar_v3.yaml").grid["variants"]
+                    if variant["label"] == "LB equal loss"]
+    assert equal_loss["training.stop_at"] == {"train_loss": round(statistics.fmean(losses), 3)}
 
 
 def test_the_async_twin_is_the_sync_grid_in_another_mode():
