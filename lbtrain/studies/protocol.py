@@ -293,8 +293,12 @@ def best_arm(arms: list[Arm], summary: list[dict[str, Any]], world_size: int) ->
 def reference_steps(summary: list[dict[str, Any]], recipe: str, reference: int) -> int | None:
     """The updates the recipe's tuned runs took at the reference world size (the equal-steps
     budget), or None when it has no ok run there."""
-    steps = [row["total_steps"] for row in summary
-             if row["label"] == f"{recipe} tuned" and row["world_size"] == reference and row["status"] == "ok"]
+    return _ok_steps(summary, f"{recipe} tuned", reference)
+
+
+def _ok_steps(summary: list[dict[str, Any]], label: str, world_size: int) -> int | None:
+    """The most updates an ok final run labelled ``label`` took at ``world_size``, or None."""
+    steps = [row["total_steps"] for row in summary if row["label"] == label and row["world_size"] == world_size and row["status"] == "ok"]
     return max(steps) if steps else None
 
 
@@ -320,9 +324,7 @@ def train_longer_label(arm: Arm, factor: float) -> str:
 
 def own_steps(summary: list[dict[str, Any]], arm: Arm) -> int | None:
     """The updates the arm's ok final runs took, or None when it has none."""
-    steps = [row["total_steps"] for row in summary
-             if row["label"] == arm.label and row["world_size"] == arm.world_size and row["status"] == "ok"]
-    return max(steps) if steps else None
+    return _ok_steps(summary, arm.label, arm.world_size)
 
 
 def train_longer_arms(experiment: ExperimentConfig, arms: list[Arm], summary: list[dict[str, Any]]) -> list[tuple[Arm, float]]:
@@ -343,12 +345,13 @@ def train_longer_arms(experiment: ExperimentConfig, arms: list[Arm], summary: li
     return list(chosen.values())
 
 
-def train_longer_runs(experiment: ExperimentConfig, arms: list[Arm], best_params: dict[str, dict[str, Any]],
+def train_longer_runs(experiment: ExperimentConfig, controls: list[tuple[Arm, float]], best_params: dict[str, dict[str, Any]],
                       summary: list[dict[str, Any]]) -> list[PlannedRun]:
-    """Each convergence control's arm re-run with every seed for ``factor`` times its own
-    updates: the decay follows the longer budget, the warmup stays in epochs."""
+    """Each convergence control's arm (``train_longer_arms``) re-run with every seed for
+    ``factor`` times its own updates: the decay follows the longer budget, the warmup stays in
+    epochs."""
     planned = []
-    for arm, factor in train_longer_arms(experiment, arms, summary):
+    for arm, factor in controls:
         budget = {"training.epochs": None, "training.samples": None, "training.steps": round(factor * own_steps(summary, arm))}
         planned += final_runs(experiment, arm, {**best_params[arm.study.name], **budget}, train_longer_label(arm, factor))
     return planned
@@ -378,7 +381,8 @@ def run_protocol(
     planned = [run for arm in arms if arm.study.name in params for run in final_runs(experiment, arm, params[arm.study.name])]
     summary = run_planned(experiment, planned, config_file=config_file, progress=progress)
     longer = equal_steps_runs(experiment, arms, params, summary)
-    longer += train_longer_runs(experiment, arms, params, summary)
+    controls = train_longer_arms(experiment, arms, summary)
+    longer += train_longer_runs(experiment, controls, params, summary)
     if longer:
         summary = run_planned(experiment, planned + longer, config_file=config_file, progress=progress)
     trials = {study.name: len(open_study(experiment, study, storage).get_trials(deepcopy=False, states=FINISHED))
@@ -388,7 +392,7 @@ def run_protocol(
     chosen = {size: arm.label for size in world_sizes(experiment) if (arm := best_arm(arms, summary, size)) is not None}
     write_protocol(experiment, rows, trials, recipe_lr_fits(experiment, arms, storage), equal_steps_rows(arms, summary, reference), chosen,
                    search_summary(experiment, studies, storage), tuning_seeds(experiment, arms),
-                   train_longer_rows(train_longer_arms(experiment, arms, summary), summary, reference))
+                   train_longer_rows(controls, summary, reference))
     return rows
 
 

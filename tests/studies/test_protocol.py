@@ -19,6 +19,7 @@ from lbtrain.studies.protocol import (
     equal_steps_runs,
     protocol_arms,
     reference_world_size,
+    train_longer_arms,
     train_longer_rows,
     train_longer_runs,
     tune,
@@ -177,7 +178,7 @@ def test_train_longer_reruns_an_arm_for_a_multiple_of_its_own_updates(tmp_path, 
     summary = [{"label": label, "world_size": world, "validation_accuracy": validation, "test_accuracy": test, "status": status,
                 "total_steps": 15 if world == 1 else 7} for (label, world), values in runs.items() for validation, test, status in values]
     params = {"proto-sqrt-w1": {"lr.base_lr": 0.05}, "proto-linear-warmup-w2": {"lr.base_lr": 0.2, "lr.warmup_epochs": 0.5}}
-    planned = train_longer_runs(experiment, arms, params, summary)
+    planned = train_longer_runs(experiment, train_longer_arms(experiment, arms, summary), params, summary)
     # The best on validation (sqrt rule), then the named arm although one of its seeds diverged.
     assert [(run.label, run.config.training.seed, run.config.training.steps) for run in planned] == [
         ("sqrt rule 3x longer", seed, 21) for seed in (1, 2, 3)] + [("linear+warmup tuned 2x longer", seed, 14) for seed in (1, 2, 3)]
@@ -185,7 +186,8 @@ def test_train_longer_reruns_an_arm_for_a_multiple_of_its_own_updates(tmp_path, 
     assert planned[3].config.lr.warmup_epochs == 0.5  # the warmup stays in epochs
     without_ok = [row for row in summary if row["label"] != "linear+warmup tuned" or row["world_size"] != 2]
     with caplog.at_level(logging.WARNING, logger="lbtrain"):
-        assert [run.label for run in train_longer_runs(experiment, arms, params, without_ok)] == ["sqrt rule 3x longer"] * 3
+        controls = train_longer_arms(experiment, arms, without_ok)
+        assert [run.label for run in train_longer_runs(experiment, controls, params, without_ok)] == ["sqrt rule 3x longer"] * 3
     assert [record.getMessage() for record in caplog.records] == [
         "protocol.train_longer at world size 2: linear+warmup tuned has no ok final run, so this control is not run"]
 
