@@ -233,6 +233,31 @@ def _previous_result(run_dir: Path) -> RunResult | None:
         return None
 
 
+def _finished_twin(runs_dir: Path, identifier: str) -> Path | None:
+    """A finished run (not ``failed``) of another label with this run's configuration: the same
+    hash ends both ids (``plan.run_id``), as when a tuned arm's LR is the one a scaling rule
+    gives. Training it again would give the same numbers at the same cost."""
+    digest = identifier.rsplit("-", 1)[-1]
+    if not runs_dir.is_dir():
+        return None
+    for candidate in sorted(runs_dir.glob(f"*-{digest}")):
+        if candidate.name != identifier and candidate.is_dir():
+            result = _previous_result(candidate)
+            if result is not None and result.status != "failed":
+                return candidate
+    return None
+
+
+def _copy_run(twin: Path, run_dir: Path) -> RunResult:
+    """Copies ``twin``'s files (not its checkpoints) into ``run_dir``, ``metrics.json`` last so an
+    interrupted copy is not a finished run; returns the copied result."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    files = sorted((path for path in twin.iterdir() if path.is_file()), key=lambda path: path.name == METRICS_FILE)
+    for path in files:
+        write_atomic(run_dir / path.name, path.read_bytes())
+    return read_run(run_dir)
+
+
 def _train_all(experiment: ExperimentConfig, planned: list[PlannedRun], runs_dir: Path,
                progress: Callable[[str], None]) -> list[dict[str, Any]]:
     """Trains the runs not finished before, in order; returns every run's summary row."""
@@ -245,6 +270,10 @@ def _train_all(experiment: ExperimentConfig, planned: list[PlannedRun], runs_dir
             previous = _previous_result(run_dir)
             if previous is not None and previous.status != "failed":
                 rows.append(_report(run, previous, index, len(planned), "done before, skipped", progress))
+                continue
+            twin = _finished_twin(runs_dir, run.run_id)
+            if twin is not None:
+                rows.append(_report(run, _copy_run(twin, run_dir), index, len(planned), f"same configuration as {twin.name}, copied", progress))
                 continue
             run_started = time.perf_counter()
             logger.debug("training run %s (%s, %s) in %s", run.run_id, run.label, run.config.training.world_text, run_dir)

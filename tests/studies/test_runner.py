@@ -120,6 +120,22 @@ def test_run_writes_every_run_and_a_summary_then_skips_finished_runs(tmp_path):
     assert all("done before, skipped" in line for line in again)
 
 
+def test_a_run_whose_configuration_another_label_finished_is_copied_not_trained_again(tmp_path):
+    exp = experiment(tmp_path, grid={"world_sizes": [2], "variants": [
+        {"label": "tuned", "lr.base_lr": 0.05, "lr.rule": "linear"},
+        {"label": "linear rule", "lr.base_lr": 0.05, "lr.rule": "linear"},
+        {"label": "sqrt rule", "lr.base_lr": 0.05, "lr.rule": "sqrt"}]})
+    lines = []
+    rows = run_experiment(exp, progress=lines.append)
+    tuned, linear, sqrt = (tmp_path / "results" / "tiny" / "runs" / row["run_id"] for row in rows)
+    assert tuned.name.rsplit("-", 1)[1] == linear.name.rsplit("-", 1)[1] != sqrt.name.rsplit("-", 1)[1]
+    assert lines[1].endswith(f"(same configuration as {tuned.name}, copied)")
+    assert "copied" not in lines[0] and "copied" not in lines[2]
+    assert sorted(path.name for path in linear.iterdir()) == ["config.yaml", "history.csv", "metrics.json"]
+    assert all((linear / name).read_bytes() == (tuned / name).read_bytes() for name in ("config.yaml", "history.csv", "metrics.json"))
+    assert rows[1]["test_accuracy"] == rows[0]["test_accuracy"] and rows[1]["label"] == "linear rule"
+
+
 def test_diverged_and_failed_runs_are_recorded_and_the_rest_finish(tmp_path):
     exp = experiment(tmp_path, grid={"world_sizes": [2], "variants": [
         {"label": "huge", "lr.base_lr": 1.0e6, "lr.rule": "none"},
