@@ -384,11 +384,15 @@ def _budget(record: RunRecord) -> str:
 def machine_minutes(results_dir: Path) -> dict[str, float | None]:
     """What a results folder cost in machine minutes: ``runs``, its runs' wall times
     (``summary.csv``), and ``tuning_trials``, its tuning trials' (start to completion, every
-    study of its storage: ``lbtrain.reports.tuning``; None without a storage)."""
+    study of its storage: ``lbtrain.reports.tuning``; None without a storage). A run copied from
+    another label's run of the same configuration (``lbtrain.studies.runner``: the same hash ends
+    both ids, and the copy carries the same wall time) cost nothing and is counted once."""
     from lbtrain.reports.tuning import StorageReadError, results_storage, trial_seconds
 
     summary = results_dir / SUMMARY_FILE
-    runs = sum(float(row.get("wall_time_seconds") or 0) for row in read_summary(summary)) / 60 if summary.is_file() else 0.0
+    trained = {(str(row["run_id"]).rsplit("-", 1)[-1], float(row.get("wall_time_seconds") or 0))
+               for row in read_summary(summary)} if summary.is_file() else set()
+    runs = sum(seconds for _, seconds in trained) / 60
     storage = results_storage(results_dir)
     try:
         return {"runs": runs, "tuning_trials": None if storage is None else trial_seconds(storage) / 60}

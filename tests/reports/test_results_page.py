@@ -232,7 +232,10 @@ def test_machine_time_adds_the_runs_and_the_tuning_trials_of_a_real_optuna_study
     folder = tmp_path / "study"
     folder.mkdir()
     (folder / "summary.csv").write_text("run_id,label,status,world_size,global_batch,wall_time_seconds\n"
-                                        "a,x,ok,1,32,90\nb,x,diverged,2,64,30\nc,x,failed,2,64,\n")
+                                        "x-w1-s1-aaa,x,ok,1,32,90\nx-w2-s1-bbb,x,diverged,2,64,30\n"
+                                        "x-w2-s2-ccc,x,failed,2,64,\n"
+                                        # A copy of the first run under another label (the runner's twin: same hash, same time).
+                                        "y-w1-s1-aaa,y,ok,1,32,90\n")
     study = optuna.create_study(storage=f"sqlite:///{folder / 'optuna.db'}")
     study.optimize(lambda trial: time.sleep(0.2) or trial.suggest_float("x", 0, 1), n_trials=3)
     runs, tuning = machine_minutes(tmp_path, "study")
