@@ -27,7 +27,7 @@ from lbtrain.reports.results_page.goyal import (
     anchor_goyal_linear_warmup,
     anchor_goyal_no_warmup,
     chosen_arms,
-    goyal_bn_arms,
+    study_arms,
     goyal_figure,
     goyal_figure_items,
     section_goyal_bn,
@@ -101,7 +101,7 @@ def test_goyal_bn_renders_the_best_arm_per_world_size_and_the_goyal_anchors(tmp_
     verdict, evidence = anchor_goyal_no_warmup(tmp_path)
     assert verdict == "worse" and "at batch 1024: -20.0 [-20.0, -20.0] (n=3 vs 3) points" in evidence
 
-    chosen = chosen_arms(protocol, goyal_bn_arms(protocol))
+    chosen = chosen_arms(protocol, study_arms(protocol))
     assert {size: arm["label"] for size, arm in chosen.items()} == {
         1: "momentum+warmup, tuned", 8: "momentum+warmup, linear rule", 64: "momentum+warmup, tuned"}
     text = "\n".join(section_goyal_bn(tmp_path))

@@ -4,6 +4,7 @@ study outside the paper's regime reads ``out of regime``, its judge's verdict sh
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Callable, NamedTuple
@@ -29,6 +30,7 @@ from lbtrain.reports.results_page.goyal import (
     anchor_lars,
     anchor_nado,
 )
+from lbtrain.reports.results_page.goyal_v3 import CRITICAL_BATCH_STUDY, anchor_goyal_v3_longer
 from lbtrain.reports.results_page.keskar import anchor_hoffer, anchor_keskar
 from lbtrain.reports.results_page.lr_scaling import anchor_malladi
 from lbtrain.reports.tables import markdown_table
@@ -60,30 +62,43 @@ def _compared(study: str) -> Callable[[Path], list[str]]:
 
 class Anchor(NamedTuple):
     """One published finding: its paper (a key of ``PAPER_REGIMES``), the claim, its judge
-    (results folder -> (verdict, evidence)) and the studies the judge reads (results folder ->
-    the committed ones)."""
+    (results folder -> (verdict, evidence)), the studies the judge reads (results folder -> the
+    committed ones) and the edition of the studies that test it (3: the third edition, in the
+    papers' regime; 2: the second and the first)."""
 
     paper: str
     claim: str
     judge: Callable[[Path], tuple[str, str]]
     studies: Callable[[Path], list[str]]
+    edition: int = 2
 
 
-# In the table's order.
+GOYAL_LINEAR = "linear scaling with gradual warmup matches the small batch (up to 8k on ImageNet)"
+GOYAL_NO_WARMUP = "without warmup, linear scaling loses accuracy at the large batch"
+SHALLUE = "steps to a target fall perfectly with the batch, then with diminishing returns"
+MCCANDLISH = "the critical batch is predicted by the gradient noise scale"
+HOFFER = "training longer with ghost batch norm closes the large-batch gap"
+YOU = "LARS with warmup holds at large batches"
+
+# In the table's order: the third edition's anchors first, then the second edition's (and the
+# first's), each kept and marked superseded where a third-edition anchor re-tests its claim.
 ANCHORS: list[Anchor] = [
-    Anchor("Goyal et al. 2017", "linear scaling with gradual warmup matches the small batch (up to 8k on ImageNet)",
-           anchor_goyal_linear_warmup, _each("goyal_bn")),
-    Anchor("Goyal et al. 2017", "without warmup, linear scaling loses accuracy at the large batch", anchor_goyal_no_warmup,
-           _each("goyal_bn")),
+    Anchor("Goyal et al. 2017", GOYAL_LINEAR, functools.partial(anchor_goyal_linear_warmup, study="goyal_v3"), _each("goyal_v3"), 3),
+    Anchor("Goyal et al. 2017", GOYAL_NO_WARMUP, functools.partial(anchor_goyal_no_warmup, study="goyal_v3"), _each("goyal_v3"), 3),
+    Anchor("Shallue et al. 2018", SHALLUE, functools.partial(anchor_shallue, studies=(CRITICAL_BATCH_STUDY,)),
+           _first(CRITICAL_BATCH_STUDY), 3),
+    Anchor("McCandlish et al. 2018", MCCANDLISH, functools.partial(anchor_mccandlish, studies=(CRITICAL_BATCH_STUDY,)),
+           _first(CRITICAL_BATCH_STUDY), 3),
+    Anchor("Hoffer et al. 2017", HOFFER, anchor_goyal_v3_longer, _each("goyal_v3"), 3),
+    Anchor("You et al. 2017", YOU, functools.partial(anchor_lars, study="goyal_v3"), _each("goyal_v3"), 3),
+    Anchor("Goyal et al. 2017", GOYAL_LINEAR, anchor_goyal_linear_warmup, _each("goyal_bn")),
+    Anchor("Goyal et al. 2017", GOYAL_NO_WARMUP, anchor_goyal_no_warmup, _each("goyal_bn")),
     Anchor("Keskar et al. 2017", "large batches reach sharper minima and test worse", anchor_keskar,
            _each("keskar_v2", "keskar_gap")),
-    Anchor("Shallue et al. 2018", "steps to a target fall perfectly with the batch, then with diminishing returns",
-           anchor_shallue, _first("steps_to_target", "critical_batch")),
-    Anchor("McCandlish et al. 2018", "the critical batch is predicted by the gradient noise scale", anchor_mccandlish,
-           _first("steps_to_target", "critical_batch")),
-    Anchor("Hoffer et al. 2017", "training longer with ghost batch norm closes the large-batch gap", anchor_hoffer,
-           _each("keskar_v2", "goyal_bn")),
-    Anchor("You et al. 2017", "LARS with warmup holds at large batches", anchor_lars, _each("goyal_bn")),
+    Anchor("Shallue et al. 2018", SHALLUE, anchor_shallue, _first("steps_to_target", "critical_batch")),
+    Anchor("McCandlish et al. 2018", MCCANDLISH, anchor_mccandlish, _first("steps_to_target", "critical_batch")),
+    Anchor("Hoffer et al. 2017", HOFFER, anchor_hoffer, _each("keskar_v2", "goyal_bn")),
+    Anchor("You et al. 2017", YOU, anchor_lars, _each("goyal_bn")),
     Anchor("Nado et al. 2021", "tuned Nesterov momentum matches LARS and LAMB at large batches", anchor_nado,
            _each("goyal_bn")),
     Anchor("Malladi et al. 2022", "Adam's LR should grow as the square root of the batch", anchor_malladi,
@@ -97,12 +112,23 @@ ANCHORS: list[Anchor] = [
 ]
 
 
+def superseded_by(results: Path, anchor: Anchor) -> list[str]:
+    """The committed third-edition studies that re-test ``anchor``'s claim (empty for a
+    third-edition anchor, or when none is committed)."""
+    if anchor.edition == 3:
+        return []
+    return [study for other in ANCHORS if other.edition == 3 and (other.paper, other.claim) == (anchor.paper, anchor.claim)
+            for study in other.studies(results)]
+
+
 def anchor_row(results: Path, anchor: Anchor) -> list[str]:
-    """One row of the table: paper, claim, the paper's regime, each judged study's regime, the
-    verdict shown and the evidence. The verdict shown is ``out of regime`` when any study the
-    judge reads lies outside the paper's regime (``lbtrain.reports.regime.in_regime`` at its
-    largest batch), with the judge's own verdict kept in the evidence as ``(judged anyway:
-    ...)``; else the judge's verdict (``not measured yet`` when no study is committed)."""
+    """One row of the table: paper, claim, edition, the paper's regime, each judged study's
+    regime, the verdict shown and the evidence. The verdict shown is ``out of regime`` when any
+    study the judge reads lies outside the paper's regime (``lbtrain.reports.regime.in_regime``
+    at its largest batch), with the judge's own verdict kept in the evidence as ``(judged anyway:
+    ...)``; else the judge's verdict (``not measured yet`` when no study is committed). An
+    earlier edition's verdict is kept and marked ``(superseded by <study>)`` when a committed
+    third-edition study re-tests its claim (``superseded_by``)."""
     paper = PAPER_REGIMES[anchor.paper]
     verdict, evidence = anchor.judge(results)
     cells, out = [], []
@@ -119,7 +145,12 @@ def anchor_row(results: Path, anchor: Anchor) -> list[str]:
         out += [] if inside else [study]
     if out and verdict != NOT_MEASURED_YET:
         verdict, evidence = OUT_OF_REGIME, f"(judged anyway: {verdict}) {evidence}"
-    return [anchor.paper, anchor.claim, paper.describe(), "<br>".join(cells) or "-", f"**{verdict}**", evidence]
+    shown = f"**{verdict}**"
+    later = superseded_by(results, anchor)
+    if later:
+        shown += f" (superseded by {', '.join(later)})"
+    edition = "third" if anchor.edition == 3 else "second and first"
+    return [anchor.paper, anchor.claim, edition, paper.describe(), "<br>".join(cells) or "-", shown, evidence]
 
 
 def _percent(fraction: float) -> str:
@@ -148,8 +179,10 @@ def section_anchors(results: Path) -> list[str]:
             f"that itself went further widens its own bounds (largest fraction: {widened}; fewest updates: {fewer}) and a "
             f"claim about the whole range of batches drops them: {unbounded}. A claim judged on a study outside the "
             f"paper's regime reads *{OUT_OF_REGIME}*, whatever its data say: the judge's own verdict stays in the evidence "
-            "as *judged anyway*.", "",
-            markdown_table(["paper", "claim", "paper's regime", "study's regime", "here", "evidence"], rows), "",
+            "as *judged anyway*. The third edition's studies (in the papers' regime, the sound protocol: a searched LR, "
+            "fresh seeds, five of them for the headline study) come first; the second and first editions' verdicts are kept "
+            "below, marked *superseded* where a committed third-edition study re-tests the claim.", "",
+            markdown_table(["paper", "claim", "edition", "paper's regime", "study's regime", "here", "evidence"], rows), "",
             *figure_lines(results, "goyal_bn", GOYAL_FIGURE, "goyal_bn's linear rule with and without gradual warmup beside Goyal et al. 2017's "
                           f"ImageNet numbers (Table 1: top-1 error {GOYAL_2017_BASE_ERROR:.2f} at batch 256, at 8k "
                           + ", ".join(f"{error:.2f} with {label.split(', ')[-1].replace('linear + ', '')}"

@@ -133,22 +133,26 @@ def section_critical_batch(results: Path) -> list[str]:
                     *figure_lines(results, "critical_batch", FIGURE_STEPS_TO_TARGET, "steps to the target against the global batch")]
 
 
-def _steps_study(results: Path) -> tuple[str, dict[str, Any] | None]:
-    """The steps-to-target study to judge by: the second edition where committed, else the first."""
-    for study in ("steps_to_target", "critical_batch"):
+# The steps-to-target studies of the second and the first edition: the judges read the first committed.
+EARLIER_STEPS_STUDIES = ("steps_to_target", "critical_batch")
+
+
+def _steps_study(results: Path, studies: tuple[str, ...]) -> tuple[str, dict[str, Any] | None]:
+    """The steps-to-target study to judge by: the first of ``studies`` committed."""
+    for study in studies:
         report = study_json(results, study, REPORT_JSON)
         if report is not None:
             return study, report
-    return "steps_to_target", None
+    return studies[0], None
 
 
 SHALLUE_RULE = (f"matches: relative rms within {100 * FIT_RMS_TOLERANCE:.0f}% and B_crit's interval inside the measured "
                 f"batches; worse: rms above {100 * FIT_RMS_TOLERANCE:.0f}%; inconclusive otherwise")
 
 
-def anchor_shallue(results: Path) -> tuple[str, str]:
-    """Shallue et al.'s curve, judged as the module doc says."""
-    study, report = _steps_study(results)
+def anchor_shallue(results: Path, studies: tuple[str, ...] = EARLIER_STEPS_STUDIES) -> tuple[str, str]:
+    """Shallue et al.'s curve, judged as the module doc says on the first of ``studies`` committed."""
+    study, report = _steps_study(results, studies)
     if report is None:
         return "not measured yet", f"{study} is not committed"
     fit = CriticalBatchFit.from_dict(report["critical_batch"])
@@ -167,9 +171,9 @@ def anchor_shallue(results: Path) -> tuple[str, str]:
                      f"{b_crit_text(fit)}{where} — rule: {SHALLUE_RULE}")
 
 
-def anchor_mccandlish(results: Path) -> tuple[str, str]:
-    """McCandlish et al.'s prediction, judged as the module doc says."""
-    study, report = _steps_study(results)
+def anchor_mccandlish(results: Path, studies: tuple[str, ...] = EARLIER_STEPS_STUDIES) -> tuple[str, str]:
+    """McCandlish et al.'s prediction, judged as the module doc says on the first of ``studies`` committed."""
+    study, report = _steps_study(results, studies)
     if report is None or report["critical_batch"].get("noise_scale") is None:
         return "not measured yet", f"{study} with a noise scale is not committed"
     fit = CriticalBatchFit.from_dict(report["critical_batch"])

@@ -5,6 +5,7 @@ and Nado et al. 2021."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -41,14 +42,17 @@ GOYAL_2017_ERROR_AT_32X = {"linear + gradual warmup": 23.74, "linear, no warmup"
 GOYAL_FIGURE = "goyal_vs_paper.png"
 
 
-def goyal_bn_arms(protocol: dict[str, Any]) -> list[dict[str, Any]]:
+def study_arms(protocol: dict[str, Any]) -> list[dict[str, Any]]:
     """Every arm at every world size beyond the smallest: its label, the summary labels its runs
-    carry, world size and global batch (plain data from ``protocol.json``)."""
+    carry, world size and global batch (plain data from ``protocol.json``). A side with no final
+    run is no arm: the tuned side of a ``rule_only`` recipe, the rule side of a ``tuned_only`` one."""
     arms = []
     for row in protocol["rows"]:
         if row["rule_name"] == "reference":
             continue
         for kind in ("rule", "tuned"):
+            if not row[f"{kind}_runs"]:
+                continue
             if kind == "tuned" and any(a["label"] == arm_label(row, "tuned") and a["world_size"] == row["world_size"] for a in arms):
                 continue  # one tuned arm per recipe, however many rules it is carried by
             arms.append({"label": arm_label(row, kind), "run_labels": run_labels(row, kind),
@@ -59,7 +63,7 @@ def goyal_bn_arms(protocol: dict[str, Any]) -> list[dict[str, Any]]:
 def chosen_arms(protocol: dict[str, Any], arms: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """Per world size, the arm the protocol chose on validation (``best_arms`` of protocol.json:
     the highest mean validation accuracy among arms whose every seed was ok; never test), as a
-    ``goyal_bn_arms`` record (at the smallest world size, a recipe's tuned reference) whose
+    ``study_arms`` record (at the smallest world size, a recipe's tuned reference) whose
     ``run_label`` is the chosen summary label."""
     chosen: dict[int, dict[str, Any]] = {}
     for size, label in protocol.get("best_arms", {}).items():
@@ -73,12 +77,17 @@ def chosen_arms(protocol: dict[str, Any], arms: list[dict[str, Any]]) -> dict[in
     return chosen
 
 
+# The labels of an arm re-run for more updates (``lbtrain.studies.protocol``: ``equal_steps_label``,
+# ``train_longer_label``): not arms the protocol chooses among.
+LONGER_RUN = re.compile(r" (equal steps|[0-9.]+x longer)$")
+
+
 def final_runs(runs: list[dict[str, Any]], world_size: int) -> dict[str, list[dict[str, Any]]]:
-    """The summary rows ``runs`` at ``world_size`` per label, the equal-steps re-runs left out:
-    the arms the protocol chose among there."""
+    """The summary rows ``runs`` at ``world_size`` per label, the equal-steps and train-longer
+    re-runs left out (``LONGER_RUN``): the arms the protocol chose among there."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for row in runs:
-        if int(row["world_size"]) == world_size and not str(row["label"]).endswith(" equal steps"):
+        if int(row["world_size"]) == world_size and not LONGER_RUN.search(str(row["label"])):
             groups.setdefault(row["label"], []).append(row)
     return groups
 
@@ -91,7 +100,7 @@ def arm_accuracies(runs: list[dict[str, Any]], labels: tuple[str, ...], world_si
 def goyal_bn_reference(protocol: dict[str, Any], runs: list[dict[str, Any]]) -> tuple[dict[str, Any], list[float]]:
     """The one reference of goyal_bn's tables: the arm chosen on validation at the smallest world
     size (``chosen_arms``), and its ok seeds' test accuracies."""
-    chosen = chosen_arms(protocol, goyal_bn_arms(protocol))
+    chosen = chosen_arms(protocol, study_arms(protocol))
     arm = chosen[min(chosen)]
     return arm, arm_accuracies(runs, (arm["run_label"],), arm["world_size"])
 
@@ -132,7 +141,7 @@ def excluded_text(runs: list[dict[str, Any]], labels: tuple[str, ...], world_siz
     return f"; {failed}" if failed else ""
 
 
-def _arm_cell(arm: dict[str, Any] | None, runs: list[dict[str, Any]], reference: list[float]) -> str:
+def arm_cell(arm: dict[str, Any] | None, runs: list[dict[str, Any]], reference: list[float]) -> str:
     """An arm's test accuracy minus the reference in points with its claim and the runs left out,
     or why it has none."""
     seeds = [] if arm is None else arm_accuracies(runs, arm["run_labels"], arm["world_size"])
@@ -147,7 +156,7 @@ def section_goyal_bn(results: Path) -> list[str]:
         return lines
     references = [row for row in protocol["rows"] if row["rule_name"] == "reference"]
     trials = sorted(set(protocol["trials"].values()))
-    arms, runs = goyal_bn_arms(protocol), study_runs(results, "goyal_bn")
+    arms, runs = study_arms(protocol), study_runs(results, "goyal_bn")
     reference_arm, reference = goyal_bn_reference(protocol, runs)
     sizes = sorted({a["world_size"] for a in arms})
     stated = (f"the arm chosen on validation at world size {reference_arm['world_size']}, {reference_arm['label']} "
@@ -174,7 +183,7 @@ def section_goyal_bn(results: Path) -> list[str]:
         f"Every arm, test accuracy minus the reference ({reference_arm['label']} at world size {reference_arm['world_size']}):",
         "",
         markdown_table(["arm", *[f"world {size} (batch {next(a['global_batch'] for a in arms if a['world_size'] == size)})" for size in sizes]],
-                       [[label, *[_arm_cell(next((a for a in arms if a["label"] == label and a["world_size"] == size), None), runs, reference)
+                       [[label, *[arm_cell(next((a for a in arms if a["label"] == label and a["world_size"] == size), None), runs, reference)
                                   for size in sizes]]
                         for label in dict.fromkeys(a["label"] for a in arms)]),
         "",
@@ -297,10 +306,12 @@ def goyal_figure_items(protocol: dict[str, Any], runs: list[dict[str, Any]]) -> 
     return items
 
 
-def anchor_goyal_linear_warmup(results: Path) -> tuple[str, str]:
-    protocol = study_json(results, "goyal_bn", PROTOCOL_FILE)
+def anchor_goyal_linear_warmup(results: Path, study: str = "goyal_bn") -> tuple[str, str]:
+    """Goyal et al.'s recipe (momentum SGD with gradual warmup, tuned at the smallest batch and
+    carried by the linear rule) minus that recipe tuned at the smallest batch, at each larger batch."""
+    protocol = study_json(results, study, PROTOCOL_FILE)
     if protocol is None:
-        return "not measured yet", "goyal_bn is not committed"
+        return "not measured yet", f"{study} is not committed"
     rows = sorted((r for r in protocol["rows"] if r["recipe"] == "momentum+warmup" and r["rule_name"] == "linear"),
                   key=lambda r: r["world_size"])
     evidence = "; ".join(f"batch {r['global_batch']}: {points_text(r['rule_minus_reference'])} points" for r in rows)
@@ -308,37 +319,43 @@ def anchor_goyal_linear_warmup(results: Path) -> tuple[str, str]:
             f"linear + gradual warmup (tuned at the smallest batch) minus the small batch: {evidence}")
 
 
-def anchor_goyal_no_warmup(results: Path) -> tuple[str, str]:
-    protocol = study_json(results, "goyal_bn", PROTOCOL_FILE)
+def anchor_goyal_no_warmup(results: Path, study: str = "goyal_bn") -> tuple[str, str]:
+    """At the largest batch: the linear rule without warmup minus with it."""
+    protocol = study_json(results, study, PROTOCOL_FILE)
     if protocol is None:
-        return "not measured yet", "goyal_bn is not committed"
-    runs, largest = study_runs(results, "goyal_bn"), max(r["world_size"] for r in protocol["rows"])
+        return "not measured yet", f"{study} is not committed"
+    runs, largest = study_runs(results, study), max(r["world_size"] for r in protocol["rows"])
     difference = difference_interval(ok_accuracies(runs, "momentum linear rule", largest),
                                      ok_accuracies(runs, "momentum+warmup linear rule", largest))
     batch = next(r["global_batch"] for r in protocol["rows"] if r["world_size"] == largest)
     return judge(difference), f"linear scaling without minus with gradual warmup at batch {batch}: {points_text(difference)} points"
 
 
-def _largest_rows(results: Path, recipe: str) -> list[dict[str, Any]]:
-    """goyal_bn's protocol rows of ``recipe`` at its largest world size (empty when absent)."""
-    protocol = study_json(results, "goyal_bn", PROTOCOL_FILE)
+def _largest_rows(results: Path, recipe: str, study: str = "goyal_bn") -> list[dict[str, Any]]:
+    """The study's protocol rows of ``recipe`` at its largest world size (empty when absent)."""
+    protocol = study_json(results, study, PROTOCOL_FILE)
     if protocol is None:
         return []
     largest = max(r["world_size"] for r in protocol["rows"])
     return [r for r in protocol["rows"] if r["recipe"] == recipe and r["world_size"] == largest]
 
 
-def anchor_lars(results: Path) -> tuple[str, str]:
-    rows = _largest_rows(results, "lars+warmup")
+def anchor_lars(results: Path, study: str = "goyal_bn") -> tuple[str, str]:
+    """LARS with warmup at the largest batch minus LARS tuned at world size 1: carried there by
+    the linear rule, or tuned there when the study gives LARS its own grid at every world size
+    (``protocol.tuned_only``: no rule side)."""
+    rows = _largest_rows(results, "lars+warmup", study)
     if not rows:
-        return "not measured yet", "goyal_bn is not committed"
-    row, runs = rows[0], study_runs(results, "goyal_bn")
-    what = f"LARS + warmup carried by the linear rule to batch {row['global_batch']} minus LARS tuned at world size 1"
-    if row["rule"]["n"]:
-        return judge(row["rule_minus_reference"]), f"{what}: {points_text(row['rule_minus_reference'])} points"
+        return "not measured yet", f"{study} is not committed"
+    row, runs = rows[0], study_runs(results, study)
+    kind = "rule" if row["rule_runs"] else "tuned"
+    how = "carried by the linear rule" if kind == "rule" else "tuned on its own grid"
+    what = f"LARS + warmup {how} at batch {row['global_batch']} minus LARS tuned at world size 1"
+    if row[kind]["n"]:
+        return judge(row[f"{kind}_minus_reference"]), f"{what}: {points_text(row[f'{kind}_minus_reference'])} points"
     # No ok seed: no accuracy to take a difference of; the runs that ended ok, arm against reference.
-    total = sum(count for (size, _), count in status_counts(runs, run_labels(row, "rule")).items() if size == row["world_size"])
-    protocol = study_json(results, "goyal_bn", PROTOCOL_FILE)
+    total = sum(count for (size, _), count in status_counts(runs, run_labels(row, kind)).items() if size == row["world_size"])
+    protocol = study_json(results, study, PROTOCOL_FILE)
     base = next(r for r in protocol["rows"] if r["recipe"] == "lars+warmup" and r["rule_name"] == "reference")
     verdict, shares = trained_share_claim(0, total, base["tuned"]["n"], base["tuned_runs"])
     return verdict, f"{what}: no accuracy, {shares}"

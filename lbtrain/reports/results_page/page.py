@@ -13,6 +13,7 @@ from lbtrain.reports.results_page.anchors import section_anchors
 from lbtrain.reports.results_page.asynchrony import section_staleness, section_sync_vs_async, staleness_figure
 from lbtrain.reports.results_page.critical_batch import section_critical_batch, section_steps_to_target
 from lbtrain.reports.results_page.goyal import goyal_figure, section_accuracy_study, section_goyal_bn, section_warmup_ablation
+from lbtrain.reports.results_page.goyal_v3 import section_goyal_v3, section_lead
 from lbtrain.reports.results_page.keskar import section_keskar_gap, section_keskar_v2
 from lbtrain.reports.results_page.lr_scaling import section_adam_scaling, section_goyal_sweep
 from lbtrain.reports.tables import markdown_table, read_summary
@@ -22,9 +23,12 @@ from lbtrain.results import SUMMARY_FILE
 logger = logging.getLogger(__name__)
 
 
-# Each section: results folder -> its lines. Second edition first, then the first edition.
+# Each section: results folder -> its lines. The third edition's answer first, then the anchors,
+# the third edition's studies, the second edition and the first.
 SECTIONS: list[Callable[[Path], list[str]]] = [
+    section_lead,
     section_anchors,
+    section_goyal_v3,
     section_goyal_bn,
     section_warmup_ablation,
     section_keskar_v2,
@@ -53,8 +57,10 @@ INTRODUCTION = [
     "what to use) is chosen on validation accuracy among arms whose every seed was ok, never on test: test accuracy is only "
     "reported. Each table takes every difference against one reference, named in its caption. Claims follow one decision "
     "rule with a margin of 1 point (the first section says it), and a best is named only when it is separable from every "
-    "other arm; otherwise the arms are *tied with the best*. Second-edition studies (tuned with equal budgets, decay clocked from step 0, precise batch-norm "
-    "statistics) come first; the first edition follows.",
+    "other arm; otherwise the arms are *tied with the best*. The third edition (studies sized so the largest batch is at most "
+    "about 2% of the training set with hundreds of updates, the LR searched on a grid, five fresh seeds for the headline "
+    "study) leads; the second edition (tuned with equal budgets, decay clocked from step 0, precise batch-norm statistics) "
+    "and the first follow.",
     "",
 ]
 
