@@ -27,10 +27,10 @@ from lbtrain.reports.results_page.goyal import (
     anchor_goyal_linear_warmup,
     anchor_goyal_no_warmup,
     chosen_arms,
-    study_arms,
     goyal_figure,
     goyal_figure_items,
     section_goyal_bn,
+    study_arms,
 )
 from lbtrain.reports.results_page.keskar import anchor_hoffer, anchor_keskar, section_keskar_v2
 from lbtrain.reports.results_page.lr_scaling import anchor_malladi

@@ -119,3 +119,41 @@ def test_the_sections_show_b_crit_with_its_interval_n_and_the_rule_and_choose_on
     table = "\n".join(section_steps_to_target(results))
     assert "| best recipe (validation) |" in table and "| 1024 | sqrt |" in table and "lucky |" not in table
     assert "chosen on validation, never on test" in table
+
+
+def test_b_simple_is_read_from_the_histories_at_three_points_of_each_best_recipes_runs():
+    """On the committed steps_to_target: the table's cells are medians of the ``noise_scale``
+    column of the runs' history.csv at epoch 1, halfway to the target epoch and at it."""
+    import csv
+    import statistics
+
+    results = Path(REPO_ROOT) / "results"
+    report = json.loads((results / "steps_to_target" / "report.json").read_text())
+    text = "\n".join(section_steps_to_target(results))
+    summary = list(csv.DictReader((results / "steps_to_target" / "summary.csv").read_text().splitlines()))
+    best = best_rows(report["steps_to_target"])
+    batch = min(best)
+    recipe = best[batch]["recipe"]
+    at_target = [run for run in report["noise_scale"]["runs_at_target"] if run["global_batch"] == batch and run["recipe"] == recipe]
+    values = []
+    for run in at_target:
+        run_id = next(row["run_id"] for row in summary
+                      if row["label"] == recipe and int(row["global_batch"]) == batch and int(row["seed"]) == run["seed"])
+        history = {int(row["epoch"]): float(row["noise_scale"])
+                   for row in csv.DictReader((results / "steps_to_target" / "runs" / run_id / "history.csv").read_text().splitlines())}
+        values.append((history[1], history[max(1, -(-run["epoch"] // 2))], history[run["epoch"]]))
+    medians = [f"{statistics.median(column):.0f}" for column in zip(*values)]
+    assert f"| {batch} | {recipe} | {' | '.join(medians)} | {len(at_target)} |" in text
+    # The ratio's interval over B_crit's is stated beside the point.
+    assert "x the measured B_crit [" in text and "over B_crit's interval" in text
+
+
+def test_the_third_editions_steps_study_is_judged_only_on_itself(tmp_path):
+    """Shallue's and McCandlish's third-edition rows read critical_batch_v3 alone: an earlier
+    edition's study in the folder does not stand in for it."""
+    results = study(tmp_path, rows(), noise_scale=450.0)
+    assert anchor_shallue(results)[0] != "not measured yet"
+    assert anchor_shallue(results, studies=("critical_batch_v3",)) == ("not measured yet", "critical_batch_v3 is not committed")
+    study(results, rows(), noise_scale=450.0, name="critical_batch_v3")
+    verdict, evidence = anchor_mccandlish(results, studies=("critical_batch_v3",))
+    assert evidence.startswith("critical_batch_v3: B_simple / B_crit = 0.90")

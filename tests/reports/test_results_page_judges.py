@@ -12,6 +12,7 @@ import pytest
 
 from conftest import REPO_ROOT
 from lbtrain.reports.decisions import BETTER, CLAIMS, TIED_WITH_THE_BEST
+from lbtrain.reports.results_page.anchors import ANCHORS, anchor_row
 from lbtrain.reports.results_page.asynchrony import anchor_async_lr, anchor_staleness, anchor_staleness_damping
 from lbtrain.reports.results_page.common import accuracy_table, study_runs
 from lbtrain.reports.results_page.goyal import (
@@ -24,13 +25,14 @@ from lbtrain.reports.results_page.goyal import (
     section_goyal_bn,
     section_warmup_ablation,
 )
-from lbtrain.reports.results_page.keskar import anchor_hoffer, anchor_keskar
+from lbtrain.reports.results_page.goyal_v3 import anchor_goyal_v3_longer
+from lbtrain.reports.results_page.keskar import anchor_hoffer, anchor_keskar, anchor_keskar_v3
 from lbtrain.reports.results_page.lr_scaling import anchor_malladi
 from lbtrain.reports.statistics import difference_interval, mean_interval
 
 RESULTS = Path(REPO_ROOT) / "results"
 JUDGES = [anchor_goyal_linear_warmup, anchor_goyal_no_warmup, anchor_keskar, anchor_hoffer, anchor_lars, anchor_nado,
-          anchor_malladi, anchor_staleness, anchor_staleness_damping, anchor_async_lr]
+          anchor_malladi, anchor_staleness, anchor_staleness_damping, anchor_async_lr, anchor_goyal_v3_longer, anchor_keskar_v3]
 WORDS = (*CLAIMS, "out of regime", TIED_WITH_THE_BEST, "not measured yet")
 
 
@@ -50,6 +52,13 @@ def test_every_judge_of_the_committed_studies_says_only_the_decision_words(judge
 @pytest.mark.parametrize("judge", JUDGES, ids=lambda judge: judge.__name__)
 def test_every_judge_without_its_study_says_not_measured_yet(tmp_path, judge):
     assert judge(tmp_path)[0] == "not measured yet"
+
+
+@pytest.mark.parametrize("anchor", ANCHORS, ids=lambda anchor: f"{anchor.paper} ({anchor.edition})")
+def test_every_anchor_row_without_its_studies_says_not_measured_yet_and_supersedes_nothing(tmp_path, anchor):
+    row = anchor_row(tmp_path, anchor)
+    assert row[5] == "**not measured yet**" and row[4] == "-"
+    assert row[2] == ("third" if anchor.edition == 3 else "second and first")
 
 
 def test_the_committed_async_judges_under_the_stated_rules():

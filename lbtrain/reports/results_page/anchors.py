@@ -31,7 +31,7 @@ from lbtrain.reports.results_page.goyal import (
     anchor_nado,
 )
 from lbtrain.reports.results_page.goyal_v3 import CRITICAL_BATCH_STUDY, anchor_goyal_v3_longer
-from lbtrain.reports.results_page.keskar import anchor_hoffer, anchor_keskar
+from lbtrain.reports.results_page.keskar import anchor_hoffer, anchor_keskar, anchor_keskar_v3
 from lbtrain.reports.results_page.lr_scaling import anchor_malladi
 from lbtrain.reports.tables import markdown_table
 from lbtrain.results import COMPARE_JSON, REPORT_JSON, SUMMARY_FILE
@@ -79,12 +79,14 @@ SHALLUE = "steps to a target fall perfectly with the batch, then with diminishin
 MCCANDLISH = "the critical batch is predicted by the gradient noise scale"
 HOFFER = "training longer with ghost batch norm closes the large-batch gap"
 YOU = "LARS with warmup holds at large batches"
+KESKAR = "large batches reach sharper minima and test worse"
 
 # In the table's order: the third edition's anchors first, then the second edition's (and the
 # first's), each kept and marked superseded where a third-edition anchor re-tests its claim.
 ANCHORS: list[Anchor] = [
     Anchor("Goyal et al. 2017", GOYAL_LINEAR, functools.partial(anchor_goyal_linear_warmup, study="goyal_v3"), _each("goyal_v3"), 3),
     Anchor("Goyal et al. 2017", GOYAL_NO_WARMUP, functools.partial(anchor_goyal_no_warmup, study="goyal_v3"), _each("goyal_v3"), 3),
+    Anchor("Keskar et al. 2017", KESKAR, anchor_keskar_v3, _each("keskar_v3"), 3),
     Anchor("Shallue et al. 2018", SHALLUE, functools.partial(anchor_shallue, studies=(CRITICAL_BATCH_STUDY,)),
            _first(CRITICAL_BATCH_STUDY), 3),
     Anchor("McCandlish et al. 2018", MCCANDLISH, functools.partial(anchor_mccandlish, studies=(CRITICAL_BATCH_STUDY,)),
@@ -93,7 +95,7 @@ ANCHORS: list[Anchor] = [
     Anchor("You et al. 2017", YOU, functools.partial(anchor_lars, study="goyal_v3"), _each("goyal_v3"), 3),
     Anchor("Goyal et al. 2017", GOYAL_LINEAR, anchor_goyal_linear_warmup, _each("goyal_bn")),
     Anchor("Goyal et al. 2017", GOYAL_NO_WARMUP, anchor_goyal_no_warmup, _each("goyal_bn")),
-    Anchor("Keskar et al. 2017", "large batches reach sharper minima and test worse", anchor_keskar,
+    Anchor("Keskar et al. 2017", KESKAR, anchor_keskar,
            _each("keskar_v2", "keskar_gap")),
     Anchor("Shallue et al. 2018", SHALLUE, anchor_shallue, _first("steps_to_target", "critical_batch")),
     Anchor("McCandlish et al. 2018", MCCANDLISH, anchor_mccandlish, _first("steps_to_target", "critical_batch")),

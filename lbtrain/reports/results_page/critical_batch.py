@@ -21,15 +21,17 @@ and say only *matches*, *worse* or *inconclusive* (*not measured yet* when the s
 
 from __future__ import annotations
 
+import csv
 import math
+import statistics
 from pathlib import Path
 from typing import Any
 
 from lbtrain.reports.results_page.common import FIT_RMS_TOLERANCE, MIN_FIT_POINTS, figure_lines, opening, study_json
 from lbtrain.reports.scaling_laws import CriticalBatchFit, counts_in_fit
 from lbtrain.reports.statistics import Estimate
-from lbtrain.reports.tables import markdown_table
-from lbtrain.results import FIGURE_STEPS_TO_TARGET, REPORT_JSON
+from lbtrain.reports.tables import markdown_table, read_summary
+from lbtrain.results import FIGURE_STEPS_TO_TARGET, HISTORY_FILE, REPORT_JSON, RUNS_FOLDER, SUMMARY_FILE
 
 # McCandlish et al.'s prediction "matches" when B_simple / B_crit lies within this factor of 1.
 RATIO_TOLERANCE = 2.0
@@ -93,26 +95,79 @@ def best_rows(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     return best
 
 
-def section_steps_to_target(results: Path) -> list[str]:
-    lines, report = opening(results, "steps_to_target", "steps to a target against the batch, with the LR chosen per batch", REPORT_JSON, "lbtrain run experiments/steps_to_target.yaml")
+def section_steps_to_target(results: Path, study: str = "steps_to_target",
+                            title: str = "steps to a target against the batch, with the LR chosen per batch",
+                            command: str = "lbtrain run experiments/steps_to_target.yaml") -> list[str]:
+    """A steps-to-target study: per batch the recipe with the fewest steps to the target, the fit
+    of S(B), B_simple against the measured B_crit, and B_simple over training (``noise_table``)."""
+    lines, report = opening(results, study, title, REPORT_JSON, command)
     if report is None:
         return lines
     fit = report["critical_batch"]
     fitted = {r["global_batch"]: r["fitted_steps"] for r in fit.get("residuals") or []}
     b_crit = fit.get("b_crit")
+    best = best_rows(report["steps_to_target"])
     table = [[batch, row["recipe"], Estimate(row["steps_to_target"], row["low"], row["high"], row["reached"]).describe(0),
               f"{row['reached']} of {row['runs']}", "-" if batch not in fitted else f"{fitted[batch]:.0f}",
-              "-" if b_crit is None else shallue_region(batch, b_crit)] for batch, row in sorted(best_rows(report["steps_to_target"]).items())]
+              "-" if b_crit is None else shallue_region(batch, b_crit)] for batch, row in sorted(best.items())]
     text = fit_text(fit)
     if fit.get("noise_scale_ratio") is not None:
+        ratio = CriticalBatchFit.from_dict(fit).noise_scale_ratio_interval
         text += (f" Predicted from the gradient noise scale: B_simple = {fit['noise_scale']:.0f} (median over runs at the "
-                 f"target), {fit['noise_scale_ratio']:.2f}x the measured B_crit.")
-    return lines + [f"Steps to {report['metric']} {report['target']} (experiments/steps_to_target.yaml): per batch the recipe "
+                 f"target), {fit['noise_scale_ratio']:.2f}x the measured B_crit"
+                 + ("" if ratio is None else f" {_interval(ratio, 2)} over B_crit's interval") + ".")
+    noise = noise_table(results, study, report, best)
+    return lines + [f"Steps to {report['metric']} {report['target']} (experiments/{study}.yaml): per batch the recipe "
                     f"with the fewest mean steps to the `{report['metric']}` target (chosen on validation, never on test), among "
                     "the recipes whose every seed reached it, with its interval over those seeds. "
-                    "[report](steps_to_target/report.md)", "",
+                    f"[report]({study}/report.md)", "",
                     markdown_table(["global batch", "best recipe (validation)", "steps [95% CI] (n)", "seeds reaching", "fit", "region"], table),
-                    "", text, "", *figure_lines(results, "steps_to_target", FIGURE_STEPS_TO_TARGET, "steps to the target against the global batch")]
+                    "", text, "", *noise, *figure_lines(results, study, FIGURE_STEPS_TO_TARGET, "steps to the target against the global batch")]
+
+
+def noise_table(results: Path, study: str, report: dict[str, Any], best: dict[int, dict[str, Any]]) -> list[str]:
+    """B_simple measured during training (the ``noise_scale`` column of each run's
+    ``history.csv``, an epoch-end moving average of the in-step estimate) at three points of the
+    runs of each batch's best recipe: the first epoch's end, the epoch halfway to the target and
+    the epoch reaching it (``noise_scale.runs_at_target`` of report.json); the median over those
+    seeds, with their count. Empty when the report has no runs at the target."""
+    at_target = (report.get("noise_scale") or {}).get("runs_at_target") or []
+    if not at_target:
+        return []
+    histories = _noise_histories(results / study)
+    rows = []
+    for batch, row in sorted(best.items()):
+        runs = [run for run in at_target if run["global_batch"] == batch and run["recipe"] == row["recipe"] and run["epoch"]]
+        points: list[list[float]] = [[], [], []]
+        for run in runs:
+            history = histories.get((run["recipe"], batch, run["seed"]), {})
+            for index, epoch in enumerate((1, max(1, math.ceil(run["epoch"] / 2)), run["epoch"])):
+                if history.get(epoch) is not None:
+                    points[index].append(history[epoch])
+        cells = [f"{statistics.median(values):.0f}" if values else "-" for values in points]
+        rows.append([batch, row["recipe"], *cells, len(runs)])
+    if not rows:
+        return []
+    return ["B_simple measured during training, median over the seeds of each batch's best recipe (each run's epoch-end "
+            "moving average of the in-step estimate; B_simple grows as the loss falls, so it is read at three points):", "",
+            markdown_table(["global batch", "recipe", "after epoch 1", "halfway to the target", "at the target", "seeds"], rows), ""]
+
+
+def _noise_histories(folder: Path) -> dict[tuple[str, int, int], dict[int, float]]:
+    """Per (label, global batch, seed): the epoch-end ``noise_scale`` of the run's history."""
+    summary = folder / SUMMARY_FILE
+    if not summary.is_file():
+        return {}
+    histories = {}
+    for row in read_summary(summary):
+        path = folder / RUNS_FOLDER / str(row["run_id"]) / HISTORY_FILE
+        if not path.is_file():
+            continue
+        with path.open(newline="") as handle:
+            epochs = {int(line["epoch"]): float(line["noise_scale"]) for line in csv.DictReader(handle)
+                      if line.get("noise_scale") not in (None, "")}
+        histories[(str(row["label"]), int(row["global_batch"]), int(row["seed"]))] = epochs
+    return histories
 
 
 def section_critical_batch(results: Path) -> list[str]:

@@ -26,9 +26,10 @@ from lbtrain.reports.tables import markdown_table
 from lbtrain.results import FIGURE_SHARPNESS_VS_BATCH, PROTOCOL_FILE, REPORT_JSON
 
 
-def keskar_v2_differences(results: Path) -> dict[str, Estimate]:
-    """keskar_v2: each large-batch arm's test accuracy minus the small batch's (Welch intervals)."""
-    runs = study_runs(results, "keskar_v2")
+def keskar_v2_differences(results: Path, study: str = "keskar_v2") -> dict[str, Estimate]:
+    """keskar_v2 (or keskar_v3, labelled alike): each large-batch arm's test accuracy minus the
+    small batch's (label ``SB``; Welch intervals)."""
+    runs = study_runs(results, study)
     small = [float(r["test_accuracy"]) for r in runs if r["label"] == "SB" and r["status"] == "ok"]
     labels = dict.fromkeys(r["label"] for r in runs if r["label"] != "SB")
     return {label: difference_interval([float(r["test_accuracy"]) for r in runs if r["label"] == label and r["status"] == "ok"], small)
@@ -40,11 +41,15 @@ def _mean_of(runs: list[dict[str, Any]], label: str, key: str, digits: int) -> s
     return "-" if not values else f"{sum(values) / len(values):.{digits}f}"
 
 
-def section_keskar_v2(results: Path) -> list[str]:
-    lines, report = opening(results, "keskar_v2", "generalization gap or under-training?", REPORT_JSON, "lbtrain run experiments/keskar_v2.yaml")
+def section_keskar_v2(results: Path, study: str = "keskar_v2", title: str = "generalization gap or under-training?",
+                      command: str = "lbtrain run experiments/keskar_v2.yaml") -> list[str]:
+    """A small batch (``SB``) against large-batch arms at equal epochs, steps or training loss:
+    steps, train loss, accuracies, the difference from SB with its claim, flatness, and whether
+    the difference reads as under-training or as a generalization gap."""
+    lines, report = opening(results, study, title, REPORT_JSON, command)
     if report is None:
         return lines
-    runs, differences = study_runs(results, "keskar_v2"), keskar_v2_differences(results)
+    runs, differences = study_runs(results, study), keskar_v2_differences(results, study)
     sharp = {row["recipe"]: row for row in report.get("sharpness", [])}
     hessian = {row["recipe"]: row for row in report.get("hessian_top_eigenvalue", [])}
 
@@ -74,12 +79,13 @@ def section_keskar_v2(results: Path) -> list[str]:
     else:
         verdict = (f"The large batch against the small: {measured}. At equal steps and equal training loss the claims are "
                    "**inconclusive**: the data tell neither under-training nor a generalization gap.")
-    return lines + ["Small batch 32 against large batch 256 (experiments/keskar_v2.yaml). Final train loss and steps are "
+    batches = sorted({row["global_batch"] for row in report["accuracy"]})
+    return lines + [f"Small batch {batches[0]} against large batch {batches[-1]} (experiments/{study}.yaml). Final train loss and steps are "
                     "means over ok seeds; one reference, the small batch (SB): *− SB* is test accuracy minus the small batch's, "
-                    "in points, with its 95% Welch interval and the claim on it. [report](keskar_v2/report.md)", "",
+                    f"in points, with its 95% Welch interval and the claim on it. [report]({study}/report.md)", "",
                     markdown_table(["arm", "global batch", "steps", "train loss", "train acc", "test acc", "− SB (points)",
                                     "train − test", "sharpness", "top Hessian eigenvalue"], table), "", verdict, "",
-                    *figure_lines(results, "keskar_v2", FIGURE_SHARPNESS_VS_BATCH, "flatness against the global batch")]
+                    *figure_lines(results, study, FIGURE_SHARPNESS_VS_BATCH, "flatness against the global batch")]
 
 
 def section_keskar_gap(results: Path) -> list[str]:
@@ -172,3 +178,20 @@ def anchor_hoffer(results: Path) -> tuple[str, str]:
                                                   "recipe at batch 16: ") + "; ".join(
         f"batch {row['global_batch']}: {points_text(row['equal_steps_minus_reference'])} points "
         f"({points_text(row['gain_of_steps'])} over equal epochs)" for row in longer)
+
+
+def anchor_keskar_v3(results: Path) -> tuple[str, str]:
+    """Keskar et al. judged on keskar_v3 at equal training loss (the large batch trained until
+    its loss reached the small batch's: their comparison at convergence), with the sharpness of
+    each, and the equal-epoch difference beside it."""
+    report = study_json(results, "keskar_v3", REPORT_JSON)
+    if report is None:
+        return "not measured yet", "keskar_v3 is not committed"
+    rows, differences = {row["recipe"]: row for row in report["accuracy"]}, keskar_v2_differences(results, "keskar_v3")
+    sharp = {row["recipe"]: row for row in report.get("sharpness", [])}
+    if "LB equal loss" not in rows or "SB" not in rows or not {"SB", "LB equal loss"} <= set(sharp):
+        return INCONCLUSIVE, "keskar_v3 lacks an ok small batch or large batch at equal loss with its sharpness"
+    verdict, evidence = _keskar_judgement(rows["SB"], rows["LB equal loss"], sharp, differences["LB equal loss"])
+    epochs = differences.get("LB equal epochs")
+    return verdict, (f"keskar_v3 at equal training loss, {evidence}" +
+                     ("" if epochs is None else f"; at equal epochs {points_text(epochs)} points ({judge(epochs)})"))

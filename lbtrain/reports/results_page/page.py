@@ -13,7 +13,8 @@ from lbtrain.reports.results_page.anchors import section_anchors
 from lbtrain.reports.results_page.asynchrony import section_staleness, section_sync_vs_async, staleness_figure
 from lbtrain.reports.results_page.critical_batch import section_critical_batch, section_steps_to_target
 from lbtrain.reports.results_page.goyal import goyal_figure, section_accuracy_study, section_goyal_bn, section_warmup_ablation
-from lbtrain.reports.results_page.goyal_v3 import section_goyal_v3, section_lead
+from lbtrain.reports.results_page.goyal_v3 import COMMAND as THIRD_EDITION_COMMAND
+from lbtrain.reports.results_page.goyal_v3 import CRITICAL_BATCH_STUDY, section_goyal_v3, section_lead
 from lbtrain.reports.results_page.keskar import section_keskar_gap, section_keskar_v2
 from lbtrain.reports.results_page.lr_scaling import section_adam_scaling, section_goyal_sweep
 from lbtrain.reports.tables import markdown_table, read_summary
@@ -29,6 +30,10 @@ SECTIONS: list[Callable[[Path], list[str]]] = [
     section_lead,
     section_anchors,
     section_goyal_v3,
+    functools.partial(section_steps_to_target, study=CRITICAL_BATCH_STUDY, command=THIRD_EDITION_COMMAND,
+                      title="the critical batch and the noise scale (third edition, study 2)"),
+    functools.partial(section_keskar_v2, study="keskar_v3", command=THIRD_EDITION_COMMAND,
+                      title="the large-batch gap at equal training loss (third edition, study 3)"),
     section_goyal_bn,
     section_warmup_ablation,
     section_keskar_v2,
