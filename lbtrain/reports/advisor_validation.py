@@ -267,6 +267,64 @@ def leave_one_out(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def per_batch(item: dict[str, Any], calibrated: float | None) -> list[dict[str, Any]]:
+    """The advisor's critical batch checked at every batch of the pair's study: the measured
+    fewest steps to the target there (the fit's points) against the steps a critical batch
+    ``B_c`` predicts, anchored at the smallest batch's measured steps,
+    ``S(B) = S(B_0) (1 + B_c / B) / (1 + B_c / B_0)`` (McCandlish et al. 2018's
+    ``S = S_min (1 + B_crit / B)``, whose ``S_min`` the advisor does not predict), for ``B_c`` the
+    probe's raw B_simple (``raw``) and the calibrated B_crit from the other pairs
+    (``calibrated``, None with no other pair): each with its ratio to the measured steps and
+    whether it is within 2x."""
+    points = sorted(item["measured"]["residuals"], key=lambda point: point["global_batch"])
+    if not points:
+        return []
+    base = points[0]
+    rows = []
+    for point in points:
+        row: dict[str, Any] = {"global_batch": point["global_batch"], "measured_steps": point["steps"]}
+        for name, b_c in (("raw", item["predicted"]["b_simple"]), ("calibrated", calibrated)):
+            if b_c is None:
+                row[name] = None
+                continue
+            steps = base["steps"] * (1 + b_c / point["global_batch"]) / (1 + b_c / base["global_batch"])
+            ratio = steps / point["steps"]
+            row[name] = {"b_crit": b_c, "steps": steps, "ratio": ratio, "within_2x": 1 / WITHIN <= ratio <= WITHIN}
+        rows.append(row)
+    return rows
+
+
+def _per_batch_section(data: dict[str, Any]) -> list[str]:
+    lines = ["## Checked at every batch size", "",
+             "The steps to the target each pair's study measured at every batch (the fit's points: the fewest mean steps "
+             "among the recipes whose every seed reached it) against the steps the advisor's critical batch predicts, "
+             "S(B_0) (1 + B_c / B) / (1 + B_c / B_0), anchored at the smallest batch B_0's measured steps (the advisor "
+             "predicts where the steps stop falling, not how many they are): B_c the probe's raw B_simple, and the calibrated "
+             "B_crit from the other pairs only (leave one out). A ratio below 1 predicts fewer steps than measured: "
+             "scaling promised past where it holds.", ""]
+    for item in data["pairs"]:
+        rows = item.get("per_batch") or []
+        if not rows:
+            continue
+
+        def cell(prediction: dict[str, Any] | None) -> str:
+            return "-" if prediction is None else f"{_n(prediction['steps'])} ({prediction['ratio']:.2f})"
+
+        raw_within = sum(row["raw"]["within_2x"] for row in rows)
+        calibrated = [row["calibrated"] for row in rows if row["calibrated"] is not None]
+        lines += [f"**{item['pair']}** (raw B_c = {_n(item['predicted']['b_simple'])}"
+                  + (f", calibrated B_c = {_n(calibrated[0]['b_crit'])}" if calibrated else "")
+                  + f"; measured B_crit = {_n(item['measured']['b_crit'])}):", "",
+                  markdown_table(["global batch", "measured steps", "predicted from raw B_simple (ratio)",
+                                  "predicted from calibrated B_crit (ratio)"],
+                                 [[row["global_batch"], _n(row["measured_steps"]), cell(row["raw"]), cell(row["calibrated"])]
+                                  for row in rows]), "",
+                  f"Within 2x of the measured steps: raw at {raw_within} of {len(rows)} batch sizes"
+                  + (f", calibrated at {sum(row['within_2x'] for row in calibrated)} of {len(calibrated)}" if calibrated else "")
+                  + ".", ""]
+    return lines
+
+
 def _leave_one_out_section(data: dict[str, Any]) -> list[str]:
     rows = data["leave_one_out"]
     if not rows:
@@ -336,6 +394,7 @@ def render_markdown(data: dict[str, Any]) -> str:
     ]
     lines += [_verdict(item) + "\n" for item in pairs]
     lines += _leave_one_out_section(data)
+    lines += _per_batch_section(data)
     lines += ["![predicted vs measured critical batch; B_simple over training](validation.png)", "",
               "## B_simple over a whole training run", "",
               "The per-epoch `noise_scale` of one run at each pair's base batch (the in-step estimate's moving average at the "
@@ -434,6 +493,9 @@ def validation(root: Path, pairs: tuple[tuple[str, str, str, str, str], ...] = P
     data = {"description": DESCRIPTION, "tolerance": WITHIN, "pairs": [pair(root, *spec) for spec in pairs]}
     data["within_2x"] = sum(item["within_2x"] for item in data["pairs"])
     data["leave_one_out"] = leave_one_out(data["pairs"])
+    calibrated = {row["pair"]: row["calibrated_b_crit"] for row in data["leave_one_out"]}
+    for item in data["pairs"]:
+        item["per_batch"] = per_batch(item, calibrated.get(item["pair"]))
     return data
 
 

@@ -40,3 +40,29 @@ def test_the_committed_validation_is_what_the_committed_results_render():
     assert (COMMITTED / "validation.json").read_text() == json.dumps(data, indent=2, allow_nan=False) + "\n", (
         "results/advisor_validation is stale: run python scripts/validate_advisor.py")
     assert (COMMITTED / "validation.md").read_text() == render_markdown(data)
+
+
+def test_the_advisors_critical_batch_is_checked_at_every_batch_of_the_study():
+    """S(B) = S(B_0) (1 + B_c / B) / (1 + B_c / B_0), anchored at the smallest batch: with a
+    measured curve of S_min = 100 and B_crit = 400, a raw B_simple of 100 predicts too few
+    steps' savings at large batches, a calibrated B_crit of 400 predicts the curve exactly."""
+    from lbtrain.reports.advisor_validation import per_batch
+
+    batches = [50, 100, 200, 400, 800, 1600]
+    item = {"predicted": {"b_simple": 100.0},
+            "measured": {"residuals": [{"global_batch": b, "steps": 100 * (1 + 400 / b)} for b in reversed(batches)]}}
+    rows = per_batch(item, calibrated=400.0)
+    assert [row["global_batch"] for row in rows] == batches
+    assert [row["calibrated"]["ratio"] for row in rows] == pytest.approx([1.0] * 6)
+    # Raw: S(1600) = 900 (1 + 100/1600) / (1 + 100/50) = 318.75 against 125 measured.
+    assert rows[-1]["raw"]["steps"] == pytest.approx(900 * (1 + 100 / 1600) / 3)
+    assert rows[-1]["raw"]["ratio"] == pytest.approx(318.75 / 125) and not rows[-1]["raw"]["within_2x"]
+    assert rows[1]["raw"]["within_2x"] and rows[0]["raw"]["ratio"] == pytest.approx(1.0)
+    assert all(row["calibrated"] is None for row in per_batch(item, calibrated=None))
+
+
+def test_the_committed_validation_checks_every_batch_of_every_pair():
+    committed = json.loads((COMMITTED / "validation.json").read_text())
+    for item in committed["pairs"]:
+        assert [row["global_batch"] for row in item["per_batch"]] == sorted(r["global_batch"] for r in item["measured"]["residuals"])
+    assert "## Checked at every batch size" in (COMMITTED / "validation.md").read_text()
