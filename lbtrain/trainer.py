@@ -385,7 +385,7 @@ def _fit_segments(config: RunConfig, built: _Built, world: World, callbacks: _Ca
                                               rank=0, world_size=1, seed=0, training=False)
     throughput = next(callback for callback in callbacks.all if isinstance(callback, Throughput))
     for segment in built.segments:
-        if segment.end_step <= start:
+        if segment.end_step <= start or _target_met(settings.stop_at, history):  # done, or resumed after its target
             continue
         if segment.start_step > start and segment.world_size != built.elastic_lr.world_size:
             change = built.elastic_lr.change_world(segment.start_step, segment.world_size, segment.start_samples)
@@ -476,7 +476,8 @@ def _fit_elastic_job(config: RunConfig, built: _Built, world: World, callbacks: 
                             change.new_world_size, change.step, change.samples, change.old_lr, change.new_lr)
         batch = world.size * settings.update_batch
         remaining = (total - state.samples) // batch
-        if remaining <= 0 or guard.reason is not None or budget.reached_step is not None:
+        if (remaining <= 0 or guard.reason is not None or budget.reached_step is not None
+                or _target_met(settings.stop_at, state.history)):  # a restart after the target was met
             return
         if callbacks.checkpoint is not None:
             callbacks.checkpoint.history = list(state.history)

@@ -203,3 +203,20 @@ class _KillAfter(tf.keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if int(self.model.optimizer.iterations.numpy()) >= self.step:
             raise _Killed()
+
+
+def test_a_simulated_elastic_run_resumed_after_its_target_trains_no_further(tmp_path):
+    """A run that stopped at its ``stop_at`` target mid-schedule, resumed from its last
+    checkpoint (as after a kill between the checkpoint and metrics.json), ends where it ended."""
+    from lbtrain.trainer import train
+    from lbtrain.worlds.simulated import SimulatedWorld
+
+    run = _run(world_sizes={0: 4, 12: 2})
+    run["training"]["stop_at"] = {"train_accuracy": 0.01}  # met at the first epoch's end
+    config = run_config_from_dict(run)
+    first = train(config, SimulatedWorld(4), run_dir=tmp_path / "run")
+    assert first.status == "ok" and first.total_steps == 8 and len(first.history) == 1
+    again = train(config, SimulatedWorld(4), run_dir=tmp_path / "run", resume=True)
+    assert again.total_steps == 8 and [row["epoch"] for row in again.history] == [row["epoch"] for row in first.history]
+    for a, b in zip(first.model.get_weights(), again.model.get_weights()):
+        np.testing.assert_array_equal(a, b)
