@@ -80,10 +80,15 @@ def _regime_text(regimes: dict[int, Regime], batch: int) -> str:
     return f"batch {batch:,}" if regime is None else regime.describe()
 
 
+def _points_claim(record: dict[str, Any] | Any) -> str:
+    """``-5.0 [-5.2, -4.8] (n=5 vs 5, df=8) points: worse``: a difference in points, then its claim."""
+    return f"{points_text(record)} points: {judge(record)}"
+
+
 def _stopped_text(row: dict[str, Any]) -> str:
     """The linear rule's difference where it stopped, or that it had no ok seed to differ."""
     if row["rule"]["n"]:
-        return f"{judged_points(row['rule_minus_reference'])} points"
+        return _points_claim(row["rule_minus_reference"])
     return f"without an ok seed (0 of {row['rule_runs']} final runs ok)"
 
 
@@ -108,9 +113,9 @@ def stops_sentence(results: Path, protocol: dict[str, Any]) -> str:
                        f"(`{COMMAND}` makes it).")
     if not fit.fitted or not fit.b_crit:
         return text + f" {CRITICAL_BATCH_STUDY} has no critical batch to set it against ({fit.note or 'no fit'})."
-    edge = held or stopped
-    return text + (f" {CRITICAL_BATCH_STUDY} measured {b_crit_text(fit)} on the same model and data: batch "
-                   f"{edge['global_batch']:,} is {edge['global_batch'] / fit.b_crit:.2g} x B_crit.")
+    places = [f"batch {row['global_batch']:,} ({word}) is {row['global_batch'] / fit.b_crit:.2g} x B_crit"
+              for row, word in ((held, "held"), (stopped, "stopped")) if row is not None]
+    return text + f" {CRITICAL_BATCH_STUDY} measured {b_crit_text(fit)} on the same model and data: {' and '.join(places)}."
 
 
 def lead_rows(results: Path, protocol: dict[str, Any]) -> list[list[Any]]:
@@ -147,7 +152,7 @@ def control_sentence(protocol: dict[str, Any]) -> str:
     its updates, its gain over its own budget and its difference from the recipe at world size 1."""
     parts = [f"{row['arm']} at world size {row['world_size']} (batch {row['global_batch']:,}) trained {row['factor']:g}x longer "
              f"({row['longer_steps']:,} updates against {row['steps']:,}): test {as_estimate(row['longer']).describe()}, "
-             f"{judged_points(row['gain'])} points over its own budget and {judged_points(row['longer_minus_reference'])} points "
+             f"{_points_claim(row['gain'])} over its own budget and {_points_claim(row['longer_minus_reference'])} "
              f"against {row['recipe']} tuned at world size 1"
              for row in protocol.get("train_longer", [])]
     if not parts:
@@ -242,4 +247,4 @@ def anchor_goyal_v3_longer(results: Path) -> tuple[str, str]:
                                   arm_accuracies(runs, (f"{row['recipe']} tuned",), min(r["world_size"] for r in protocol["rows"])))
     return judge(row["longer_minus_reference"]), (
         f"{STUDY}, {row['arm']} at batch {row['global_batch']:,} trained {row['factor']:g}x longer minus {row['recipe']} tuned at "
-        f"world size 1: {points_text(row['longer_minus_reference'])} points; at equal epochs {judged_points(shorter)} points")
+        f"world size 1: {points_text(row['longer_minus_reference'])} points; at equal epochs {_points_claim(shorter)}")
