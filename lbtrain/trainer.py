@@ -468,17 +468,17 @@ def _fit_elastic_job(config: RunConfig, built: _Built, world: World, callbacks: 
         schedule.set_segment(state.segment)
         guard.initial_loss = state.initial_loss
         step = int(built.optimizer.iterations.numpy())
+        batch = world.size * settings.update_batch
+        remaining = (total - state.samples) // batch
+        if (remaining <= 0 or guard.reason is not None or budget.reached_step is not None
+                or _target_met(settings.stop_at, state.history)):  # done, or a restart after the target was met
+            return  # before any world change: a change no step trains in is not recorded
         if world.size != schedule.world_size:
             change = schedule.change_world(step, world.size, state.samples)
             state.segment, state.changes = schedule.segment(), [*state.changes, change.to_dict()]
             if world.is_root:
                 logger.info("world size %d -> %d at step %d (%d samples): lr %.4g -> %.4g", change.old_world_size,
                             change.new_world_size, change.step, change.samples, change.old_lr, change.new_lr)
-        batch = world.size * settings.update_batch
-        remaining = (total - state.samples) // batch
-        if (remaining <= 0 or guard.reason is not None or budget.reached_step is not None
-                or _target_met(settings.stop_at, state.history)):  # a restart after the target was met
-            return
         if callbacks.checkpoint is not None:
             callbacks.checkpoint.history = list(state.history)
         budget.total_steps, throughput.global_batch = step + remaining, batch

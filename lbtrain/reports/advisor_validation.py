@@ -31,7 +31,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from lbtrain.reports.tables import markdown_table
+from lbtrain.reports.tables import markdown_table, read_summary, trained_seconds
 from lbtrain.results import (
     ADVISOR_VALIDATION_FIGURE,
     ADVISOR_VALIDATION_FILE,
@@ -73,13 +73,12 @@ def _read_history(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def _study_wall_seconds(report_path: Path) -> float | None:
-    """The summed wall time of the study's runs (its ``summary.csv``), when recorded."""
+    """The summed wall time of the study's runs (its ``summary.csv``; a copied run counted once,
+    ``tables.trained_seconds``), when recorded."""
     summary = report_path.parent / SUMMARY_FILE
     if not summary.is_file():
         return None
-    with open(summary, newline="") as handle:
-        times = [_float(row.get("wall_time_seconds")) for row in csv.DictReader(handle)]
-    return sum(time for time in times if time is not None) or None
+    return trained_seconds(read_summary(summary)) or None
 
 
 def _epochs(history: list[dict[str, Any]], steps_per_epoch: int, metric: str, b_crit: float) -> list[dict[str, Any]]:
@@ -310,16 +309,18 @@ def _per_batch_section(data: dict[str, Any]) -> list[str]:
         def cell(prediction: dict[str, Any] | None) -> str:
             return "-" if prediction is None else f"{_n(prediction['steps'])} ({prediction['ratio']:.2f})"
 
-        raw_within = sum(row["raw"]["within_2x"] for row in rows)
-        calibrated = [row["calibrated"] for row in rows if row["calibrated"] is not None]
+        beyond = rows[1:]  # the smallest batch is the anchor: its ratio is 1 by construction
+        raw_within = sum(row["raw"]["within_2x"] for row in beyond)
+        calibrated = [row["calibrated"] for row in beyond if row["calibrated"] is not None]
         lines += [f"**{item['pair']}** (raw B_c = {_n(item['predicted']['b_simple'])}"
-                  + (f", calibrated B_c = {_n(calibrated[0]['b_crit'])}" if calibrated else "")
+                  + (f", calibrated B_c = {_n(rows[0]['calibrated']['b_crit'])}" if rows[0]["calibrated"] else "")
                   + f"; measured B_crit = {_n(item['measured']['b_crit'])}):", "",
                   markdown_table(["global batch", "measured steps", "predicted from raw B_simple (ratio)",
                                   "predicted from calibrated B_crit (ratio)"],
                                  [[row["global_batch"], _n(row["measured_steps"]), cell(row["raw"]), cell(row["calibrated"])]
                                   for row in rows]), "",
-                  f"Within 2x of the measured steps: raw at {raw_within} of {len(rows)} batch sizes"
+                  f"Within 2x of the measured steps beyond the anchor batch {rows[0]['global_batch']}: raw at {raw_within} of "
+                  f"{len(beyond)} batch sizes"
                   + (f", calibrated at {sum(row['within_2x'] for row in calibrated)} of {len(calibrated)}" if calibrated else "")
                   + ".", ""]
     return lines

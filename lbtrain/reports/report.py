@@ -50,6 +50,7 @@ from lbtrain.reports.tables import (
     read_summary,
     recipes,
     standings_by_batch,
+    trained_seconds,
 )
 from lbtrain.results import (
     EXPERIMENT_FILE,
@@ -385,14 +386,11 @@ def machine_minutes(results_dir: Path) -> dict[str, float | None]:
     """What a results folder cost in machine minutes: ``runs``, its runs' wall times
     (``summary.csv``), and ``tuning_trials``, its tuning trials' (start to completion, every
     study of its storage: ``lbtrain.reports.tuning``; None without a storage). A run copied from
-    another label's run of the same configuration (``lbtrain.studies.runner``: the same hash ends
-    both ids, and the copy carries the same wall time) cost nothing and is counted once."""
+    another label's run of the same configuration cost nothing (``tables.trained_seconds``)."""
     from lbtrain.reports.tuning import StorageReadError, results_storage, trial_seconds
 
     summary = results_dir / SUMMARY_FILE
-    trained = {(str(row["run_id"]).rsplit("-", 1)[-1], float(row.get("wall_time_seconds") or 0))
-               for row in read_summary(summary)} if summary.is_file() else set()
-    runs = sum(seconds for _, seconds in trained) / 60
+    runs = trained_seconds(read_summary(summary)) / 60 if summary.is_file() else 0.0
     storage = results_storage(results_dir)
     try:
         return {"runs": runs, "tuning_trials": None if storage is None else trial_seconds(storage) / 60}

@@ -233,3 +233,11 @@ def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def trained_seconds(rows: list[dict[str, Any]]) -> float:
+    """The wall time summary rows ``rows`` cost (``wall_time_seconds``), a run copied from
+    another label's run of the same configuration counted once: the same hash ends both ids
+    (``lbtrain.studies.plan.run_id``) and the copy carries the same wall time."""
+    trained = {(str(row["run_id"]).rsplit("-", 1)[-1], float(row.get("wall_time_seconds") or 0)) for row in rows}
+    return sum(seconds for _, seconds in trained)

@@ -119,14 +119,21 @@ def load_findings() -> dict[str, Any]:
     return json.loads(FINDINGS_FILE.read_text())
 
 
+def _outside(study: dict[str, Any], multiple: float) -> bool:
+    """Whether ``multiple`` lies more than one doubling outside the multiples ``study`` measured."""
+    measured = [row["multiple"] for row in study["batches"]]
+    return multiple > 2 * max(measured) or multiple < min(measured) / 2
+
+
 def recipe_advice(model: str, dataset: str, multiple: float) -> dict[str, Any] | None:
     """The study row nearest (in log2) to ``multiple`` x the base batch, from the study of the
     same model and dataset, else of the same model, else of the same dataset, else the first;
-    None without findings."""
+    among those, the first listed (``STUDIES``: the newest edition) unless ``multiple`` lies more
+    than one doubling outside its batches and another's covers it. None without findings."""
     studies = load_findings()["studies"]
     if not studies:
         return None
-    study = min(studies, key=lambda study: (study["model"] != model, study["dataset"] != dataset))
+    study = min(studies, key=lambda study: (study["model"] != model, study["dataset"] != dataset, _outside(study, multiple)))
     row = min(study["batches"], key=lambda row: (abs(math.log2(row["multiple"]) - math.log2(multiple)), row["multiple"]))
     return {"study": study["study"], "model": study["model"], "dataset": study["dataset"], "budget": study["budget"],
             "report": study["report"], **row}

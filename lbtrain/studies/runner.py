@@ -5,8 +5,9 @@ resumes where it stopped; an interrupted run continues from its last epoch check
 child process for a mode launched ``isolated`` (``lbtrain.launch.isolation``: a run that crashes
 the process is recorded, not fatal), else as ``lbtrain train --mode M`` processes started by the
 mode's launch kind (``lbtrain.launch.start_run``: horovodrun, a fresh process, a tf.distribute
-or parameter-server job). It records diverged and failed runs and goes on, then writes
-``summary.csv``. Its progress lines are INFO records of the ``lbtrain`` logger (``lbtrain.logs``)
+or parameter-server job). A run whose configuration another label's run already finished (the
+same hash ends both ids) is copied from it, not trained: it would train to the same numbers. It
+records diverged and failed runs and goes on, then writes ``summary.csv``. Its progress lines are INFO records of the ``lbtrain`` logger (``lbtrain.logs``)
 unless the caller takes them (``progress``).
 """
 
@@ -187,7 +188,8 @@ def run_planned(
     claimed for this experiment and ``config_file`` (``results.claim_folder``: another
     experiment of the same name is refused) and locked for this process. Runs that finished
     ``ok``, ``diverged`` or ``collapsed`` are skipped; ``failed`` ones and those whose
-    ``metrics.json`` is damaged (a warning) are trained again; ``fresh`` deletes the experiment's
+    ``metrics.json`` is damaged (a warning) are trained again; a run whose configuration another
+    label's run finished is copied from it (``_finished_twin``); ``fresh`` deletes the experiment's
     previous runs first. One progress line per run (with elapsed time and an ETA from the mean time of
     the runs trained so far, counting every run still ahead)."""
     check_mode(experiment, planned)
@@ -241,17 +243,23 @@ def _finished_twin(runs_dir: Path, identifier: str) -> Path | None:
     if not runs_dir.is_dir():
         return None
     for candidate in sorted(runs_dir.glob(f"*-{digest}")):
-        if candidate.name != identifier and candidate.is_dir():
-            result = _previous_result(candidate)
-            if result is not None and result.status != "failed":
+        if candidate.name == identifier or not is_finished(candidate):
+            continue
+        try:
+            if read_run(candidate).status != "failed":
                 return candidate
+        except ResultsError:
+            continue  # a damaged twin is its own run's to retrain, when its grid plans it
     return None
 
 
 def _copy_run(twin: Path, run_dir: Path) -> RunResult:
-    """Copies ``twin``'s files (not its checkpoints) into ``run_dir``, ``metrics.json`` last so an
-    interrupted copy is not a finished run; returns the copied result."""
-    run_dir.mkdir(parents=True, exist_ok=True)
+    """Copies ``twin``'s files (not its checkpoints) into ``run_dir``, replacing what an earlier
+    interrupted attempt left there, ``metrics.json`` last so an interrupted copy is not a
+    finished run; returns the copied result."""
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
     files = sorted((path for path in twin.iterdir() if path.is_file()), key=lambda path: path.name == METRICS_FILE)
     for path in files:
         write_atomic(run_dir / path.name, path.read_bytes())

@@ -32,7 +32,7 @@ from lbtrain.reports.results_page.goyal import (
     section_goyal_bn,
     study_arms,
 )
-from lbtrain.reports.results_page.keskar import anchor_hoffer, anchor_keskar, section_keskar_v2
+from lbtrain.reports.results_page.keskar import anchor_hoffer, anchor_keskar, anchor_keskar_v3, section_keskar_v2
 from lbtrain.reports.results_page.lr_scaling import anchor_malladi
 from lbtrain.reports.statistics import difference_interval, mean_interval
 
@@ -86,7 +86,9 @@ def test_goyal_bn_renders_the_best_arm_per_world_size_and_the_goyal_anchors(tmp_
                 "rule_minus_reference": None if at_reference else difference(rule_values, reference),
                 "tuned_minus_reference": None if at_reference else difference(tuned, reference)}
 
-    protocol = {"rows": [row(1, "linear"), row(8, "linear"), row(64, "linear")], "trials": {"a": 5, "b": 5, "c": 5},
+    without_warmup = seeds[("momentum linear rule", 64)]
+    no_warmup_row = {**row(64, "linear"), "recipe": "momentum", "rule": estimate(without_warmup), "rule_runs": 3}
+    protocol = {"rows": [row(1, "linear"), row(8, "linear"), row(64, "linear"), no_warmup_row], "trials": {"a": 5, "b": 5, "c": 5},
                 # Chosen on validation: at 8 the rule arm, at 64 the tuned arm, re-run there at equal steps.
                 "best_arms": {"1": "momentum+warmup tuned", "8": "momentum+warmup linear rule", "64": "momentum+warmup tuned"},
                 "equal_steps": [{"arm": "momentum+warmup tuned", "recipe": "momentum+warmup", "world_size": 64, "global_batch": 1024,
@@ -196,6 +198,43 @@ def test_keskar_v2_calls_a_gap_that_equal_steps_closes_under_training(tmp_path):
     verdict, evidence = anchor_hoffer(tmp_path)
     assert verdict == "matches (keskar_v2); inconclusive (goyal_bn, batch 128); worse (goyal_bn, batch 1024)"
     assert "batch 128: +0.0 [" in evidence and "batch 1024: -10.0 [" in evidence and "(+10.0 [" in evidence
+
+
+def write_keskar_v3(tmp_path, arms, sharpness, reached):
+    """A synthetic keskar_v3: report.json (accuracy and sharpness rows) and summary.csv; the first
+    ``reached`` seeds of LB equal loss reached their loss target."""
+    folder = tmp_path / "keskar_v3"
+    folder.mkdir(parents=True)
+    sharp = [{"recipe": label, "global_batch": arms[label][0], "sharpness": value, "low": low, "high": high, "n": 0 if value is None else 5}
+             for label, (value, low, high) in sharpness.items()]
+    rows = [accuracy_row(label, batch, values) for label, (batch, values) in arms.items()]
+    (folder / "report.json").write_text(json.dumps({"accuracy": rows, "sharpness": sharp}))
+    with open(folder / "summary.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, ["run_id", "label", "status", "world_size", "global_batch", "seed", "test_accuracy",
+                                         "target_reached_step"])
+        writer.writeheader()
+        for label, (batch, values) in arms.items():
+            for seed, value in enumerate(values):
+                step = 900 if label == "LB equal loss" and seed < reached else ""
+                writer.writerow({"run_id": f"{label}-{seed}", "label": label, "status": "ok", "world_size": batch // 32,
+                                 "global_batch": batch, "seed": seed, "test_accuracy": value, "target_reached_step": step})
+
+
+def test_keskars_third_edition_anchor_is_judged_at_equal_training_loss_and_counts_the_runs_that_reached_it(tmp_path):
+    arms = {"SB": (32, [0.920, 0.921, 0.919, 0.9205, 0.9195]), "LB equal epochs": (512, [0.900, 0.901, 0.899, 0.9005, 0.8995]),
+            "LB equal loss": (512, [0.890, 0.891, 0.889, 0.8905, 0.8895])}
+    sharp = {"SB": (40.0, 38.0, 42.0), "LB equal epochs": (60.0, 55.0, 65.0), "LB equal loss": (80.0, 75.0, 85.0)}
+    write_keskar_v3(tmp_path, arms, sharp, reached=4)
+    verdict, evidence = anchor_keskar_v3(tmp_path)
+    expected = difference_interval(arms["LB equal loss"][1], arms["SB"][1])
+    assert verdict == "worse"
+    assert evidence.startswith(f"keskar_v3 at equal training loss (4 of 5 ok large-batch runs reached the small batch's loss), "
+                               f"batch 512 minus 32: test {points_text(expected)} points, sharpness 80 against 40 (sharper)")
+    assert evidence.endswith("(worse)") and "at equal epochs -2.0 [" in evidence
+    # An arm whose sharpness was not measured (no ok run to measure): inconclusive, not a crash.
+    write_keskar_v3(tmp_path / "unmeasured", arms, {**sharp, "LB equal loss": (None, None, None)}, reached=0)
+    verdict, evidence = anchor_keskar_v3(tmp_path / "unmeasured")
+    assert verdict == "inconclusive" and "LB equal loss: 5 of 5 runs ok" in evidence
 
 
 def test_the_staleness_table_sets_each_damping_against_synchronous_sgd(tmp_path):

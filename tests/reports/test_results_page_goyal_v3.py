@@ -20,17 +20,18 @@ from pathlib import Path
 from lbtrain.reports.decisions import claim
 from lbtrain.reports.results_page.anchors import ANCHORS, GOYAL_LINEAR, HOFFER, anchor_row, superseded_by
 from lbtrain.reports.results_page.common import judge, judged_points, points_text, study_runs, validation_choice
-from lbtrain.reports.results_page.goyal import final_runs, study_arms
+from lbtrain.reports.results_page.goyal import anchor_goyal_no_warmup, final_runs, study_arms
 from lbtrain.reports.results_page.goyal_v3 import (
     anchor_goyal_v3_longer,
     control_sentence,
+    converged_text,
     section_goyal_v3,
     section_lead,
     stops_sentence,
     where_linear_scaling_stops,
 )
 from lbtrain.reports.scaling_laws import CriticalBatchFit
-from lbtrain.reports.statistics import difference_interval, mean_interval
+from lbtrain.reports.statistics import Estimate, difference_interval, mean_interval
 
 BATCH = {1: 32, 4: 128, 16: 512}
 TRAIN_SIZE = 51_200  # 1,600 updates an epoch at batch 32, 400 at 128, 100 at 512
@@ -73,12 +74,12 @@ def study_cells(**changes):
         ("momentum+warmup tuned", 4): ok(seeds(0.903), seeds(0.880)),
         ("momentum+warmup linear rule", 4): changes.get("linear_4", ok(seeds(0.899), seeds(0.922))),
         ("momentum+warmup sqrt rule", 4): ok(seeds(0.880), seeds(0.860)),
-        ("momentum linear rule", 4): ok(seeds(0.870), seeds(0.850)),
+        ("momentum rule", 4): ok(seeds(0.870), seeds(0.850)),
         ("lars+warmup tuned", 4): ok(seeds(0.895), seeds(0.870)),
         ("momentum+warmup tuned", 16): ok(seeds(0.880), seeds(0.912)),
         ("momentum+warmup linear rule", 16): changes.get("linear_16", ok(seeds(0.850), seeds(0.830))),
         ("momentum+warmup sqrt rule", 16): ok(seeds(0.860), seeds(0.840)),
-        ("momentum linear rule", 16): ok(seeds(0.800), seeds(0.790)),
+        ("momentum rule", 16): ok(seeds(0.800), seeds(0.790)),
         ("lars+warmup tuned", 16): ok(seeds(0.890), seeds(0.880)),
         (LONGER, 16): ok(seeds(0.897), seeds(0.950)),
         (EQUAL_STEPS, 16): ok(seeds(0.898), seeds(0.960)),
@@ -103,6 +104,13 @@ def difference(a, b):
     return dataclasses.asdict(difference_interval(a, b))
 
 
+def rule_label(cells, recipe, rule, world):
+    """A rule arm's summary label: ``<recipe> <rule> rule``, or ``<recipe> rule`` for a recipe
+    the protocol names no rules for (momentum without warmup, ``protocol.rule_only``)."""
+    named = f"{recipe} {rule} rule"
+    return named if (named, world) in cells else f"{recipe} rule"
+
+
 def protocol_rows(cells):
     """protocol.json's rows as comparison_rows writes them: one row per recipe at world size 1
     (the reference), then one per rule (``-`` for a tuned_only recipe) at each larger world size."""
@@ -113,7 +121,7 @@ def protocol_rows(cells):
             at_reference = world == 1
             tuned, tuned_runs = ok_tests(cells, f"{recipe} tuned", world) if at_reference or tuned_beyond else ([], 0)
             for rule in (("reference",) if at_reference else rules or ("-",)):
-                values, runs = (tuned, tuned_runs) if at_reference else ([], 0) if rule == "-" else ok_tests(cells, f"{recipe} {rule} rule", world)
+                values, runs = (tuned, tuned_runs) if at_reference else ([], 0) if rule == "-" else ok_tests(cells, rule_label(cells, recipe, rule, world), world)
                 rows.append({
                     "recipe": recipe, "rule_name": rule, "world_size": world, "global_batch": BATCH[world],
                     "tuned": estimate(tuned), "tuned_runs": tuned_runs, "tuned_trials": 8 if tuned_runs else 0,
@@ -348,8 +356,8 @@ def test_the_convergence_control_and_its_anchor_name_the_factor_the_updates_and_
     assert control_sentence(protocol) == (
         "Convergence control (is the largest batch's budget enough to converge?): momentum+warmup tuned at world size 16 "
         f"(batch 512) trained 3x longer (2,400 updates against 800): test {mean_interval(longer).describe()}, "
-        f"{points_text(gain)} points: {judge(gain)} over its own budget and {points_text(against)} points: {judge(against)} against momentum+warmup tuned "
-        "at world size 1. A gain that *matches* (within 1 point of none) says the equal-epoch budget had converged.")
+        f"{points_text(gain)} points: {judge(gain)} over its own budget (not converged: the extra updates gained over 1 point) "
+        f"and {points_text(against)} points: {judge(against)} against momentum+warmup tuned at world size 1.")
 
     verdict, evidence = anchor_goyal_v3_longer(tmp_path)
     assert verdict == claim(against) == "matches"
@@ -357,6 +365,16 @@ def test_the_convergence_control_and_its_anchor_name_the_factor_the_updates_and_
     assert judge(at_equal_epochs) == "worse"
     assert evidence == (f"goyal_v3, momentum+warmup tuned at batch 512 trained 3x longer minus momentum+warmup tuned at world "
                         f"size 1: {points_text(against)} points; at equal epochs {points_text(at_equal_epochs)} points: {judge(at_equal_epochs)}")
+
+
+def test_a_budget_is_converged_only_when_the_whole_gain_lies_below_one_point():
+    """*matches* on the gain bounds it from below only: [+0.3, +2.5] matches, yet training longer
+    may have gained 2.5 points, so it shows no convergence."""
+    assert converged_text({"low": -0.004, "high": 0.006}).startswith("converged")
+    assert converged_text({"low": 0.003, "high": 0.025}).startswith("convergence not shown either way")
+    assert claim(Estimate(0.014, 0.003, 0.025, 5)) == "matches"
+    assert converged_text({"low": 0.012, "high": 0.03}).startswith("not converged")
+    assert converged_text({"low": None, "high": None}) == "convergence not shown either way (no interval)"
 
 
 def test_without_a_convergence_control_the_anchor_is_not_measured_yet(tmp_path):
@@ -391,4 +409,52 @@ def test_a_second_edition_anchor_is_superseded_once_goyal_v3s_summary_is_committ
     assert anchor_row(tmp_path, third)[2] == "third" and anchor_row(tmp_path, third)[5] == shown
     # Hoffer et al.'s second-edition anchor is re-tested by goyal_v3's convergence control too.
     assert superseded_by(tmp_path, anchor(HOFFER, 2)) == ["goyal_v3"]
-    assert superseded_by(tmp_path, next(a for a in ANCHORS if a.paper == "Keskar et al. 2017")) == []
+    assert superseded_by(tmp_path, next(a for a in ANCHORS if a.paper == "Keskar et al. 2017" and a.edition == 2)) == []
+
+
+def test_a_study_that_gives_the_claim_no_verdict_supersedes_nothing(tmp_path):
+    """goyal_v3 committed without a convergence control: Hoffer et al.'s third-edition row is not
+    measured, so the second edition's verdict stands unmarked."""
+    write_study(tmp_path, study="goyal_bn")
+    write_study(tmp_path, train_longer=False)
+    assert anchor(HOFFER, 3).judge(tmp_path)[0] == "not measured yet"
+    assert superseded_by(tmp_path, anchor(HOFFER, 2)) == [] and superseded_by(tmp_path, anchor(GOYAL_LINEAR, 2)) == ["goyal_v3"]
+
+
+def test_the_no_warmup_anchor_reads_the_rule_only_arm_by_its_protocol_label(tmp_path):
+    """goyal_v3 names no rules for momentum without warmup, so its runs are labelled
+    ``momentum rule``: at 16, 0.790 against momentum+warmup's linear rule at 0.830."""
+    write_study(tmp_path)
+    cells = study_cells()
+    expected = difference_interval(cells[("momentum rule", 16)]["test"], cells[("momentum+warmup linear rule", 16)]["test"])
+    verdict, evidence = anchor_goyal_no_warmup(tmp_path, study="goyal_v3")
+    assert verdict == "worse" == judge(expected)
+    assert evidence == f"linear scaling without minus with gradual warmup at batch 512: {points_text(expected)} points"
+    diverged = study_cells(linear_16=DIVERGED)
+    write_study(tmp_path / "diverged", diverged)
+    verdict, evidence = anchor_goyal_no_warmup(tmp_path / "diverged", study="goyal_v3")
+    # 5 of 5 ok against 0 of 5: Fisher one-sided p = 1/252, below 2.5%: training without warmup is better.
+    assert verdict == "better" and "no accuracy to compare, 5 of 5 runs ok against 0 of 5" in evidence
+
+
+def test_an_arm_copied_from_another_is_ranked_once_and_named_as_the_same_runs(tmp_path):
+    """At world size 4 the linear rule's runs are the tuned arm's (the runner copied them: the
+    same hashes end both ids). Ranked as two arms they would tie with each other; as one, the
+    tuned arm is the best on validation, and the table says whose runs they are."""
+    cells = study_cells()
+    cells[("momentum+warmup linear rule", 4)] = cells[("momentum+warmup tuned", 4)]
+    protocol = write_study(tmp_path, cells)
+    protocol["best_arms"]["4"] = "momentum+warmup tuned"
+    (tmp_path / "goyal_v3" / "protocol.json").write_text(json.dumps(protocol))
+    summary = tmp_path / "goyal_v3" / "summary.csv"
+    rows = list(csv.DictReader(summary.read_text().splitlines()))
+    tuned = {row["seed"]: row["run_id"].rsplit("-", 1)[1] for row in rows if row["label"] == "momentum+warmup tuned" and row["world_size"] == "4"}
+    for row in rows:
+        if row["label"] == "momentum+warmup linear rule" and row["world_size"] == "4":
+            row["run_id"] = f"{row['run_id'].rsplit('-', 1)[0]}-{tuned[row['seed']]}"
+    with open(summary, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    text = "\n".join(section_lead(tmp_path))
+    assert "| momentum+warmup, tuned; best (the same runs as momentum+warmup linear rule) |" in text

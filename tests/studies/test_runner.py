@@ -394,3 +394,26 @@ def test_the_preflight_counts_an_accumulated_update_as_one_step(tmp_path):
     check_runs(planned(1))
     with pytest.raises(ConfigError, match="warmup"):
         check_runs(planned(3))
+
+
+def test_a_copy_replaces_what_an_interrupted_attempt_left_and_a_damaged_twin_is_not_copied(tmp_path):
+    """A run folder an earlier attempt left (a checkpoint, no metrics.json) is replaced by the
+    copy; a twin whose metrics.json is damaged is neither copied nor touched: the run trains."""
+    variants = [{"label": "first", "lr.rule": "linear"}, {"label": "second", "lr.rule": "linear"}]
+    exp = experiment(tmp_path, grid={"world_sizes": [1], "variants": variants[:1]})
+    first = run_experiment(exp, progress=lambda line: None)[0]
+    runs = tmp_path / "results" / "tiny" / "runs"
+    both = experiment(tmp_path, grid={"world_sizes": [1], "variants": variants})
+    second_id = expand(both)[1].run_id
+    (runs / second_id / "checkpoints").mkdir(parents=True)
+    lines = []
+    rows = run_experiment(both, progress=lines.append)
+    assert lines[1].endswith("copied)") and sorted(path.name for path in (runs / second_id).iterdir()) == [
+        "config.yaml", "history.csv", "metrics.json"]
+    assert rows[1]["test_accuracy"] == first["test_accuracy"]
+
+    (runs / second_id / "metrics.json").unlink()
+    (runs / first["run_id"] / "metrics.json").write_text("{truncated")
+    lines = []
+    run_experiment(experiment(tmp_path, grid={"world_sizes": [1], "variants": variants[1:]}), progress=lines.append)
+    assert "copied" not in lines[0] and (runs / first["run_id"] / "metrics.json").read_text() == "{truncated"

@@ -115,12 +115,13 @@ ANCHORS: list[Anchor] = [
 
 
 def superseded_by(results: Path, anchor: Anchor) -> list[str]:
-    """The committed third-edition studies that re-test ``anchor``'s claim (empty for a
-    third-edition anchor, or when none is committed)."""
+    """The committed third-edition studies that re-test ``anchor``'s claim and give a verdict
+    on it (not ``not measured yet``: a study still running, or one without the arm the claim
+    needs, supersedes nothing); empty for a third-edition anchor."""
     if anchor.edition == 3:
         return []
     return [study for other in ANCHORS if other.edition == 3 and (other.paper, other.claim) == (anchor.paper, anchor.claim)
-            for study in other.studies(results)]
+            and other.judge(results)[0] != NOT_MEASURED_YET for study in other.studies(results)]
 
 
 def anchor_row(results: Path, anchor: Anchor) -> list[str]:

@@ -127,10 +127,12 @@ def section_steps_to_target(results: Path, study: str = "steps_to_target",
 
 def noise_table(results: Path, study: str, report: dict[str, Any], best: dict[int, dict[str, Any]]) -> list[str]:
     """B_simple measured during training (the ``noise_scale`` column of each run's
-    ``history.csv``, an epoch-end moving average of the in-step estimate) at three points of the
+    ``history.csv``, at each epoch end the ratio of the moving averages of the in-step estimates)
+    at three points of the
     runs of each batch's best recipe: the first epoch's end, the epoch halfway to the target and
     the epoch reaching it (``noise_scale.runs_at_target`` of report.json); the median over those
-    seeds, with their count. Empty when the report has no runs at the target."""
+    seeds, with their count, and a cell's own n where some seeds logged no value there
+    (undetermined). Empty when the report has no runs at the target."""
     at_target = (report.get("noise_scale") or {}).get("runs_at_target") or []
     if not at_target:
         return []
@@ -144,12 +146,14 @@ def noise_table(results: Path, study: str, report: dict[str, Any], best: dict[in
             for index, epoch in enumerate((1, max(1, math.ceil(run["epoch"] / 2)), run["epoch"])):
                 if history.get(epoch) is not None:
                     points[index].append(history[epoch])
-        cells = [f"{statistics.median(values):.0f}" if values else "-" for values in points]
+        cells = [("-" if not values else f"{statistics.median(values):.0f}") +
+                 (f" (n={len(values)})" if len(values) < len(runs) else "") for values in points]
         rows.append([batch, row["recipe"], *cells, len(runs)])
     if not rows:
         return []
     return ["B_simple measured during training, median over the seeds of each batch's best recipe (each run's epoch-end "
-            "moving average of the in-step estimate; B_simple grows as the loss falls, so it is read at three points):", "",
+            "ratio of the moving averages of the in-step estimates of tr(Sigma) and |G|^2; n in a cell where some seeds logged "
+            "none there, undetermined; B_simple grows as the loss falls, so it is read at three points):", "",
             markdown_table(["global batch", "recipe", "after epoch 1", "halfway to the target", "at the target", "seeds"], rows), ""]
 
 

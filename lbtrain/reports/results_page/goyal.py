@@ -306,6 +306,13 @@ def goyal_figure_items(protocol: dict[str, Any], runs: list[dict[str, Any]]) -> 
     return items
 
 
+def not_ok_text(row: dict[str, Any], kind: str) -> str:
+    """`` (1 of 5 runs not ok, left out)``: a protocol row's runs of one side (``rule`` or
+    ``tuned``) that were not ok, or nothing."""
+    left_out = row[f"{kind}_runs"] - row[kind]["n"]
+    return f" ({left_out} of {row[f'{kind}_runs']} runs not ok, left out)" if left_out else ""
+
+
 def anchor_goyal_linear_warmup(results: Path, study: str = "goyal_bn") -> tuple[str, str]:
     """Goyal et al.'s recipe (momentum SGD with gradual warmup, tuned at the smallest batch and
     carried by the linear rule) minus that recipe tuned at the smallest batch, at each larger batch."""
@@ -314,21 +321,33 @@ def anchor_goyal_linear_warmup(results: Path, study: str = "goyal_bn") -> tuple[
         return "not measured yet", f"{study} is not committed"
     rows = sorted((r for r in protocol["rows"] if r["recipe"] == "momentum+warmup" and r["rule_name"] == "linear"),
                   key=lambda r: r["world_size"])
-    evidence = "; ".join(f"batch {r['global_batch']}: {points_text(r['rule_minus_reference'])} points" for r in rows)
+    evidence = "; ".join(f"batch {r['global_batch']}: {points_text(r['rule_minus_reference'])} points{not_ok_text(r, 'rule')}"
+                         for r in rows)
     return (claims_at([judge(r["rule_minus_reference"]) for r in rows], [f"at batch {r['global_batch']}" for r in rows]),
             f"linear + gradual warmup (tuned at the smallest batch) minus the small batch: {evidence}")
 
 
 def anchor_goyal_no_warmup(results: Path, study: str = "goyal_bn") -> tuple[str, str]:
-    """At the largest batch: the linear rule without warmup minus with it."""
+    """At the largest batch: the linear rule without warmup (recipe ``momentum``) minus with it
+    (``momentum+warmup``), each arm's runs by the labels its protocol row gives them
+    (``run_labels``: ``momentum rule`` when the protocol names no rules for the recipe); an arm
+    with no ok seed is judged by how many runs ended ok (``trained_share_claim``)."""
     protocol = study_json(results, study, PROTOCOL_FILE)
     if protocol is None:
         return "not measured yet", f"{study} is not committed"
     runs, largest = study_runs(results, study), max(r["world_size"] for r in protocol["rows"])
-    difference = difference_interval(ok_accuracies(runs, "momentum linear rule", largest),
-                                     ok_accuracies(runs, "momentum+warmup linear rule", largest))
-    batch = next(r["global_batch"] for r in protocol["rows"] if r["world_size"] == largest)
-    return judge(difference), f"linear scaling without minus with gradual warmup at batch {batch}: {points_text(difference)} points"
+    rows = {r["recipe"]: r for r in protocol["rows"] if r["world_size"] == largest and r["rule_name"] == "linear"}
+    if not {"momentum", "momentum+warmup"} <= set(rows):
+        return "not measured yet", f"{study} has no linear-rule arm with and without warmup at its largest world size"
+    without, with_warmup = (rows[recipe] for recipe in ("momentum", "momentum+warmup"))
+    what = f"linear scaling without minus with gradual warmup at batch {without['global_batch']}"
+    if not (without["rule"]["n"] and with_warmup["rule"]["n"]):
+        verdict, shares = trained_share_claim(without["rule"]["n"], without["rule_runs"], with_warmup["rule"]["n"], with_warmup["rule_runs"])
+        return verdict, f"{what}: no accuracy to compare, {shares}"
+    difference = difference_interval(arm_accuracies(runs, run_labels(without, "rule"), largest),
+                                     arm_accuracies(runs, run_labels(with_warmup, "rule"), largest))
+    left_out = not_ok_text(without, "rule") + not_ok_text(with_warmup, "rule")
+    return judge(difference), f"{what}: {points_text(difference)} points{left_out}"
 
 
 def _largest_rows(results: Path, recipe: str, study: str = "goyal_bn") -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from typing import Any
 from lbtrain.reports.decisions import BETTER, MATCHES
 from lbtrain.reports.regime import Regime, study_regimes
 from lbtrain.reports.results_page.common import (
+    MARGIN,
     as_estimate,
     figure_lines,
     judge,
@@ -118,6 +119,24 @@ def stops_sentence(results: Path, protocol: dict[str, Any]) -> str:
     return text + f" {CRITICAL_BATCH_STUDY} measured {b_crit_text(fit)} on the same model and data: {' and '.join(places)}."
 
 
+def distinct_arms(groups: dict[str, list[dict[str, Any]]]) -> tuple[dict[str, list[dict[str, Any]]], dict[str, str]]:
+    """``groups`` (label -> its summary rows) with every arm whose runs are another arm's (the
+    same configuration hashes ending their run ids: the runner trained them once and copied them,
+    as goyal_v3's tuned arm and linear-rule arm where tuning found the linear rule's LR) left out,
+    and label -> the label whose runs it shares. Ranked as two arms, one run set would only ever
+    tie with itself."""
+    kept: dict[str, list[dict[str, Any]]] = {}
+    owner: dict[frozenset[str], str] = {}
+    same: dict[str, str] = {}
+    for label, rows in groups.items():
+        key = frozenset(str(row["run_id"]).rsplit("-", 1)[-1] for row in rows)
+        if key in owner:
+            same[label] = owner[key]
+        else:
+            owner[key], kept[label] = label, rows
+    return kept, same
+
+
 def lead_rows(results: Path, protocol: dict[str, Any]) -> list[list[Any]]:
     """Per world size: global batch with its share of the training set and its updates, the arm
     chosen on validation with its standing, its test accuracy and its difference from world size
@@ -134,8 +153,13 @@ def lead_rows(results: Path, protocol: dict[str, Any]) -> list[list[Any]]:
         if regime is not None and base_updates is not None and size != reference_arm["world_size"]:
             updates += f" ({regime.updates / base_updates.updates:.2g} x world size {reference_arm['world_size']}'s)"
         share = "-" if regime is None else f"{100 * regime.fraction:.2g}%"
-        _, ranks = validation_choice(final_runs(runs, size))
-        name = f"{arm['label']}; {standing_text(arm['run_label'], ranks)}" if arm["run_label"] in ranks else arm["label"]
+        distinct, same = distinct_arms(final_runs(runs, size))
+        _, ranks = validation_choice(distinct)
+        ranked = same.get(arm["run_label"], arm["run_label"])
+        name = f"{arm['label']}; {standing_text(ranked, ranks)}" if ranked in ranks else arm["label"]
+        twins = [label for label in (ranked, *same) if label != arm["run_label"] and same.get(label, label) == ranked]
+        if twins:
+            name += f" (the same runs as {', '.join(twins)})"
         seeds = arm_accuracies(runs, (arm["run_label"],), size)
         accuracy = mean_interval(seeds).describe() + excluded_text(runs, (arm["run_label"],), size)
         if size == reference_arm["world_size"]:
@@ -147,18 +171,37 @@ def lead_rows(results: Path, protocol: dict[str, Any]) -> list[list[Any]]:
     return rows
 
 
+def converged_text(gain: dict[str, Any]) -> str:
+    """Whether a budget had converged, from the gain of training longer (longer − shorter):
+    *converged* when the gain's whole 95% interval lies below +1 point (the page's margin), *not
+    converged* when it lies above +1 point, else not shown either way. (*matches* on the gain
+    would not do: it bounds the gain from below only.)"""
+    low, high = gain.get("low"), gain.get("high")
+    if low is None or high is None:
+        return "convergence not shown either way (no interval)"
+    if high < MARGIN:
+        return "converged: the extra updates gained under 1 point"
+    if low > MARGIN:
+        return "not converged: the extra updates gained over 1 point"
+    return "convergence not shown either way (the gain's interval straddles +1 point)"
+
+
 def control_sentence(protocol: dict[str, Any]) -> str:
     """The convergence controls (``protocol.train_longer``): each arm re-run for ``factor`` times
-    its updates, its gain over its own budget and its difference from the recipe at world size 1."""
-    parts = [f"{row['arm']} at world size {row['world_size']} (batch {row['global_batch']:,}) trained {row['factor']:g}x longer "
-             f"({row['longer_steps']:,} updates against {row['steps']:,}): test {as_estimate(row['longer']).describe()}, "
-             f"{_points_claim(row['gain'])} over its own budget and {_points_claim(row['longer_minus_reference'])} "
-             f"against {row['recipe']} tuned at world size 1"
-             for row in protocol.get("train_longer", [])]
+    its updates, its gain over its own budget (``converged_text``) and its difference from the
+    recipe at world size 1, with the runs left out."""
+    parts = []
+    for row in protocol.get("train_longer", []):
+        longer = as_estimate(row["longer"])
+        left_out = row["longer_runs"] - (longer.n or 0)
+        parts.append(f"{row['arm']} at world size {row['world_size']} (batch {row['global_batch']:,}) trained {row['factor']:g}x longer "
+                     f"({row['longer_steps']:,} updates against {row['steps']:,}): test {longer.describe()}"
+                     + (f" ({left_out} of {row['longer_runs']} runs not ok, left out)" if left_out else "")
+                     + f", {_points_claim(row['gain'])} over its own budget ({converged_text(row['gain'])}) and "
+                     f"{_points_claim(row['longer_minus_reference'])} against {row['recipe']} tuned at world size 1")
     if not parts:
         return "No convergence control was run (protocol.train_longer)."
-    return ("Convergence control (is the largest batch's budget enough to converge?): " + "; ".join(parts) +
-            ". A gain that *matches* (within 1 point of none) says the equal-epoch budget had converged.")
+    return "Convergence control (is the largest batch's budget enough to converge?): " + "; ".join(parts) + "."
 
 
 def section_lead(results: Path) -> list[str]:
@@ -167,6 +210,8 @@ def section_lead(results: Path) -> list[str]:
     protocol = study_json(results, STUDY, PROTOCOL_FILE)
     if protocol is None:
         return lines + [f"*Not committed yet*: `{COMMAND}` makes it (resumable).", ""]
+    if not protocol.get("best_arms"):
+        return lines + [f"{STUDY}: no arm had every seed ok at any world size, so none is chosen.", ""]
     reference_arm, reference = goyal_bn_reference(protocol, study_runs(results, STUDY))
     return lines + [
         f"From {STUDY} (study 1 of the third edition: Goyal et al. 2017's question in its regime, below): the resnet with ghost "
@@ -199,8 +244,8 @@ def section_goyal_v3(results: Path) -> list[str]:
     """goyal_v3's own section: every arm against the one reference at every world size, with the
     LR each trained with."""
     lines, protocol = opening(results, STUDY, "Goyal et al. 2017 in regime (third edition, study 1)", PROTOCOL_FILE, COMMAND)
-    if protocol is None:
-        return lines
+    if protocol is None or not protocol.get("best_arms"):
+        return lines + ([] if protocol is None else ["No arm had every seed ok at any world size, so none is chosen.", ""])
     arms, runs = study_arms(protocol), study_runs(results, STUDY)
     reference_arm, reference = goyal_bn_reference(protocol, runs)
     sizes = sorted({arm["world_size"] for arm in arms})

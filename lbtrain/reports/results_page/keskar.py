@@ -115,7 +115,7 @@ def section_keskar_gap(results: Path) -> list[str]:
 def _keskar_judgement(small: dict[str, Any], large: dict[str, Any], sharp: dict[str, dict[str, Any]],
                       difference: Estimate) -> tuple[str, str]:
     """Keskar et al.'s claim judged on one small and one large batch (``report.json`` accuracy
-    rows) at equal epochs: the claim on the test difference large − small
+    rows) at one budget (equal epochs, or equal training loss): the claim on the test difference large − small
     (``lbtrain.reports.decisions``), with whether the large batch is sharper (its sharpness
     interval above the small batch's) and whether its train − test gap is smaller as evidence."""
     def separated(upper: dict[str, Any], lower: dict[str, Any]) -> bool:
@@ -183,15 +183,21 @@ def anchor_hoffer(results: Path) -> tuple[str, str]:
 def anchor_keskar_v3(results: Path) -> tuple[str, str]:
     """Keskar et al. judged on keskar_v3 at equal training loss (the large batch trained until
     its loss reached the small batch's: their comparison at convergence), with the sharpness of
-    each, and the equal-epoch difference beside it."""
+    each and how many large-batch runs reached the loss (a run that did not, at its epoch cap,
+    is still ok and averaged in: the count says so), and the equal-epoch difference beside it.
+    *inconclusive* when either arm has no ok run or no sharpness."""
     report = study_json(results, "keskar_v3", REPORT_JSON)
     if report is None:
         return "not measured yet", "keskar_v3 is not committed"
     rows, differences = {row["recipe"]: row for row in report["accuracy"]}, keskar_v2_differences(results, "keskar_v3")
-    sharp = {row["recipe"]: row for row in report.get("sharpness", [])}
-    if "LB equal loss" not in rows or "SB" not in rows or not {"SB", "LB equal loss"} <= set(sharp):
-        return INCONCLUSIVE, "keskar_v3 lacks an ok small batch or large batch at equal loss with its sharpness"
+    sharp = {row["recipe"]: row for row in report.get("sharpness", []) if row.get("sharpness") is not None and row.get("n")}
+    arms = ("SB", "LB equal loss")
+    if not all(arm in rows and rows[arm]["ok_runs"] and arm in sharp for arm in arms):
+        counts = "; ".join(f"{arm}: {rows[arm]['ok_runs']} of {rows[arm]['total']} runs ok" for arm in arms if arm in rows)
+        return INCONCLUSIVE, f"keskar_v3 lacks an ok small batch or large batch at equal loss with its sharpness ({counts or 'no runs'})"
     verdict, evidence = _keskar_judgement(rows["SB"], rows["LB equal loss"], sharp, differences["LB equal loss"])
+    runs = [row for row in study_runs(results, "keskar_v3") if row["label"] == "LB equal loss" and row["status"] == "ok"]
+    reached = sum(1 for row in runs if row.get("target_reached_step") not in (None, ""))
     epochs = differences.get("LB equal epochs")
-    return verdict, (f"keskar_v3 at equal training loss, {evidence}" +
-                     ("" if epochs is None else f"; at equal epochs {points_text(epochs)} points ({judge(epochs)})"))
+    return verdict, (f"keskar_v3 at equal training loss ({reached} of {len(runs)} ok large-batch runs reached the small batch's "
+                     f"loss), {evidence}" + ("" if epochs is None else f"; at equal epochs {points_text(epochs)} points ({judge(epochs)})"))
