@@ -458,3 +458,10 @@ def test_an_arm_copied_from_another_is_ranked_once_and_named_as_the_same_runs(tm
         writer.writerows(rows)
     text = "\n".join(section_lead(tmp_path))
     assert "| momentum+warmup, tuned; best (the same runs as momentum+warmup linear rule) |" in text
+
+
+def test_a_difference_names_the_runs_it_leaves_out():
+    from lbtrain.reports.results_page.goyal import not_ok_text
+
+    assert not_ok_text({"rule_runs": 5, "rule": {"n": 4}}, "rule") == " (1 of 5 runs not ok, left out)"
+    assert not_ok_text({"tuned_runs": 5, "tuned": {"n": 5}}, "tuned") == ""

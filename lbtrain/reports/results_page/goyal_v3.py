@@ -35,6 +35,7 @@ from lbtrain.reports.results_page.goyal import (
     excluded_text,
     final_runs,
     goyal_bn_reference,
+    not_ok_text,
     study_arms,
 )
 from lbtrain.reports.scaling_laws import CriticalBatchFit
@@ -89,7 +90,7 @@ def _points_claim(record: dict[str, Any] | Any) -> str:
 def _stopped_text(row: dict[str, Any]) -> str:
     """The linear rule's difference where it stopped, or that it had no ok seed to differ."""
     if row["rule"]["n"]:
-        return _points_claim(row["rule_minus_reference"])
+        return _points_claim(row["rule_minus_reference"]) + not_ok_text(row, "rule")
     return f"without an ok seed (0 of {row['rule_runs']} final runs ok)"
 
 
@@ -105,7 +106,8 @@ def stops_sentence(results: Path, protocol: dict[str, Any]) -> str:
                 f"at {_regime_text(regimes, stopped['global_batch'])} it is {_stopped_text(stopped)}.")
     else:
         text = (f"Linear scaling with warmup matches {GOYAL_RECIPE} tuned at world size 1 (the whole 95% interval above "
-                f"-1 point) up to {_regime_text(regimes, held['global_batch'])}: {points_text(held['rule_minus_reference'])} points")
+                f"-1 point) up to {_regime_text(regimes, held['global_batch'])}: {points_text(held['rule_minus_reference'])} points"
+                f"{not_ok_text(held, 'rule')}")
         text += (". That is the largest batch goyal_v3 measured: it was not seen to stop." if stopped is None else
                  f"; at {_regime_text(regimes, stopped['global_batch'])} it is {_stopped_text(stopped)}.")
     fit = critical_batch_fit(results)
