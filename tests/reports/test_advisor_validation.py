@@ -66,3 +66,28 @@ def test_the_committed_validation_checks_every_batch_of_every_pair():
     for item in committed["pairs"]:
         assert [row["global_batch"] for row in item["per_batch"]] == sorted(r["global_batch"] for r in item["measured"]["residuals"])
     assert "## Checked at every batch size" in (COMMITTED / "validation.md").read_text()
+
+
+def test_a_pair_waits_for_its_study_and_its_tracking_run_may_be_named_by_pattern(tmp_path):
+    """A pair whose study's report.json is not there is listed as waiting, not an error; once it
+    is, the tracking run named by a pattern is the run the pattern matches."""
+    import shutil
+
+    root = Path(REPO_ROOT)
+    for path in ("results/advisor_validation/mnist1d_cnn/advice.json", "results/advisor_validation_mnist1d/report.json"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(root / path, tmp_path / path)
+    shutil.copytree(root / "results/advisor_validation/mnist1d_cnn/training_run", tmp_path / "study/runs/base-w1-s1-0123456789")
+    spec = ("MNIST-1D cnn", "results/advisor_validation/mnist1d_cnn/advice.json", "results/advisor_validation_mnist1d/report.json",
+            "study/runs/base-w1-s1-*", "the in-step estimator, as the probe")
+    waiting = ("later", "results/advisor_validation/mnist1d_cnn/advice.json", "results/not_yet/report.json", "study/runs/*", "-")
+    data = validation(tmp_path, (spec, waiting))
+    assert data["waiting"] == [{"pair": "later", "study": "results/not_yet/report.json"}]
+    committed = json.loads((COMMITTED / "validation.json").read_text())
+    expected = next(item for item in committed["pairs"] if item["pair"] == "MNIST-1D cnn")
+    assert [item["pair"] for item in data["pairs"]] == ["MNIST-1D cnn"]
+    tracking = data["pairs"][0]["tracking"]
+    assert tracking["run_dir"] == "study/runs/base-w1-s1-0123456789"
+    assert {**tracking, "run_dir": expected["tracking"]["run_dir"]} == expected["tracking"]
+    assert data["pairs"][0]["ratio"] == expected["ratio"]
+    assert "Not validated yet, their study not committed: later (results/not_yet/report.json)." in render_markdown(data)
