@@ -40,7 +40,10 @@ def test_the_nearest_multiple_in_log2_and_the_study_of_the_same_model():
     assert recipe_advice("mlp", "mnist1d", 10_000)["multiple"] == 64
     cnn = recipe_advice("cnn", "mnist1d", 4)
     assert (cnn["study"], cnn["multiple"], cnn["held"][0]["recipe"]) == ("goyal_scaling_cnn", 4, "linear+warmup")
-    assert recipe_advice("resnet", "fashion_mnist", 1)["study"] == "goyal_bn"
+    # The resnet: the third edition (goyal_v3, multiples 1 to 16) first, the second (goyal_bn, to 64)
+    # for a batch more than one doubling beyond goyal_v3's largest.
+    assert [recipe_advice("resnet", "fashion_mnist", multiple)["study"] for multiple in (1, 16, 32, 64)] == [
+        "goyal_v3", "goyal_v3", "goyal_v3", "goyal_bn"]
     assert recipe_advice("mlp", "fashion_mnist", 1)["study"] == "goyal_scaling"
 
 
@@ -70,3 +73,13 @@ def test_recipes_are_ranked_and_stood_on_validation_when_test_says_otherwise():
     assert at_64["failed"] == ["c"] and at_64["held"][0]["test_accuracy"] == 0.85  # its test accuracy is only reported
     assert [(cell["recipe"], cell["standing"]) for cell in at_128["held"]] == [("a", "tied with the best"), ("b", "tied with the best")]
     assert at_128["held"][0]["validation_accuracy"] == pytest.approx(0.87)
+
+
+def test_the_third_editions_convergence_control_is_listed_apart_at_its_batch():
+    """goyal_v3 at 512 = 16 x 32: its arms at the study's 8 epochs are ranked; the best arm re-run
+    3x longer (another budget) is listed apart, as what training longer gave."""
+    row = recipe_advice("resnet", "fashion_mnist", 16)
+    assert (row["study"], row["budget"], row["multiple"]) == ("goyal_v3", "8 epochs", 16)
+    assert {cell["budget"] for cell in row["held"]} == {"8 epochs"} and row["failed"] == []
+    (longer,) = row["longer"]
+    assert longer["recipe"].endswith(" 3x longer") and longer["recipe"].removesuffix(" 3x longer") in [c["recipe"] for c in row["held"]]
