@@ -171,6 +171,16 @@ def write_run(run_dir: str | Path, result: RunResult) -> Path:
     return write_json_atomic(run_dir / METRICS_FILE, data)
 
 
+def run_hash(run_id: str) -> str:
+    """The configuration hash that ends a run id (``lbtrain.studies.plan.run_id``:
+    ``<label>-w<W>-s<seed>-<hash>``): two runs with equal hashes trained the same configuration.
+
+    >>> run_hash("momentum-warmup-tuned-w4-s1-75e0d75dd7")
+    '75e0d75dd7'
+    """
+    return str(run_id).rsplit("-", 1)[-1]
+
+
 def is_finished(run_dir: str | Path) -> bool:
     """Whether the run in ``run_dir`` completed (whatever its status)."""
     return (Path(run_dir) / METRICS_FILE).is_file()

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from lbtrain.reports.decisions import standing
 from lbtrain.reports.statistics import Estimate, difference_interval, mean_interval
-from lbtrain.results import RUNS_FOLDER, STATUSES, SUMMARY_FILE, ResultsError, RunResult, is_finished, read_run
+from lbtrain.results import RUNS_FOLDER, STATUSES, SUMMARY_FILE, ResultsError, RunResult, is_finished, read_run, run_hash
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,5 +239,5 @@ def trained_seconds(rows: list[dict[str, Any]]) -> float:
     """The wall time summary rows ``rows`` cost (``wall_time_seconds``), a run copied from
     another label's run of the same configuration counted once: the same hash ends both ids
     (``lbtrain.studies.plan.run_id``) and the copy carries the same wall time."""
-    trained = {(str(row["run_id"]).rsplit("-", 1)[-1], float(row.get("wall_time_seconds") or 0)) for row in rows}
+    trained = {(run_hash(row["run_id"]), float(row.get("wall_time_seconds") or 0)) for row in rows}
     return sum(seconds for _, seconds in trained)

@@ -39,6 +39,7 @@ from lbtrain.results import (
     folder_lock,
     is_finished,
     read_run,
+    run_hash,
     write_run,
 )
 from lbtrain.studies.plan import PlannedRun, check_mode, check_runs, expand
@@ -239,7 +240,7 @@ def _finished_twin(runs_dir: Path, identifier: str) -> Path | None:
     """A finished run (not ``failed``) of another label with this run's configuration: the same
     hash ends both ids (``plan.run_id``), as when a tuned arm's LR is the one a scaling rule
     gives. Training it again would give the same numbers at the same cost."""
-    digest = identifier.rsplit("-", 1)[-1]
+    digest = run_hash(identifier)
     if not runs_dir.is_dir():
         return None
     for candidate in sorted(runs_dir.glob(f"*-{digest}")):

@@ -41,7 +41,7 @@ from lbtrain.reports.results_page.goyal import (
 from lbtrain.reports.scaling_laws import CriticalBatchFit
 from lbtrain.reports.statistics import difference_interval, mean_interval
 from lbtrain.reports.tables import markdown_table
-from lbtrain.results import FIGURE_ACCURACY_VS_BATCH, PROTOCOL_FILE, REPORT_JSON
+from lbtrain.results import FIGURE_ACCURACY_VS_BATCH, PROTOCOL_FILE, REPORT_JSON, run_hash
 
 STUDY = "goyal_v3"
 CRITICAL_BATCH_STUDY = "critical_batch_v3"
@@ -77,6 +77,11 @@ def critical_batch_fit(results: Path) -> CriticalBatchFit | None:
     return None if report is None else CriticalBatchFit.from_dict(report["critical_batch"])
 
 
+def _regimes(results: Path) -> dict[int, Regime]:
+    """goyal_v3's regime at each of its global batches."""
+    return {regime.global_batch: regime for regime in study_regimes(results, STUDY)}
+
+
 def _regime_text(regimes: dict[int, Regime], batch: int) -> str:
     regime = regimes.get(batch)
     return f"batch {batch:,}" if regime is None else regime.describe()
@@ -97,7 +102,7 @@ def _stopped_text(row: dict[str, Any]) -> str:
 def stops_sentence(results: Path, protocol: dict[str, Any]) -> str:
     """Where linear scaling with warmup stops in goyal_v3 (``where_linear_scaling_stops``), set
     against critical_batch_v3's measured B_crit of the same model and data."""
-    regimes = {regime.global_batch: regime for regime in study_regimes(results, STUDY)}
+    regimes = _regimes(results)
     held, stopped = where_linear_scaling_stops(protocol)
     if held is None and stopped is None:
         return "goyal_v3 has no linear-rule arm beyond world size 1."
@@ -131,7 +136,7 @@ def distinct_arms(groups: dict[str, list[dict[str, Any]]]) -> tuple[dict[str, li
     owner: dict[frozenset[str], str] = {}
     same: dict[str, str] = {}
     for label, rows in groups.items():
-        key = frozenset(str(row["run_id"]).rsplit("-", 1)[-1] for row in rows)
+        key = frozenset(run_hash(row["run_id"]) for row in rows)
         if key in owner:
             same[label] = owner[key]
         else:
@@ -144,7 +149,7 @@ def lead_rows(results: Path, protocol: dict[str, Any]) -> list[list[Any]]:
     chosen on validation with its standing, its test accuracy and its difference from world size
     1's chosen arm, and Goyal's recipe by the linear rule against the same reference."""
     runs, arms = study_runs(results, STUDY), study_arms(protocol)
-    regimes = {regime.global_batch: regime for regime in study_regimes(results, STUDY)}
+    regimes = _regimes(results)
     reference_arm, reference = goyal_bn_reference(protocol, runs)
     linear = {arm["world_size"]: arm for arm in arms if arm["label"] == f"{GOYAL_RECIPE}, linear rule"}
     base_updates = regimes.get(reference_arm["global_batch"])
