@@ -9,7 +9,9 @@ is reported), and each carries its ``standing`` on validation
 (``lbtrain.reports.decisions.standing`` over its seeds' validation accuracies): ``best`` only
 when separable from every other recipe held there, else ``tied with the best`` or ``below the
 best``. Runs given another budget than the study's (goyal_bn's equal-steps re-runs) are listed
-apart, as what training longer gave, ranked among themselves the same way.
+apart, as what training longer gave, ranked among themselves the same way. Two labels whose runs
+are the same runs (the runner copied them: goyal_v3's tuned and linear-rule arms where tuning found
+the linear rule's LR) are one recipe, ranked once, the other label named in ``same_runs_as``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any
 import yaml
 
 from lbtrain.reports.decisions import standing
-from lbtrain.results import ADVISOR_VALIDATION_FILE, EXPERIMENT_FILE, REPORT_JSON, SUMMARY_FILE
+from lbtrain.results import ADVISOR_VALIDATION_FILE, EXPERIMENT_FILE, REPORT_JSON, SUMMARY_FILE, run_hash
 
 FINDINGS_FILE = Path(__file__).with_name("findings.json")
 # The studies whose accuracy-by-recipe tables the advisor draws on, and the model each is about:
@@ -75,13 +77,20 @@ def study_findings(report: dict[str, Any], summary: list[dict[str, str]], model:
     budget = runs[next((r["recipe"], r["global_batch"]) for r in records if r["global_batch"] == base)][0]["budget"]
     rows = []
     for batch in sorted({record["global_batch"] for record in records}):
-        cells = [record for record in records if record["global_batch"] == batch]
-        ranked = []
-        for record in cells:
+        cells, ranked = [], []
+        owners: dict[frozenset[str] | None, dict[str, Any]] = {}
+        for record in (record for record in records if record["global_batch"] == batch):
             mine = runs[(record["recipe"], batch)]
+            runs_of = frozenset(run_hash(row["run_id"]) for row in mine) if all(row.get("run_id") for row in mine) else None
+            if runs_of in owners:  # another label's runs, copied by the runner: one recipe, ranked once
+                owners[runs_of].setdefault("same_runs_as", []).append(record["recipe"])
+                continue
+            cells.append(record)
+            cell = _cell(record, [float(row["validation_accuracy"]) for row in mine if row["validation_accuracy"]], mine[0]["budget"])
+            if runs_of is not None:
+                owners[runs_of] = cell
             if record["ok_runs"] == record["total"] and record["total"]:
-                validation = [float(row["validation_accuracy"]) for row in mine if row["validation_accuracy"]]
-                ranked.append(_cell(record, validation, mine[0]["budget"]))
+                ranked.append(cell)
         rows.append({"global_batch": batch, "multiple": batch // base,
                      "held": _ranked([cell for cell in ranked if cell["budget"] == budget]),
                      "longer": _ranked([cell for cell in ranked if cell["budget"] != budget]),

@@ -83,3 +83,18 @@ def test_the_third_editions_convergence_control_is_listed_apart_at_its_batch():
     assert {cell["budget"] for cell in row["held"]} == {"8 epochs"} and row["failed"] == []
     (longer,) = row["longer"]
     assert longer["recipe"].endswith(" 3x longer") and longer["recipe"].removesuffix(" 3x longer") in [c["recipe"] for c in row["held"]]
+
+
+def test_two_labels_with_the_same_runs_are_one_recipe_ranked_once():
+    """goyal_v3's tuned arm at 4 and 16 found the linear rule's LR: the runner copied its runs to
+    the linear-rule label (same hashes), and the findings rank them once, naming the other label."""
+    summary = list(csv.DictReader((Path(REPO_ROOT) / "results" / "goyal_v3" / "summary.csv").read_text().splitlines()))
+    for multiple in (4, 16):
+        row = recipe_advice("resnet", "fashion_mnist", multiple)
+        recipes = [cell["recipe"] for cell in row["held"]]
+        assert "momentum+warmup linear rule" not in recipes
+        tuned = next(cell for cell in row["held"] if cell["recipe"] == "momentum+warmup tuned")
+        assert tuned["same_runs_as"] == ["momentum+warmup linear rule"]
+        hashes = {label: {r["run_id"].rsplit("-", 1)[1] for r in summary if r["label"] == label and int(r["global_batch"]) == 32 * multiple}
+                  for label in ("momentum+warmup tuned", "momentum+warmup linear rule")}
+        assert hashes["momentum+warmup tuned"] == hashes["momentum+warmup linear rule"] and len(hashes["momentum+warmup tuned"]) == 5
