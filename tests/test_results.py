@@ -4,7 +4,7 @@ import math
 import pytest
 
 from conftest import run_python
-from lbtrain.results import STATUSES, RunResult, finite_or_none, is_finished, read_run, write_run
+from lbtrain.results import STATUSES, RunResult, finite_or_none, is_finished, read_run, run_set, write_run
 
 
 def test_results_and_report_tables_load_without_tensorflow_or_matplotlib():
@@ -83,3 +83,21 @@ def test_a_results_folder_that_is_itself_a_link_is_fine(tmp_path):
     (tmp_path / "results").symlink_to(disk)
     claim_folder(tmp_path / "results" / "x", "x", "x.yaml", {"name": "x"})
     assert (disk / "x").is_dir()
+
+
+def test_two_labels_hold_the_same_runs_when_their_configuration_hashes_match():
+    """goyal_v3's committed tuned and linear-rule arms at world size 4 were trained once and
+    copied (the tuned LR is the linear rule's): their run sets are equal; another world size's
+    runs are another set."""
+    import csv
+    from pathlib import Path
+
+    summary = Path(__file__).parents[1] / "results" / "goyal_v3" / "summary.csv"
+    rows = list(csv.DictReader(summary.open()))
+    arm = {(label, size): [row for row in rows if row["label"] == label and int(row["world_size"]) == size]
+           for label in ("momentum+warmup tuned", "momentum+warmup linear rule") for size in (4, 16)}
+    assert all(len(runs) == 5 for runs in arm.values())
+    assert run_set(arm["momentum+warmup tuned", 4]) == run_set(arm["momentum+warmup linear rule", 4])
+    assert len(run_set(arm["momentum+warmup tuned", 4])) == 5
+    assert run_set(arm["momentum+warmup tuned", 4]) != run_set(arm["momentum+warmup tuned", 16])
+    assert run_set([{"run_id": ""}]) is None

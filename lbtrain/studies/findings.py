@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from lbtrain.reports.decisions import standing
-from lbtrain.results import ADVISOR_VALIDATION_FILE, EXPERIMENT_FILE, REPORT_JSON, SUMMARY_FILE, run_hash
+from lbtrain.results import ADVISOR_VALIDATION_FILE, EXPERIMENT_FILE, REPORT_JSON, SUMMARY_FILE, run_set
 
 FINDINGS_FILE = Path(__file__).with_name("findings.json")
 # The studies whose accuracy-by-recipe tables the advisor draws on, and the model each is about:
@@ -81,7 +81,7 @@ def study_findings(report: dict[str, Any], summary: list[dict[str, str]], model:
         owners: dict[frozenset[str] | None, dict[str, Any]] = {}
         for record in (record for record in records if record["global_batch"] == batch):
             mine = runs[(record["recipe"], batch)]
-            runs_of = frozenset(run_hash(row["run_id"]) for row in mine) if all(row.get("run_id") for row in mine) else None
+            runs_of = run_set(mine)
             if runs_of in owners:  # another label's runs, copied by the runner: one recipe, ranked once
                 owners[runs_of].setdefault("same_runs_as", []).append(record["recipe"])
                 continue

@@ -41,7 +41,7 @@ from lbtrain.reports.results_page.goyal import (
 from lbtrain.reports.scaling_laws import CriticalBatchFit
 from lbtrain.reports.statistics import difference_interval, mean_interval
 from lbtrain.reports.tables import markdown_table
-from lbtrain.results import FIGURE_ACCURACY_VS_BATCH, PROTOCOL_FILE, REPORT_JSON, run_hash
+from lbtrain.results import FIGURE_ACCURACY_VS_BATCH, PROTOCOL_FILE, REPORT_JSON, run_set
 
 STUDY = "goyal_v3"
 CRITICAL_BATCH_STUDY = "critical_batch_v3"
@@ -133,11 +133,11 @@ def distinct_arms(groups: dict[str, list[dict[str, Any]]]) -> tuple[dict[str, li
     and label -> the label whose runs it shares. Ranked as two arms, one run set would only ever
     tie with itself."""
     kept: dict[str, list[dict[str, Any]]] = {}
-    owner: dict[frozenset[str], str] = {}
+    owner: dict[frozenset[str] | None, str] = {}
     same: dict[str, str] = {}
     for label, rows in groups.items():
-        key = frozenset(run_hash(row["run_id"]) for row in rows)
-        if key in owner:
+        key = run_set(rows)
+        if key is not None and key in owner:
             same[label] = owner[key]
         else:
             owner[key], kept[label] = label, rows
