@@ -36,7 +36,7 @@ from lbtrain.measures.steps_to_target import steps_to_target
 from lbtrain.reports.decisions import DEFAULT_MARGIN, WORSE, claim
 from lbtrain.reports.plots import Line, Mark, plot_panels, recipe_colors
 from lbtrain.reports.scaling_laws import SEED_RULE, CriticalBatchFit, counts_in_fit, critical_batch, reachable_target
-from lbtrain.reports.statistics import DEFAULT_LEVEL, Estimate
+from lbtrain.reports.statistics import DEFAULT_LEVEL, Estimate, MedianInterval, median_interval
 from lbtrain.reports.tables import (
     Aggregate,
     RunRecord,
@@ -319,22 +319,32 @@ def noise_scale_at_target(records: Sequence[RunRecord], target: float, metric: s
 
 
 def noise_scale_summary(found: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The median of the determined noise scales over runs, how many there were, and how many
-    runs were undetermined for each reason."""
+    """The median of the determined noise scales over runs with its distribution-free 95%
+    interval (``statistics.median_interval``: order statistics; ``low``, ``high`` and
+    ``coverage`` None below 6 runs), how many runs there were, and how many runs were
+    undetermined for each reason. McCandlish et al. predict B_crit from B_simple at the target
+    loss, which every run measures at the same target, so their values are draws of one
+    quantity."""
     values = [item["noise_scale"] for item in found if item["noise_scale"] is not None]
     reasons = [item["undetermined"] for item in found if item["undetermined"]]
-    return {"median": statistics.median(values) if values else None, "runs": len(values),
-            "undetermined": {reason: reasons.count(reason) for reason in dict.fromkeys(reasons)}}
+    median = median_interval(values)
+    return {"median": median.median, "low": median.low, "high": median.high, "coverage": median.coverage,
+            "runs": len(values), "undetermined": {reason: reasons.count(reason) for reason in dict.fromkeys(reasons)}}
 
 
 def noise_scale_sentence(summary: dict[str, Any]) -> str:
-    """Where the noise scale came from, and the runs where it was undetermined, with the reason."""
+    """Where the noise scale came from, its interval, and the runs where it was undetermined,
+    with the reason."""
     undetermined = "; ".join(f"{count} run{'s' if count > 1 else ''} undetermined ({reason})"
                              for reason, count in summary["undetermined"].items())
     if summary["median"] is None:
         return f"Gradient noise scale at the target: {undetermined}." if undetermined else ""
+    median = MedianInterval(summary["median"], summary.get("low"), summary.get("high"), summary["runs"], summary.get("coverage"))
+    interval = ("; too few runs for a 95% interval" if median.low is None else
+                f", {median.low:.0f} to {median.high:.0f} by the order statistics (a distribution-free interval for the median, "
+                f"coverage {100 * median.coverage:.1f}%)")
     text = (f"B_simple is the median over {summary['runs']} runs of the gradient noise scale logged at the end of the "
-            f"epoch each reached the target")
+            f"epoch each reached the target{interval}")
     return text + (f"; {undetermined}, left out." if undetermined else ".")
 
 

@@ -282,12 +282,29 @@ def test_noise_scale_is_read_in_the_epoch_each_run_reaches_the_target_and_never_
     assert [(f["global_batch"], f["epoch"], f["noise_scale"], f["undetermined"]) for f in found] == [
         (16, 2, 120.0, None), (32, 1, None, "|G|^2 estimate <= 0")]
     summary = noise_scale_summary(found)
-    assert summary == {"median": 120.0, "runs": 1, "undetermined": {"|G|^2 estimate <= 0": 1}}
+    assert summary == {"median": 120.0, "low": None, "high": None, "coverage": None, "runs": 1,
+                       "undetermined": {"|G|^2 estimate <= 0": 1}}
     assert noise_scale_sentence(summary) == ("B_simple is the median over 1 runs of the gradient noise scale logged at the end of "
-                                             "the epoch each reached the target; 1 run undetermined (|G|^2 estimate <= 0), left out.")
+                                             "the epoch each reached the target; too few runs for a 95% interval; "
+                                             "1 run undetermined (|G|^2 estimate <= 0), left out.")
     assert [f["noise_scale"] for f in noise_scale_at_target([first, second], 0.8, "val_accuracy")] == [300.0, 80.0]
     only_undetermined = noise_scale_summary(noise_scale_at_target([second], 0.7, "val_accuracy"))
     assert noise_scale_sentence(only_undetermined) == "Gradient noise scale at the target: 1 run undetermined (|G|^2 estimate <= 0)."
+
+
+def test_seven_runs_at_the_target_give_b_simple_an_order_statistic_interval():
+    """At n = 7 the 95% interval of the median is the smallest and largest value (P(B <= 0) =
+    1/128 <= 0.025 < P(B <= 1)), with coverage 1 - 2/128."""
+    from lbtrain.reports.report import noise_scale_at_target, noise_scale_sentence, noise_scale_summary
+
+    scales = [90.0, 150.0, 60.0, 120.0, 200.0, 100.0, 110.0]
+    runs = [with_noise(synthetic("a", 1, seed, [0.8]), (scale, 1.0)) for seed, scale in enumerate(scales)]
+    summary = noise_scale_summary(noise_scale_at_target(runs, 0.7, "val_accuracy"))
+    assert (summary["median"], summary["low"], summary["high"], summary["runs"]) == (110.0, 60.0, 200.0, 7)
+    assert summary["coverage"] == pytest.approx(1 - 2 / 128)
+    assert noise_scale_sentence(summary) == ("B_simple is the median over 7 runs of the gradient noise scale logged at the end of "
+                                             "the epoch each reached the target, 60 to 200 by the order statistics (a "
+                                             "distribution-free interval for the median, coverage 98.4%).")
 
 
 def test_report_shows_an_undetermined_noise_scale_with_its_reason_not_a_number(tiny_results, tmp_path):

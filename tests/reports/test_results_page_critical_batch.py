@@ -13,6 +13,7 @@ from lbtrain.reports.results_page.critical_batch import (
     anchor_mccandlish,
     anchor_shallue,
     best_rows,
+    predicted_text,
     section_critical_batch,
     section_steps_to_target,
 )
@@ -157,3 +158,19 @@ def test_the_third_editions_steps_study_is_judged_only_on_itself(tmp_path):
     study(results, rows(), noise_scale=450.0, name="critical_batch_v3")
     verdict, evidence = anchor_mccandlish(results, studies=("critical_batch_v3",))
     assert evidence.startswith("critical_batch_v3: B_simple / B_crit = 0.90")
+
+
+def test_the_prediction_is_set_against_the_measurement_over_both_intervals():
+    """B_simple 150 [100, 240] against B_crit 500 over its interval [lo, hi]: the ratio 0.30,
+    [150 / hi, 150 / lo] over B_crit's interval and [100 / hi, 240 / lo] over both."""
+    fit = critical_batch(rows(), noise_scale=150.0, resamples=1000)
+    low, high = fit.b_crit_interval
+    noise = {"median": 150.0, "low": 100.0, "high": 240.0, "coverage": 0.98, "runs": 9}
+    text = predicted_text(fit.to_dict(), noise)
+    assert text == (f"Predicted from the gradient noise scale: B_simple = 150 [100, 240] (median over 9 runs at the target, "
+                    f"order-statistic 95% interval), {150 / fit.b_crit:.2f}x the measured B_crit [{150 / high:.2f}, {150 / low:.2f}] "
+                    f"over B_crit's interval, [{100 / high:.2f}, {240 / low:.2f}] over both intervals.")
+    # A report.json written before B_simple had an interval (the committed first and second editions).
+    assert predicted_text(fit.to_dict(), {"median": 150.0, "runs": 9}) == (
+        f"Predicted from the gradient noise scale: B_simple = 150 (median over runs at the target), {150 / fit.b_crit:.2f}x "
+        f"the measured B_crit [{150 / high:.2f}, {150 / low:.2f}] over B_crit's interval.")

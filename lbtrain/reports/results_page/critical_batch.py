@@ -112,10 +112,7 @@ def section_steps_to_target(results: Path, study: str = "steps_to_target",
               "-" if b_crit is None else shallue_region(batch, b_crit)] for batch, row in sorted(best.items())]
     text = fit_text(fit)
     if fit.get("noise_scale_ratio") is not None:
-        ratio = CriticalBatchFit.from_dict(fit).noise_scale_ratio_interval
-        text += (f" Predicted from the gradient noise scale: B_simple = {fit['noise_scale']:.0f} (median over runs at the "
-                 f"target), {fit['noise_scale_ratio']:.2f}x the measured B_crit"
-                 + ("" if ratio is None else f" {_interval(ratio, 2)} over B_crit's interval") + ".")
+        text += " " + predicted_text(fit, report.get("noise_scale") or {})
     noise = noise_table(results, study, report, best)
     return lines + [f"Steps to {report['metric']} {report['target']} (experiments/{study}.yaml): per batch the recipe "
                     f"with the fewest mean steps to the `{report['metric']}` target (chosen on validation, never on test), among "
@@ -123,6 +120,27 @@ def section_steps_to_target(results: Path, study: str = "steps_to_target",
                     f"[report]({study}/report.md)", "",
                     markdown_table(["global batch", "best recipe (validation)", "steps [95% CI] (n)", "seeds reaching", "fit", "region"], table),
                     "", text, "", *noise, *figure_lines(results, study, FIGURE_STEPS_TO_TARGET, "steps to the target against the global batch")]
+
+
+def predicted_text(fit: dict[str, Any], noise: dict[str, Any]) -> str:
+    """McCandlish et al.'s prediction against the measurement, in numbers: B_simple (the median
+    over the runs at the target, with its order-statistic interval when the report has one),
+    and B_simple / B_crit over B_crit's interval and over both intervals (the smallest B_simple
+    over the largest B_crit to the largest over the smallest)."""
+    measured_fit = CriticalBatchFit.from_dict(fit)
+    ratio, b_crit = measured_fit.noise_scale_ratio_interval, measured_fit.b_crit_interval
+    low, high = noise.get("low"), noise.get("high")
+    measured = f"B_simple = {fit['noise_scale']:.0f}"
+    if low is not None and high is not None:
+        measured += f" {_interval((low, high), 0)} (median over {noise['runs']} runs at the target, order-statistic 95% interval)"
+    else:
+        measured += " (median over runs at the target)"
+    text = (f"Predicted from the gradient noise scale: {measured}, {fit['noise_scale_ratio']:.2f}x the measured B_crit"
+            + ("" if ratio is None else f" {_interval(ratio, 2)} over B_crit's interval"))
+    if ratio is not None and low is not None and high is not None and b_crit is not None:
+        both = (low / b_crit[1], high / b_crit[0] if b_crit[0] > 0 else math.inf)
+        text += f", {_interval(both, 2)} over both intervals"
+    return text + "."
 
 
 def noise_table(results: Path, study: str, report: dict[str, Any], best: dict[int, dict[str, Any]]) -> list[str]:
