@@ -73,8 +73,9 @@ setup-keras3: $(VENV_KERAS3)/.lbtrain-installed $(VENV_KERAS3)/.jax data
 
 # pytest-xdist: TEST_WORKERS processes per stack (logical: one per logical core), each idle worker taking
 # tests from the other's queue (worksteal); tests/conftest.py starts the modules with slow tests.
+# --durations prints the slowest tests of each stack, so every CI log says where the suite's time goes.
 TEST_WORKERS ?= logical
-PYTEST := pytest -q -n $(TEST_WORKERS) --dist worksteal
+PYTEST := pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=15
 
 test: setup setup-keras3 lint docs
 	$(BIN)/python -m $(PYTEST)
