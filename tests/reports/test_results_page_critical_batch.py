@@ -174,3 +174,16 @@ def test_the_prediction_is_set_against_the_measurement_over_both_intervals():
     assert predicted_text(fit.to_dict(), {"median": 150.0, "runs": 9}) == (
         f"Predicted from the gradient noise scale: B_simple = 150 (median over runs at the target), {150 / fit.b_crit:.2f}x "
         f"the measured B_crit [{150 / high:.2f}, {150 / low:.2f}] over B_crit's interval.")
+
+
+def test_a_batch_no_recipe_fully_reached_is_shown_with_each_recipes_count_not_left_out(tmp_path):
+    summary = rows() + [
+        {"recipe": "sqrt", "global_batch": 4096, "steps_to_target": None, "low": None, "high": None, "seed_steps": [],
+         "reached": 0, "runs": 3, "upper_bound": False},
+        {"recipe": "half", "global_batch": 4096, "steps_to_target": 80.0, "low": None, "high": None, "seed_steps": [80.0],
+         "reached": 1, "runs": 3, "upper_bound": False}]
+    results = study(tmp_path, summary, noise_scale=450.0)
+    lines = section_steps_to_target(results)
+    table = [line for line in "\n".join(lines).splitlines() if line.startswith(("| 2048 |", "| 4096 |"))]
+    assert table[0].startswith("| 2048 | sqrt |")
+    assert table[1] == "| 4096 | none: no recipe's every seed reached it | - | sqrt 0 of 3, half 1 of 3 | - | - |"

@@ -110,6 +110,7 @@ def section_steps_to_target(results: Path, study: str = "steps_to_target",
     table = [[batch, row["recipe"], Estimate(row["steps_to_target"], row["low"], row["high"], row["reached"]).describe(0),
               f"{row['reached']} of {row['runs']}", "-" if batch not in fitted else f"{fitted[batch]:.0f}",
               "-" if b_crit is None else shallue_region(batch, b_crit)] for batch, row in sorted(best.items())]
+    table = sorted(table + unreached_rows(report["steps_to_target"], best), key=lambda cells: cells[0])
     text = fit_text(fit)
     if fit.get("noise_scale_ratio") is not None:
         text += " " + predicted_text(fit, report.get("noise_scale") or {})
@@ -120,6 +121,18 @@ def section_steps_to_target(results: Path, study: str = "steps_to_target",
                     f"[report]({study}/report.md)", "",
                     markdown_table(["global batch", "best recipe (validation)", "steps [95% CI] (n)", "seeds reaching", "fit", "region"], table),
                     "", text, "", *noise, *figure_lines(results, study, FIGURE_STEPS_TO_TARGET, "steps to the target against the global batch")]
+
+
+def unreached_rows(rows: list[dict[str, Any]], best: dict[int, dict[str, Any]]) -> list[list[Any]]:
+    """Table rows for the batches where no recipe had every seed reach the target (no point in
+    the fit): each recipe's seeds that reached it, so the page shows where scaling stopped
+    reaching the target within its budget rather than leaving the batch out."""
+    missing: dict[int, list[str]] = {}
+    for row in rows:
+        if row["global_batch"] not in best:
+            missing.setdefault(row["global_batch"], []).append(f"{row['recipe']} {row['reached']} of {row['runs']}")
+    return [[batch, "none: no recipe's every seed reached it", "-", ", ".join(reached), "-", "-"]
+            for batch, reached in sorted(missing.items())]
 
 
 def predicted_text(fit: dict[str, Any], noise: dict[str, Any]) -> str:
