@@ -187,3 +187,21 @@ def test_a_batch_no_recipe_fully_reached_is_shown_with_each_recipes_count_not_le
     table = [line for line in "\n".join(lines).splitlines() if line.startswith(("| 2048 |", "| 4096 |"))]
     assert table[0].startswith("| 2048 | sqrt |")
     assert table[1] == "| 4096 | none: no recipe's every seed reached it | - | sqrt 0 of 3, half 1 of 3 | - | - |"
+
+
+def test_mccandlish_is_judged_over_both_intervals_when_b_simple_has_one(tmp_path):
+    """B_crit's interval alone puts 450 / 500 well within [0.5, 2]; B_simple's own interval
+    [200, 900] stretches the ratio past 0.5 at the low end: inconclusive, with the spread named."""
+    results = study(tmp_path, rows(), noise_scale=450.0, name="critical_batch_v3")
+    record = json.loads((results / "critical_batch_v3" / "report.json").read_text())
+    fit = critical_batch(rows(), noise_scale=450.0, resamples=1000)
+    low, high = fit.b_crit_interval
+    assert 0.5 <= 450 / high and 450 / low <= 2
+    assert anchor_mccandlish(results, ("critical_batch_v3",))[0] == "matches"
+    record["noise_scale"] = {"median": 450.0, "low": 200.0, "high": 900.0, "coverage": 0.96, "runs": 12}
+    (results / "critical_batch_v3" / "report.json").write_text(json.dumps(record))
+    verdict, evidence = anchor_mccandlish(results, ("critical_batch_v3",))
+    assert verdict == "inconclusive" and 200 / high < 0.5
+    assert evidence.startswith(f"critical_batch_v3: B_simple / B_crit = {450 / fit.b_crit:.2f} [{200 / high:.2f}, {900 / low:.2f}], "
+                               "B_simple = 450 (median over runs, read when each reached the target; its order-statistic "
+                               "interval [200, 900] included)")

@@ -1,4 +1,4 @@
-"""steps_to_target and the first edition's critical_batch (steps to a target against the batch,
+"""steps_to_target, the first edition's critical_batch and the third's critical_batch_v3 (steps to a target against the batch,
 the critical batch fitted to them), and the anchors judged on them: Shallue et al. 2018 and
 McCandlish et al. 2018.
 
@@ -14,7 +14,8 @@ and say only *matches*, *worse* or *inconclusive* (*not measured yet* when the s
   fit the steps, whatever B_crit); *inconclusive* otherwise (fewer points, no interval, or an
   interval reaching outside the measured batches).
 - **McCandlish et al.** (the gradient noise scale predicts the critical batch):
-  ``B_simple / B_crit`` over B_crit's interval; *matches* when the whole interval lies within
+  ``B_simple / B_crit`` over both intervals (``ratio_over_both``; over B_crit's alone in a
+  report.json without B_simple's interval); *matches* when the whole interval lies within
   ``[1 / RATIO_TOLERANCE, RATIO_TOLERANCE]``, *worse* when it lies wholly outside, *inconclusive*
   otherwise or without an interval.
 """
@@ -135,23 +136,31 @@ def unreached_rows(rows: list[dict[str, Any]], best: dict[int, dict[str, Any]]) 
             for batch, reached in sorted(missing.items())]
 
 
+def ratio_over_both(fit: CriticalBatchFit, noise: dict[str, Any]) -> tuple[float, float] | None:
+    """``B_simple / B_crit`` over both intervals: the smallest B_simple over the largest B_crit to
+    the largest over the smallest (``inf`` above when B_crit's interval reaches 0); None when
+    either has no interval (a report.json written before B_simple had one)."""
+    low, high, b_crit = noise.get("low"), noise.get("high"), fit.b_crit_interval
+    if fit.noise_scale_ratio is None or low is None or high is None or b_crit is None:
+        return None
+    return low / b_crit[1], (high / b_crit[0] if b_crit[0] > 0 else math.inf)
+
+
 def predicted_text(fit: dict[str, Any], noise: dict[str, Any]) -> str:
     """McCandlish et al.'s prediction against the measurement, in numbers: B_simple (the median
     over the runs at the target, with its order-statistic interval when the report has one),
-    and B_simple / B_crit over B_crit's interval and over both intervals (the smallest B_simple
-    over the largest B_crit to the largest over the smallest)."""
+    and B_simple / B_crit over B_crit's interval and over both intervals (``ratio_over_both``)."""
     measured_fit = CriticalBatchFit.from_dict(fit)
-    ratio, b_crit = measured_fit.noise_scale_ratio_interval, measured_fit.b_crit_interval
-    low, high = noise.get("low"), noise.get("high")
+    ratio, both = measured_fit.noise_scale_ratio_interval, ratio_over_both(measured_fit, noise)
     measured = f"B_simple = {fit['noise_scale']:.0f}"
-    if low is not None and high is not None:
-        measured += f" {_interval((low, high), 0)} (median over {noise['runs']} runs at the target, order-statistic 95% interval)"
+    if both is not None:
+        measured += (f" {_interval((noise['low'], noise['high']), 0)} (median over {noise['runs']} runs at the target, "
+                     "order-statistic 95% interval)")
     else:
         measured += " (median over runs at the target)"
     text = (f"Predicted from the gradient noise scale: {measured}, {fit['noise_scale_ratio']:.2f}x the measured B_crit"
             + ("" if ratio is None else f" {_interval(ratio, 2)} over B_crit's interval"))
-    if ratio is not None and low is not None and high is not None and b_crit is not None:
-        both = (low / b_crit[1], high / b_crit[0] if b_crit[0] > 0 else math.inf)
+    if both is not None:
         text += f", {_interval(both, 2)} over both intervals"
     return text + "."
 
@@ -267,7 +276,8 @@ def anchor_mccandlish(results: Path, studies: tuple[str, ...] = EARLIER_STEPS_ST
     if report is None or report["critical_batch"].get("noise_scale") is None:
         return "not measured yet", f"{study} with a noise scale is not committed"
     fit = CriticalBatchFit.from_dict(report["critical_batch"])
-    ratio, interval = fit.noise_scale_ratio, fit.noise_scale_ratio_interval
+    both = ratio_over_both(fit, report.get("noise_scale") or {})
+    ratio, interval = fit.noise_scale_ratio, both or fit.noise_scale_ratio_interval
     bounds = f"[{1 / RATIO_TOLERANCE:.1f}, {RATIO_TOLERANCE:.0f}]"
     rule = f"matches when the whole interval lies within {bounds}, worse when wholly outside, inconclusive otherwise"
     if ratio is None:
@@ -278,6 +288,8 @@ def anchor_mccandlish(results: Path, studies: tuple[str, ...] = EARLIER_STEPS_ST
     within = 1 / RATIO_TOLERANCE <= low and high <= RATIO_TOLERANCE
     outside = high < 1 / RATIO_TOLERANCE or low > RATIO_TOLERANCE
     verdict = "matches" if within else "worse" if outside else "inconclusive"
+    spread = ("its order-statistic interval " + _interval((report["noise_scale"]["low"], report["noise_scale"]["high"]), 0)
+              + " included" if both else "its own spread not included")
     return verdict, (f"{study}: B_simple / B_crit = {ratio:.2f} {_interval(interval, 2)}, B_simple = {fit.noise_scale:.0f} (median "
-                     f"over runs, read when each reached the target; its own spread not included) over {b_crit_text(fit)} — "
+                     f"over runs, read when each reached the target; {spread}) over {b_crit_text(fit)} — "
                      f"rule: {rule}. B_simple equals the noise scale B_noise only when the Hessian is a multiple of the identity")
