@@ -100,4 +100,4 @@ def test_two_labels_hold_the_same_runs_when_their_configuration_hashes_match():
     assert run_set(arm["momentum+warmup tuned", 4]) == run_set(arm["momentum+warmup linear rule", 4])
     assert len(run_set(arm["momentum+warmup tuned", 4])) == 5
     assert run_set(arm["momentum+warmup tuned", 4]) != run_set(arm["momentum+warmup tuned", 16])
-    assert run_set([{"run_id": ""}]) is None
+    assert run_set([{"run_id": ""}]) is None and run_set([]) is None

@@ -36,7 +36,7 @@ from lbtrain.measures.steps_to_target import steps_to_target
 from lbtrain.reports.decisions import DEFAULT_MARGIN, WORSE, claim
 from lbtrain.reports.plots import Line, Mark, plot_panels, recipe_colors
 from lbtrain.reports.scaling_laws import SEED_RULE, CriticalBatchFit, counts_in_fit, critical_batch, reachable_target
-from lbtrain.reports.statistics import DEFAULT_LEVEL, Estimate, MedianInterval, median_interval
+from lbtrain.reports.statistics import DEFAULT_LEVEL, Estimate
 from lbtrain.reports.tables import (
     Aggregate,
     RunRecord,
@@ -319,32 +319,46 @@ def noise_scale_at_target(records: Sequence[RunRecord], target: float, metric: s
 
 
 def noise_scale_summary(found: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The median of the determined noise scales over runs with its distribution-free 95%
-    interval (``statistics.median_interval``: order statistics; ``low``, ``high`` and
-    ``coverage`` None below 6 runs), how many runs there were, and how many runs were
-    undetermined for each reason. McCandlish et al. predict B_crit from B_simple at the target
-    loss, which every run measures at the same target, so their values are draws of one
-    quantity."""
-    values = [item["noise_scale"] for item in found if item["noise_scale"] is not None]
+    """B_simple at the target, batch by batch: ``per_batch`` (global batch -> the median of its
+    runs' determined noise scales), ``median`` (the median of those), ``range`` (their smallest
+    and largest; None with fewer than two batch sizes), ``batches``, ``runs`` (the determined
+    values) and how many runs were undetermined for each reason.
+
+    McCandlish et al. predict B_crit from B_simple where training reaches the target. Runs at
+    one batch are seeds of one measurement; across batch sizes the values need not agree (the
+    same validation accuracy may be reached at a different training loss, and B_simple grows as
+    the loss falls), so each batch counts once, and claims use the range over batches, a spread
+    of measurements rather than an interval with a confidence level. Runs that logged the very
+    same value at one batch and seed (one configuration trained under two labels, as every
+    scaling rule gives the base batch the same LR) count once."""
+    values: dict[int, dict[tuple[Any, float], float]] = {}
+    for item in found:
+        if item["noise_scale"] is not None and math.isfinite(item["noise_scale"]):
+            scale = float(item["noise_scale"])
+            values.setdefault(int(item["global_batch"]), {})[(item["seed"], round(scale, 9))] = scale
     reasons = [item["undetermined"] for item in found if item["undetermined"]]
-    median = median_interval(values)
-    return {"median": median.median, "low": median.low, "high": median.high, "coverage": median.coverage,
-            "runs": len(values), "undetermined": {reason: reasons.count(reason) for reason in dict.fromkeys(reasons)}}
+    per_batch = {batch: statistics.median(scales.values()) for batch, scales in sorted(values.items())}
+    medians = list(per_batch.values())
+    return {"median": statistics.median(medians) if medians else None,
+            "range": [min(medians), max(medians)] if len(medians) > 1 else None,
+            "per_batch": {str(batch): value for batch, value in per_batch.items()}, "batches": len(medians),
+            "runs": sum(len(scales) for scales in values.values()),
+            "undetermined": {reason: reasons.count(reason) for reason in dict.fromkeys(reasons)}}
 
 
 def noise_scale_sentence(summary: dict[str, Any]) -> str:
-    """Where the noise scale came from, its interval, and the runs where it was undetermined,
-    with the reason."""
+    """Where the noise scale came from, its range over the batch sizes, and the runs where it
+    was undetermined, with the reason."""
     undetermined = "; ".join(f"{count} run{'s' if count > 1 else ''} undetermined ({reason})"
                              for reason, count in summary["undetermined"].items())
     if summary["median"] is None:
         return f"Gradient noise scale at the target: {undetermined}." if undetermined else ""
-    median = MedianInterval(summary["median"], summary.get("low"), summary.get("high"), summary["runs"], summary.get("coverage"))
-    interval = ("; too few runs for a 95% interval" if median.low is None else
-                f", {median.low:.0f} to {median.high:.0f} by the order statistics (a distribution-free interval for the median, "
-                f"coverage {100 * median.coverage:.1f}%)")
-    text = (f"B_simple is the median over {summary['runs']} runs of the gradient noise scale logged at the end of the "
-            f"epoch each reached the target{interval}")
+    spread = ("" if not summary.get("range") else
+              f"; it ranges from {summary['range'][0]:.0f} to {summary['range'][1]:.0f} over the batch sizes, the range claims "
+              "use (a spread of measurements, not a confidence interval)")
+    text = (f"B_simple at the target is {summary['median']:.0f}, the median over {summary['batches']} batch "
+            f"size{'s' if summary['batches'] > 1 else ''} of each batch's median over its runs ({summary['runs']} runs, each read "
+            f"at the end of the epoch it reached the target){spread}")
     return text + (f"; {undetermined}, left out." if undetermined else ".")
 
 
@@ -519,7 +533,8 @@ def _steps_section(report: _Report, records: Sequence[RunRecord], target: float 
     rows = steps_rows(records, target, metric)
     noise = noise_scale_at_target(records, target, metric)
     noise_summary = noise_scale_summary(noise)
-    fit = critical_batch(rows, noise_scale=noise_summary["median"])
+    fit = critical_batch(rows, noise_scale=noise_summary["median"],
+                         noise_scale_range=None if noise_summary["range"] is None else tuple(noise_summary["range"]))
     report.summary.update({"target": target, "metric": metric, "steps_to_target": rows, "critical_batch": fit.to_dict()})
     if noise:
         report.summary["noise_scale"] = {**noise_summary, "runs_at_target": noise}

@@ -139,6 +139,7 @@ class CriticalBatchFit:
     excluded_batches: tuple[int, ...] = ()
     level: float = DEFAULT_LEVEL
     resamples: int | None = None
+    noise_scale_range: tuple[float, float] | None = None
 
     @property
     def fitted(self) -> bool:
@@ -171,13 +172,17 @@ class CriticalBatchFit:
 
     @property
     def noise_scale_ratio_interval(self) -> tuple[float, float] | None:
-        """``B_simple / B_crit`` over ``b_crit_interval``: ``[B_simple / high, B_simple / low]``
-        (``B_simple`` itself held at its median); ``inf`` above when the interval reaches 0."""
+        """``B_simple / B_crit`` over ``b_crit_interval`` and, when the report gives it,
+        ``noise_scale_range`` (B_simple's range over the batch sizes):
+        ``[B_simple low / B_crit high, B_simple high / B_crit low]``, B_simple held at its median
+        without a range; ``inf`` above when B_crit's interval reaches 0. A hull of two ranges,
+        not an interval with a confidence level."""
         interval = self.b_crit_interval
         if self.noise_scale_ratio is None or interval is None:
             return None
         low, high = interval
-        return self.noise_scale / high, (self.noise_scale / low if low > 0 else math.inf)
+        smallest, largest = self.noise_scale_range or (self.noise_scale, self.noise_scale)
+        return smallest / high, (largest / low if low > 0 else math.inf)
 
     def steps(self, global_batch: float) -> float:
         if not self.fitted:
@@ -190,7 +195,7 @@ class CriticalBatchFit:
         written before the interval fields reads as a fit without an interval."""
         fields = {field.name for field in dataclasses.fields(cls)}
         values = {name: value for name, value in data.items() if name in fields}
-        for name in ("b_crit_bootstrap", "b_crit_leave_one_out", "s_min_bootstrap", "s_min_leave_one_out"):
+        for name in ("b_crit_bootstrap", "b_crit_leave_one_out", "s_min_bootstrap", "s_min_leave_one_out", "noise_scale_range"):
             if values.get(name) is not None:
                 values[name] = tuple(math.inf if end is None else float(end) for end in values[name])
         for name in ("residuals", "excluded", "excluded_batches"):
@@ -204,7 +209,7 @@ class CriticalBatchFit:
         rule, ``e_min``, ``noise_scale_ratio`` and the judged intervals ``b_crit_interval``,
         ``s_min_interval`` and ``noise_scale_ratio_interval``."""
         data = dataclasses.asdict(self)
-        for name in ("b_crit_bootstrap", "b_crit_leave_one_out", "s_min_bootstrap", "s_min_leave_one_out"):
+        for name in ("b_crit_bootstrap", "b_crit_leave_one_out", "s_min_bootstrap", "s_min_leave_one_out", "noise_scale_range"):
             data[name] = _pair(getattr(self, name))
         return {**data, "residuals": [dict(point) for point in self.residuals], "excluded": [dict(row) for row in self.excluded],
                 "excluded_batches": list(self.excluded_batches), "rule": SEED_RULE, "e_min": self.e_min,
@@ -230,7 +235,10 @@ class CriticalBatchFit:
             text = f"not fitted — {self.note}"
         if self.noise_scale is not None:
             ratio = self.noise_scale_ratio
-            text += f"; measured noise scale B_simple {self.noise_scale:.0f}" + ("" if ratio is None else f" ({ratio:.2f} x B_crit)")
+            notes = ([] if self.noise_scale_range is None else
+                     [f"from {self.noise_scale_range[0]:.0f} to {self.noise_scale_range[1]:.0f} over the batch sizes"])
+            notes += [] if ratio is None else [f"{ratio:.2f} x B_crit"]
+            text += f"; measured noise scale B_simple {self.noise_scale:.0f}" + (f" ({'; '.join(notes)})" if notes else "")
         return text
 
     def excluded_text(self) -> str:
@@ -285,7 +293,8 @@ def _seed_uncertainty(arms: Sequence[_Arm], batches: Sequence[int], resamples: i
 
 
 def critical_batch(summary: Iterable[Mapping[str, Any]], noise_scale: float | None = None, *,
-                   resamples: int = DEFAULT_RESAMPLES, seed: int = 0, level: float = DEFAULT_LEVEL) -> CriticalBatchFit:
+                   noise_scale_range: tuple[float, float] | None = None, resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
+                   level: float = DEFAULT_LEVEL) -> CriticalBatchFit:
     """Fits ``S = S_min (1 + B_crit / B)`` (McCandlish et al. 2018, eq. 2.11) to steps to target,
     with the fit's uncertainty over seeds.
 
@@ -315,7 +324,8 @@ def critical_batch(summary: Iterable[Mapping[str, Any]], noise_scale: float | No
     Both are reported: the bootstrap is the interval, and with 2 or 3 seeds a batch it is too
     narrow on its own, so claims use the hull of the two (``CriticalBatchFit.b_crit_interval``).
     There is no interval when a point's recipe has a single seed (nothing to resample).
-    ``noise_scale``, the measured ``B_simple``, is carried along for comparison."""
+    ``noise_scale``, the measured ``B_simple``, and ``noise_scale_range``, its range over the
+    batch sizes, are carried along for comparison."""
     rows = list(summary)
     arms = [_Arm(int(row["global_batch"]), row.get("recipe"), float(row["steps_to_target"]),
                  tuple(float(value) for value in row.get("seed_steps") or ())) for row in rows if counts_in_fit(row)]
@@ -324,7 +334,8 @@ def critical_batch(summary: Iterable[Mapping[str, Any]], noise_scale: float | No
                      for row in rows if row.get("steps_to_target") is not None and not counts_in_fit(row))
     batches = sorted({arm.batch for arm in arms})
     lost = tuple(sorted({row["global_batch"] for row in excluded} - set(batches)))
-    common = {"noise_scale": noise_scale, "excluded": excluded, "excluded_batches": lost, "level": level}
+    common = {"noise_scale": noise_scale, "noise_scale_range": noise_scale_range, "excluded": excluded, "excluded_batches": lost,
+              "level": level}
     if len(batches) < MIN_FIT_BATCHES:
         return CriticalBatchFit(len(batches), note=f"not enough points (n = {_batch_sizes(len(batches))} < {MIN_FIT_BATCHES})",
                                 **common)

@@ -18,12 +18,6 @@ its degrees of freedom and a 95% interval, and so does every difference between 
   its half-width is about ``z · s · sqrt((n − 1)/n) / sqrt(n)`` against t's
   ``t_{n-1} · s / sqrt(n)``, so a "95%" interval covers about 78% at n = 3, 90% at n = 10 and
   93% at n = 20.
-- **A median** (``median_interval``, the gradient noise scale over the runs of a study): the
-  distribution-free interval between two order statistics (Conover 1999, *Practical
-  Nonparametric Statistics*, sec. 3.2): ``[x_(k), x_(n+1-k)]`` with the largest k such that
-  ``P(Binomial(n, 1/2) <= k - 1) <= (1 - level) / 2``, whose coverage ``1 − 2 P(Binomial(n,
-  1/2) <= k − 1)`` is at least ``level`` for any continuous distribution. At 95% it needs
-  n >= 6 (coverage 96.9% there).
 
 Every ``Estimate`` says its n (and for a difference the second arm's n) and its df, and
 ``Estimate.describe`` prints them: ``0.884 [0.879, 0.889] (n=3, df=2)``. The claims the reports
@@ -220,58 +214,6 @@ def bootstrap_ratio(numerators: Sequence[float], denominators: Sequence[float], 
                     len(pairs), level)
 
 
-@dataclasses.dataclass(frozen=True)
-class MedianInterval:
-    """The median of ``n`` values with its order-statistic interval ``[low, high]`` and the
-    interval's exact ``coverage`` (at least the level asked for); ``low = high = coverage =
-    None`` when ``n`` is too small for that level, all None for no value."""
-
-    median: float | None
-    low: float | None
-    high: float | None
-    n: int
-    coverage: float | None = None
-
-    def describe(self, digits: int = 0) -> str:
-        """``120 [95, 160] (n=12, coverage 96.1%)``; ``120 (n=4)`` without an interval.
-
-        >>> MedianInterval(120.0, 95.0, 160.0, 12, 0.9614).describe()
-        '120 [95, 160] (n=12, coverage 96.1%)'
-        """
-        if self.median is None:
-            return "-"
-        if self.low is None or self.coverage is None:
-            return f"{self.median:.{digits}f} (n={self.n})"
-        return f"{self.median:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}] (n={self.n}, coverage {100 * self.coverage:.1f}%)"
-
-
-def median_interval(values: Sequence[float | None], *, level: float = DEFAULT_LEVEL) -> MedianInterval:
-    """The median of the finite ``values`` with its distribution-free order-statistic interval
-    (module doc): ``[x_(k), x_(n+1-k)]``, k the largest with ``P(Binomial(n, 1/2) <= k - 1) <=
-    (1 - level) / 2``. No interval below the n that reaches ``level`` (6 at 95%).
-
-    >>> median_interval([5.0, 1.0, 3.0, 2.0, 4.0, 6.0, 7.0]).describe()
-    '4 [1, 7] (n=7, coverage 98.4%)'
-    >>> median_interval([1.0, 2.0, 3.0]).describe()
-    '2 (n=3)'
-    """
-    _check_level(level)
-    data = np.sort(_finite(values))
-    n = int(data.size)
-    if n == 0:
-        return MedianInterval(None, None, None, 0)
-    median = float(np.median(data))
-    tail = (1 - level) / 2
-    # The 0-based index of the lower bound, x_(k) being data[k - 1]: the largest i with
-    # P(B <= i) <= tail. binom.ppf gives the smallest i with P(B <= i) >= tail.
-    lower = int(scipy.stats.binom.ppf(tail, n, 0.5))
-    lower -= int(scipy.stats.binom.cdf(lower, n, 0.5) > tail)
-    if lower < 0:
-        return MedianInterval(median, None, None, n)
-    coverage = float(1 - 2 * scipy.stats.binom.cdf(lower, n, 0.5))
-    return MedianInterval(median, float(data[lower]), float(data[n - 1 - lower]), n, coverage)
-
-
-__all__ = ["BOOTSTRAP_MIN_N", "DEFAULT_LEVEL", "DEFAULT_RESAMPLES", "Estimate", "MedianInterval", "bootstrap_ratio",
-           "difference_interval", "mean_interval", "median_interval", "t_intervals", "t_quantile", "welch_df",
+__all__ = ["BOOTSTRAP_MIN_N", "DEFAULT_LEVEL", "DEFAULT_RESAMPLES", "Estimate", "bootstrap_ratio", "difference_interval",
+           "mean_interval", "t_intervals", "t_quantile", "welch_df",
            "welch_intervals"]

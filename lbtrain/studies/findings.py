@@ -78,11 +78,11 @@ def study_findings(report: dict[str, Any], summary: list[dict[str, str]], model:
     rows = []
     for batch in sorted({record["global_batch"] for record in records}):
         cells, ranked = [], []
-        owners: dict[frozenset[str] | None, dict[str, Any]] = {}
+        owners: dict[frozenset[str], dict[str, Any]] = {}
         for record in (record for record in records if record["global_batch"] == batch):
             mine = runs[(record["recipe"], batch)]
             runs_of = run_set(mine)
-            if runs_of in owners:  # another label's runs, copied by the runner: one recipe, ranked once
+            if runs_of is not None and runs_of in owners:  # another label's runs, copied by the runner: one recipe, ranked once
                 owners[runs_of].setdefault("same_runs_as", []).append(record["recipe"])
                 continue
             cells.append(record)

@@ -282,29 +282,33 @@ def test_noise_scale_is_read_in_the_epoch_each_run_reaches_the_target_and_never_
     assert [(f["global_batch"], f["epoch"], f["noise_scale"], f["undetermined"]) for f in found] == [
         (16, 2, 120.0, None), (32, 1, None, "|G|^2 estimate <= 0")]
     summary = noise_scale_summary(found)
-    assert summary == {"median": 120.0, "low": None, "high": None, "coverage": None, "runs": 1,
+    assert summary == {"median": 120.0, "range": None, "per_batch": {"16": 120.0}, "batches": 1, "runs": 1,
                        "undetermined": {"|G|^2 estimate <= 0": 1}}
-    assert noise_scale_sentence(summary) == ("B_simple is the median over 1 runs of the gradient noise scale logged at the end of "
-                                             "the epoch each reached the target; too few runs for a 95% interval; "
+    assert noise_scale_sentence(summary) == ("B_simple at the target is 120, the median over 1 batch size of each batch's median "
+                                             "over its runs (1 runs, each read at the end of the epoch it reached the target); "
                                              "1 run undetermined (|G|^2 estimate <= 0), left out.")
     assert [f["noise_scale"] for f in noise_scale_at_target([first, second], 0.8, "val_accuracy")] == [300.0, 80.0]
     only_undetermined = noise_scale_summary(noise_scale_at_target([second], 0.7, "val_accuracy"))
     assert noise_scale_sentence(only_undetermined) == "Gradient noise scale at the target: 1 run undetermined (|G|^2 estimate <= 0)."
 
 
-def test_seven_runs_at_the_target_give_b_simple_an_order_statistic_interval():
-    """At n = 7 the 95% interval of the median is the smallest and largest value (P(B <= 0) =
-    1/128 <= 0.025 < P(B <= 1)), with coverage 1 - 2/128."""
+def test_b_simple_counts_each_batch_once_and_runs_trained_alike_once():
+    """Batch 16: seeds 0-2 logged 90, 150, 60 under one label and the very same values under a
+    second (the base batch, where every rule gives one LR), plus seed 0 at 200 under a third:
+    median of {90, 150, 60, 200} = 120, not of the seven values (150). Batch 32: 300 and 340,
+    median 320. Over batches: median 220, range [120, 320]."""
     from lbtrain.reports.report import noise_scale_at_target, noise_scale_sentence, noise_scale_summary
 
-    scales = [90.0, 150.0, 60.0, 120.0, 200.0, 100.0, 110.0]
-    runs = [with_noise(synthetic("a", 1, seed, [0.8]), (scale, 1.0)) for seed, scale in enumerate(scales)]
+    logged = [("a", 1, 0, 90.0), ("a", 1, 1, 150.0), ("a", 1, 2, 60.0), ("b", 1, 0, 90.0), ("b", 1, 1, 150.0),
+              ("b", 1, 2, 60.0), ("c", 1, 0, 200.0), ("a", 2, 0, 300.0), ("a", 2, 1, 340.0)]
+    runs = [with_noise(synthetic(recipe, world, seed, [0.8]), (scale, 1.0)) for recipe, world, seed, scale in logged]
     summary = noise_scale_summary(noise_scale_at_target(runs, 0.7, "val_accuracy"))
-    assert (summary["median"], summary["low"], summary["high"], summary["runs"]) == (110.0, 60.0, 200.0, 7)
-    assert summary["coverage"] == pytest.approx(1 - 2 / 128)
-    assert noise_scale_sentence(summary) == ("B_simple is the median over 7 runs of the gradient noise scale logged at the end of "
-                                             "the epoch each reached the target, 60 to 200 by the order statistics (a "
-                                             "distribution-free interval for the median, coverage 98.4%).")
+    assert summary["per_batch"] == {"16": 120.0, "32": 320.0}
+    assert (summary["median"], summary["range"], summary["batches"], summary["runs"]) == (220.0, [120.0, 320.0], 2, 6)
+    assert noise_scale_sentence(summary) == (
+        "B_simple at the target is 220, the median over 2 batch sizes of each batch's median over its runs (6 runs, each read "
+        "at the end of the epoch it reached the target); it ranges from 120 to 320 over the batch sizes, the range claims use "
+        "(a spread of measurements, not a confidence interval).")
 
 
 def test_report_shows_an_undetermined_noise_scale_with_its_reason_not_a_number(tiny_results, tmp_path):

@@ -160,18 +160,19 @@ def test_the_third_editions_steps_study_is_judged_only_on_itself(tmp_path):
     assert evidence.startswith("critical_batch_v3: B_simple / B_crit = 0.90")
 
 
-def test_the_prediction_is_set_against_the_measurement_over_both_intervals():
-    """B_simple 150 [100, 240] against B_crit 500 over its interval [lo, hi]: the ratio 0.30,
-    [150 / hi, 150 / lo] over B_crit's interval and [100 / hi, 240 / lo] over both."""
-    fit = critical_batch(rows(), noise_scale=150.0, resamples=1000)
+def test_the_prediction_is_set_against_the_measurement_over_b_crits_interval_and_b_simples_range():
+    """B_simple 150, from 100 to 240 over the batch sizes, against B_crit 500 over its interval
+    [lo, hi]: the ratio 0.30 and [100 / hi, 240 / lo]."""
+    fit = critical_batch(rows(), noise_scale=150.0, noise_scale_range=(100.0, 240.0), resamples=1000)
     low, high = fit.b_crit_interval
-    noise = {"median": 150.0, "low": 100.0, "high": 240.0, "coverage": 0.98, "runs": 9}
-    text = predicted_text(fit.to_dict(), noise)
-    assert text == (f"Predicted from the gradient noise scale: B_simple = 150 [100, 240] (median over 9 runs at the target, "
-                    f"order-statistic 95% interval), {150 / fit.b_crit:.2f}x the measured B_crit [{150 / high:.2f}, {150 / low:.2f}] "
-                    f"over B_crit's interval, [{100 / high:.2f}, {240 / low:.2f}] over both intervals.")
-    # A report.json written before B_simple had an interval (the committed first and second editions).
-    assert predicted_text(fit.to_dict(), {"median": 150.0, "runs": 9}) == (
+    assert fit.noise_scale_ratio_interval == pytest.approx((100 / high, 240 / low))
+    assert predicted_text(fit.to_dict()) == (
+        f"Predicted from the gradient noise scale: B_simple = 150 (at the target, the median over batch sizes; from 100 to 240 "
+        f"over them), {150 / fit.b_crit:.2f}x the measured B_crit [{100 / high:.2f}, {240 / low:.2f}] over B_crit's interval "
+        f"and B_simple's range.")
+    # A report.json written before B_simple had a range (the committed first and second editions): B_simple held fixed.
+    older = {key: value for key, value in fit.to_dict().items() if key != "noise_scale_range"}
+    assert predicted_text(older) == (
         f"Predicted from the gradient noise scale: B_simple = 150 (median over runs at the target), {150 / fit.b_crit:.2f}x "
         f"the measured B_crit [{150 / high:.2f}, {150 / low:.2f}] over B_crit's interval.")
 
@@ -189,19 +190,29 @@ def test_a_batch_no_recipe_fully_reached_is_shown_with_each_recipes_count_not_le
     assert table[1] == "| 4096 | none: no recipe's every seed reached it | - | sqrt 0 of 3, half 1 of 3 | - | - |"
 
 
-def test_mccandlish_is_judged_over_both_intervals_when_b_simple_has_one(tmp_path):
-    """B_crit's interval alone puts 450 / 500 well within [0.5, 2]; B_simple's own interval
-    [200, 900] stretches the ratio past 0.5 at the low end: inconclusive, with the spread named."""
+def test_a_batch_reached_only_within_the_first_epoch_says_so_not_that_no_seed_reached_it(tmp_path):
+    summary = rows() + [{"recipe": "sqrt", "global_batch": 16, "steps_to_target": 25.0, "low": None, "high": None,
+                         "seed_steps": [25.0] * 3, "reached": 3, "runs": 3, "upper_bound": True}]
+    lines = section_steps_to_target(study(tmp_path, summary, noise_scale=450.0))
+    assert "| 16 | none: reached by the end of the first epoch, an upper bound only | - | sqrt 3 of 3 | - | - |" in "\n".join(lines)
+
+
+def test_mccandlish_is_judged_over_b_simples_range_when_the_report_has_one(tmp_path):
+    """B_crit's interval alone puts 450 / 500 well within [0.5, 2]; B_simple's range over the
+    batch sizes [200, 900] stretches the ratio past 0.5 at the low end: inconclusive, with the
+    range named. A range wholly above 2 x B_crit's interval is worse."""
     results = study(tmp_path, rows(), noise_scale=450.0, name="critical_batch_v3")
-    record = json.loads((results / "critical_batch_v3" / "report.json").read_text())
     fit = critical_batch(rows(), noise_scale=450.0, resamples=1000)
     low, high = fit.b_crit_interval
     assert 0.5 <= 450 / high and 450 / low <= 2
     assert anchor_mccandlish(results, ("critical_batch_v3",))[0] == "matches"
-    record["noise_scale"] = {"median": 450.0, "low": 200.0, "high": 900.0, "coverage": 0.96, "runs": 12}
-    (results / "critical_batch_v3" / "report.json").write_text(json.dumps(record))
+    study(results, rows(), fit=critical_batch(rows(), noise_scale=450.0, noise_scale_range=(200.0, 900.0), resamples=1000),
+          name="critical_batch_v3")
     verdict, evidence = anchor_mccandlish(results, ("critical_batch_v3",))
     assert verdict == "inconclusive" and 200 / high < 0.5
     assert evidence.startswith(f"critical_batch_v3: B_simple / B_crit = {450 / fit.b_crit:.2f} [{200 / high:.2f}, {900 / low:.2f}], "
-                               "B_simple = 450 (median over runs, read when each reached the target; its order-statistic "
-                               "interval [200, 900] included)")
+                               "B_simple = 450 (median over runs, read when each reached the target; its range over the batch "
+                               "sizes [200, 900] included)")
+    study(results, rows(), fit=critical_batch(rows(), noise_scale=3000.0, noise_scale_range=(2.5 * high, 4000.0), resamples=1000),
+          name="critical_batch_v3")
+    assert anchor_mccandlish(results, ("critical_batch_v3",))[0] == "worse"

@@ -14,7 +14,6 @@ from lbtrain.reports.statistics import (
     bootstrap_ratio,
     difference_interval,
     mean_interval,
-    median_interval,
     t_intervals,
     welch_df,
     welch_intervals,
@@ -120,38 +119,3 @@ def test_the_bootstrap_ratio_gives_bounds_only_from_its_threshold():
     assert short.mean == pytest.approx(np.mean(tops[:-1])) and (short.low, short.high) == (None, None)
     assert bootstrap_ratio([1.0] * 30, [-1.0] * 30).mean is None
     assert dataclasses.asdict(short)["n"] == BOOTSTRAP_MIN_N - 1
-
-
-@pytest.mark.parametrize(("n", "index", "coverage"), [
-    # 0-based index of the lower order statistic, by the binomial tail written out: at n = 6,
-    # P(B <= 0) = 1/64 <= 0.025 < P(B <= 1) = 7/64; at n = 20, P(B <= 5) = 0.0207 <= 0.025 < P(B <= 6) = 0.0577.
-    (6, 0, 1 - 2 / 64),
-    (7, 0, 1 - 2 / 128),
-    (9, 1, 1 - 2 * 10 / 512),
-    (20, 5, 1 - 2 * sum(math.comb(20, i) for i in range(6)) / 2 ** 20),
-])
-def test_the_median_interval_is_the_order_statistics_the_binomial_tail_picks(n, index, coverage):
-    values = np.random.default_rng(n).lognormal(5.0, 0.5, n)
-    ordered = np.sort(values)
-    estimate = median_interval(list(values))
-    assert estimate.median == pytest.approx(float(np.median(values)))
-    assert (estimate.low, estimate.high) == (ordered[index], ordered[n - 1 - index])
-    assert estimate.coverage == pytest.approx(coverage)
-    assert estimate.coverage >= 0.95 and estimate.n == n
-
-
-def test_five_values_have_a_median_but_no_95_percent_interval():
-    # P(B <= 0) = 1/32 > 0.025: even the extremes cover only 93.75%.
-    estimate = median_interval([3.0, 1.0, None, 2.0, 5.0, 4.0])
-    assert (estimate.median, estimate.low, estimate.high, estimate.n) == (3.0, None, None, 5)
-    assert median_interval([]).median is None
-    assert median_interval([1.0, 2.0, 3.0, 4.0, 5.0], level=0.9).low == 1.0  # 1 - 2/32 = 93.75% >= 90%
-
-
-def test_the_median_interval_covers_the_true_median_as_often_as_it_says():
-    rng = np.random.default_rng(7)
-    draws = rng.lognormal(4.0, 1.0, (4000, 12))  # skewed, as noise scales are; true median e^4
-    covered = [(estimate.low <= math.exp(4.0) <= estimate.high) for estimate in map(median_interval, draws)]
-    coverage = median_interval(list(draws[0])).coverage
-    assert coverage == pytest.approx(1 - 2 * sum(math.comb(12, i) for i in range(3)) / 2 ** 12)  # 96.1%
-    assert abs(np.mean(covered) - coverage) < 3 * math.sqrt(coverage * (1 - coverage) / len(draws))

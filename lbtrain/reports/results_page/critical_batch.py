@@ -3,8 +3,8 @@ the critical batch fitted to them), and the anchors judged on them: Shallue et a
 McCandlish et al. 2018.
 
 Both anchors are judged on B_crit's interval over seeds (``CriticalBatchFit.b_crit_interval``:
-the hull of a seed bootstrap and the leave-one-seed-out range, ``lbtrain.reports.scaling_laws``)
-and say only *matches*, *worse* or *inconclusive* (*not measured yet* when the study is absent):
+the hull of a seed bootstrap and the leave-one-seed-out range, ``lbtrain.reports.scaling_laws``),
+McCandlish's also on B_simple's range over the batch sizes where the report gives it, and say only *matches*, *worse* or *inconclusive* (*not measured yet* when the study is absent):
 
 - **Shallue et al.** (steps fall with the batch, then with diminishing returns, as
   ``S(B) = S_min (1 + B_crit / B)``): *matches* when the fit over at least ``MIN_FIT_POINTS``
@@ -14,8 +14,9 @@ and say only *matches*, *worse* or *inconclusive* (*not measured yet* when the s
   fit the steps, whatever B_crit); *inconclusive* otherwise (fewer points, no interval, or an
   interval reaching outside the measured batches).
 - **McCandlish et al.** (the gradient noise scale predicts the critical batch):
-  ``B_simple / B_crit`` over both intervals (``ratio_over_both``; over B_crit's alone in a
-  report.json without B_simple's interval); *matches* when the whole interval lies within
+  ``B_simple / B_crit`` over B_crit's interval and B_simple's range over the batch sizes
+  (``CriticalBatchFit.noise_scale_ratio_interval``; over B_crit's interval alone in a report.json
+  written before the range); *matches* when the whole interval lies within
   ``[1 / RATIO_TOLERANCE, RATIO_TOLERANCE]``, *worse* when it lies wholly outside, *inconclusive*
   otherwise or without an interval.
 """
@@ -114,7 +115,7 @@ def section_steps_to_target(results: Path, study: str = "steps_to_target",
     table = sorted(table + unreached_rows(report["steps_to_target"], best), key=lambda cells: cells[0])
     text = fit_text(fit)
     if fit.get("noise_scale_ratio") is not None:
-        text += " " + predicted_text(fit, report.get("noise_scale") or {})
+        text += " " + predicted_text(fit)
     noise = noise_table(results, study, report, best)
     return lines + [f"Steps to {report['metric']} {report['target']} (experiments/{study}.yaml): per batch the recipe "
                     f"with the fewest mean steps to the `{report['metric']}` target (chosen on validation, never on test), among "
@@ -125,44 +126,38 @@ def section_steps_to_target(results: Path, study: str = "steps_to_target",
 
 
 def unreached_rows(rows: list[dict[str, Any]], best: dict[int, dict[str, Any]]) -> list[list[Any]]:
-    """Table rows for the batches where no recipe had every seed reach the target (no point in
-    the fit): each recipe's seeds that reached it, so the page shows where scaling stopped
-    reaching the target within its budget rather than leaving the batch out."""
-    missing: dict[int, list[str]] = {}
+    """Table rows for the batches with no point in the fit, each recipe's seeds that reached the
+    target beside it: where no recipe's every seed reached it (scaling stopped reaching the
+    target within its budget), or where those that did reached it by the end of the first
+    epoch (a count that is only an upper bound)."""
+    missing: dict[int, list[dict[str, Any]]] = {}
     for row in rows:
         if row["global_batch"] not in best:
-            missing.setdefault(row["global_batch"], []).append(f"{row['recipe']} {row['reached']} of {row['runs']}")
-    return [[batch, "none: no recipe's every seed reached it", "-", ", ".join(reached), "-", "-"]
-            for batch, reached in sorted(missing.items())]
+            missing.setdefault(row["global_batch"], []).append(row)
+    found = []
+    for batch, held in sorted(missing.items()):
+        why = ("none: reached by the end of the first epoch, an upper bound only"
+               if any(row["reached"] == row["runs"] and row.get("upper_bound") for row in held)
+               else "none: no recipe's every seed reached it")
+        found.append([batch, why, "-", ", ".join(f"{row['recipe']} {row['reached']} of {row['runs']}" for row in held), "-", "-"])
+    return found
 
 
-def ratio_over_both(fit: CriticalBatchFit, noise: dict[str, Any]) -> tuple[float, float] | None:
-    """``B_simple / B_crit`` over both intervals: the smallest B_simple over the largest B_crit to
-    the largest over the smallest (``inf`` above when B_crit's interval reaches 0); None when
-    either has no interval (a report.json written before B_simple had one)."""
-    low, high, b_crit = noise.get("low"), noise.get("high"), fit.b_crit_interval
-    if fit.noise_scale_ratio is None or low is None or high is None or b_crit is None:
-        return None
-    return low / b_crit[1], (high / b_crit[0] if b_crit[0] > 0 else math.inf)
-
-
-def predicted_text(fit: dict[str, Any], noise: dict[str, Any]) -> str:
-    """McCandlish et al.'s prediction against the measurement, in numbers: B_simple (the median
-    over the runs at the target, with its order-statistic interval when the report has one),
-    and B_simple / B_crit over B_crit's interval and over both intervals (``ratio_over_both``)."""
+def predicted_text(fit: dict[str, Any]) -> str:
+    """McCandlish et al.'s prediction against the measurement, in numbers: B_simple at the
+    target (with its range over the batch sizes when the report has it) and B_simple / B_crit
+    over B_crit's interval and that range (``CriticalBatchFit.noise_scale_ratio_interval``)."""
     measured_fit = CriticalBatchFit.from_dict(fit)
-    ratio, both = measured_fit.noise_scale_ratio_interval, ratio_over_both(measured_fit, noise)
-    measured = f"B_simple = {fit['noise_scale']:.0f}"
-    if both is not None:
-        measured += (f" {_interval((noise['low'], noise['high']), 0)} (median over {noise['runs']} runs at the target, "
-                     "order-statistic 95% interval)")
+    ratio, spread = measured_fit.noise_scale_ratio_interval, measured_fit.noise_scale_range
+    if spread is None:
+        measured = f"B_simple = {fit['noise_scale']:.0f} (median over runs at the target)"
+        over = "over B_crit's interval"
     else:
-        measured += " (median over runs at the target)"
-    text = (f"Predicted from the gradient noise scale: {measured}, {fit['noise_scale_ratio']:.2f}x the measured B_crit"
-            + ("" if ratio is None else f" {_interval(ratio, 2)} over B_crit's interval"))
-    if both is not None:
-        text += f", {_interval(both, 2)} over both intervals"
-    return text + "."
+        measured = (f"B_simple = {fit['noise_scale']:.0f} (at the target, the median over batch sizes; from {spread[0]:.0f} to "
+                    f"{spread[1]:.0f} over them)")
+        over = "over B_crit's interval and B_simple's range"
+    return (f"Predicted from the gradient noise scale: {measured}, {fit['noise_scale_ratio']:.2f}x the measured B_crit"
+            + ("" if ratio is None else f" {_interval(ratio, 2)} {over}") + ".")
 
 
 def noise_table(results: Path, study: str, report: dict[str, Any], best: dict[int, dict[str, Any]]) -> list[str]:
@@ -276,8 +271,7 @@ def anchor_mccandlish(results: Path, studies: tuple[str, ...] = EARLIER_STEPS_ST
     if report is None or report["critical_batch"].get("noise_scale") is None:
         return "not measured yet", f"{study} with a noise scale is not committed"
     fit = CriticalBatchFit.from_dict(report["critical_batch"])
-    both = ratio_over_both(fit, report.get("noise_scale") or {})
-    ratio, interval = fit.noise_scale_ratio, both or fit.noise_scale_ratio_interval
+    ratio, interval = fit.noise_scale_ratio, fit.noise_scale_ratio_interval
     bounds = f"[{1 / RATIO_TOLERANCE:.1f}, {RATIO_TOLERANCE:.0f}]"
     rule = f"matches when the whole interval lies within {bounds}, worse when wholly outside, inconclusive otherwise"
     if ratio is None:
@@ -288,8 +282,8 @@ def anchor_mccandlish(results: Path, studies: tuple[str, ...] = EARLIER_STEPS_ST
     within = 1 / RATIO_TOLERANCE <= low and high <= RATIO_TOLERANCE
     outside = high < 1 / RATIO_TOLERANCE or low > RATIO_TOLERANCE
     verdict = "matches" if within else "worse" if outside else "inconclusive"
-    spread = ("its order-statistic interval " + _interval((report["noise_scale"]["low"], report["noise_scale"]["high"]), 0)
-              + " included" if both else "its own spread not included")
+    spread = ("its own spread not included" if fit.noise_scale_range is None else
+              f"its range over the batch sizes {_interval(fit.noise_scale_range, 0)} included")
     return verdict, (f"{study}: B_simple / B_crit = {ratio:.2f} {_interval(interval, 2)}, B_simple = {fit.noise_scale:.0f} (median "
                      f"over runs, read when each reached the target; {spread}) over {b_crit_text(fit)} — "
                      f"rule: {rule}. B_simple equals the noise scale B_noise only when the Hessian is a multiple of the identity")

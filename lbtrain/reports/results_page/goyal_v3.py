@@ -133,14 +133,16 @@ def distinct_arms(groups: dict[str, list[dict[str, Any]]]) -> tuple[dict[str, li
     and label -> the label whose runs it shares. Ranked as two arms, one run set would only ever
     tie with itself."""
     kept: dict[str, list[dict[str, Any]]] = {}
-    owner: dict[frozenset[str] | None, str] = {}
+    owner: dict[frozenset[str], str] = {}
     same: dict[str, str] = {}
     for label, rows in groups.items():
         key = run_set(rows)
         if key is not None and key in owner:
             same[label] = owner[key]
-        else:
-            owner[key], kept[label] = label, rows
+            continue
+        kept[label] = rows
+        if key is not None:
+            owner[key] = label
     return kept, same
 
 
