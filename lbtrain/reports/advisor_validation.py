@@ -194,6 +194,7 @@ def pair(root: Path, label: str, advice_path: str, report_path: str, run_dir: st
             "b_crit": measured, "s_min": fit["s_min"], "e_min": fit["e_min"], "relative_rms": fit["relative_rms"],
             "batches": fit["batches"], "target": report["target"], "metric": report["metric"], "residuals": fit["residuals"],
             "b_simple_at_target_in_study": study_noise.get("median"), "study_runs_with_b_simple_at_target": study_noise.get("runs"),
+            "study_batches_with_b_simple_at_target": study_noise.get("batches"), "study_b_simple_range": study_noise.get("range"),
             "study_b_simple_estimator": study_estimator,
             "study_wall_seconds": _study_wall_seconds(root / report_path),
         },
@@ -242,8 +243,16 @@ def _verdict(item: dict[str, Any]) -> str:
         parts.append("B_simple never reaches B_crit in the run" +
                      ("" if largest is None else f" (largest {_n(largest['noise_scale'])}, epoch {largest['epoch']})"))
     if m["b_simple_at_target_in_study"] is not None:
-        parts.append(f"the study's own runs logged a median B_simple of {_n(m['b_simple_at_target_in_study'])} at the epoch "
-                     f"each reached the target ({m['study_runs_with_b_simple_at_target']} runs; {m['study_b_simple_estimator']})")
+        if m.get("study_batches_with_b_simple_at_target"):  # a report taken batch by batch (report.noise_scale_summary)
+            spread = m["study_b_simple_range"]
+            parts.append(f"the study's own runs logged B_simple {_n(m['b_simple_at_target_in_study'])} at the epoch each reached "
+                         f"the target (the median over {m['study_batches_with_b_simple_at_target']} batch sizes of each batch's "
+                         f"median, {m['study_runs_with_b_simple_at_target']} runs"
+                         + ("" if not spread else f"; from {_n(spread[0])} to {_n(spread[1])} over the batch sizes")
+                         + f"; {m['study_b_simple_estimator']})")
+        else:
+            parts.append(f"the study's own runs logged a median B_simple of {_n(m['b_simple_at_target_in_study'])} at the epoch "
+                         f"each reached the target ({m['study_runs_with_b_simple_at_target']} runs; {m['study_b_simple_estimator']})")
     text = head + " " + "; ".join(parts) + "."
     if not item["within_2x"] and item["growth_probe_to_target"] is not None:
         growth, remaining = item["growth_probe_to_target"], at_target["ratio_to_b_crit"]

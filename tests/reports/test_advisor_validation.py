@@ -91,3 +91,24 @@ def test_a_pair_waits_for_its_study_and_its_tracking_run_may_be_named_by_pattern
     assert {**tracking, "run_dir": expected["tracking"]["run_dir"]} == expected["tracking"]
     assert data["pairs"][0]["ratio"] == expected["ratio"]
     assert "Not validated yet, their study not committed: later (results/not_yet/report.json)." in render_markdown(data)
+
+
+def test_a_study_report_taken_batch_by_batch_is_described_so(tmp_path):
+    """The MNIST-1D pair with its study's noise scale rewritten as report.noise_scale_summary now
+    writes it (median over batch sizes, range): the pair's text says so, with the range."""
+    import shutil
+
+    root = Path(REPO_ROOT)
+    for path in ("results/advisor_validation/mnist1d_cnn/advice.json", "results/advisor_validation_mnist1d/report.json"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(root / path, tmp_path / path)
+    shutil.copytree(root / "results/advisor_validation/mnist1d_cnn/training_run", tmp_path / "run")
+    report_path = tmp_path / "results/advisor_validation_mnist1d/report.json"
+    report = json.loads(report_path.read_text())
+    report["noise_scale"] = {**report["noise_scale"], "median": 180.0, "range": [120.0, 260.0], "batches": 5, "runs": 14}
+    report_path.write_text(json.dumps(report))
+    spec = ("MNIST-1D cnn", "results/advisor_validation/mnist1d_cnn/advice.json", "results/advisor_validation_mnist1d/report.json",
+            "run", "the in-step estimator, as the probe")
+    text = render_markdown(validation(tmp_path, (spec,)))
+    assert ("the study's own runs logged B_simple 180 at the epoch each reached the target (the median over 5 batch sizes of "
+            "each batch's median, 14 runs; from 120 to 260 over the batch sizes; the in-step estimator, as the probe)") in text
