@@ -183,8 +183,8 @@ def run_hash(run_id: str) -> str:
 
 def run_set(rows: list[dict[str, Any]]) -> frozenset[str] | None:
     """The configuration hashes of summary rows ``rows`` (``run_hash`` of each ``run_id``), or
-    ``None`` when there are no rows or a row has no run id. Two labels with equal sets hold the same runs: the runner
-    trained them once and copied them to the other label.
+    ``None`` when there are no rows or a row has no run id. Two labels with equal sets hold the
+    same runs: the runner trained them once and copied them to the other label.
 
     >>> run_set([{"run_id": "a-w1-s1-75e0"}, {"run_id": "a-w1-s2-9f1c"}]) == {"75e0", "9f1c"}
     True

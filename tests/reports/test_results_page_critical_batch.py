@@ -211,8 +211,8 @@ def test_mccandlish_is_judged_over_b_simples_range_when_the_report_has_one(tmp_p
     verdict, evidence = anchor_mccandlish(results, ("critical_batch_v3",))
     assert verdict == "inconclusive" and 200 / high < 0.5
     assert evidence.startswith(f"critical_batch_v3: B_simple / B_crit = {450 / fit.b_crit:.2f} [{200 / high:.2f}, {900 / low:.2f}], "
-                               "B_simple = 450 (median over runs, read when each reached the target; its range over the batch "
-                               "sizes [200, 900] included)")
+                               "B_simple = 450 (at the target, the median over batch sizes of each batch's median; its range "
+                               "over them [200, 900] included)")
     study(results, rows(), fit=critical_batch(rows(), noise_scale=3000.0, noise_scale_range=(2.5 * high, 4000.0), resamples=1000),
           name="critical_batch_v3")
     assert anchor_mccandlish(results, ("critical_batch_v3",))[0] == "worse"

@@ -1,10 +1,11 @@
-"""steps_to_target, the first edition's critical_batch and the third's critical_batch_v3 (steps to a target against the batch,
-the critical batch fitted to them), and the anchors judged on them: Shallue et al. 2018 and
-McCandlish et al. 2018.
+"""steps_to_target, the first edition's critical_batch and the third's critical_batch_v3 (steps
+to a target against the batch, the critical batch fitted to them), and the anchors judged on
+them: Shallue et al. 2018 and McCandlish et al. 2018.
 
 Both anchors are judged on B_crit's interval over seeds (``CriticalBatchFit.b_crit_interval``:
 the hull of a seed bootstrap and the leave-one-seed-out range, ``lbtrain.reports.scaling_laws``),
-McCandlish's also on B_simple's range over the batch sizes where the report gives it, and say only *matches*, *worse* or *inconclusive* (*not measured yet* when the study is absent):
+McCandlish's also on B_simple's range over the batch sizes where the report gives it, and say
+only *matches*, *worse* or *inconclusive* (*not measured yet* when the study is absent):
 
 - **Shallue et al.** (steps fall with the batch, then with diminishing returns, as
   ``S(B) = S_min (1 + B_crit / B)``): *matches* when the fit over at least ``MIN_FIT_POINTS``
@@ -282,8 +283,10 @@ def anchor_mccandlish(results: Path, studies: tuple[str, ...] = EARLIER_STEPS_ST
     within = 1 / RATIO_TOLERANCE <= low and high <= RATIO_TOLERANCE
     outside = high < 1 / RATIO_TOLERANCE or low > RATIO_TOLERANCE
     verdict = "matches" if within else "worse" if outside else "inconclusive"
-    spread = ("its own spread not included" if fit.noise_scale_range is None else
-              f"its range over the batch sizes {_interval(fit.noise_scale_range, 0)} included")
-    return verdict, (f"{study}: B_simple / B_crit = {ratio:.2f} {_interval(interval, 2)}, B_simple = {fit.noise_scale:.0f} (median "
-                     f"over runs, read when each reached the target; {spread}) over {b_crit_text(fit)} — "
+    measured = ("median over runs, read when each reached the target; its own spread not included"
+                if fit.noise_scale_range is None else
+                "at the target, the median over batch sizes of each batch's median; its range over them "
+                f"{_interval(fit.noise_scale_range, 0)} included")
+    return verdict, (f"{study}: B_simple / B_crit = {ratio:.2f} {_interval(interval, 2)}, B_simple = {fit.noise_scale:.0f} "
+                     f"({measured}) over {b_crit_text(fit)} — "
                      f"rule: {rule}. B_simple equals the noise scale B_noise only when the Hessian is a multiple of the identity")
