@@ -85,6 +85,23 @@ def test_the_performance_table_shows_pipeline_and_fed_over_step_per_model_and_no
     assert bench_bound_rows([{"model": "mlp", "world": "single", "images_per_second": 1.0}], [64], None, "bench/bench.json") == []
 
 
+def test_the_performance_table_shows_the_trainer_over_plain_fit_and_what_compiling_gives_per_model():
+    from lbtrain.reports.performance import jit_rows
+
+    result = {"trainer_over_fit_uncompiled": 1.02, "trainer_over_fit_compiled": 1.041, "trainer_compiled_over_uncompiled": 3.7,
+              "fit_compiled_over_uncompiled": 3.61, "auto_is_faster_side": True}
+    data = {"targets": {"trainer_over_fit": 1.03}, "settings": {"batch": 256},
+            "auto": {"compiled": False, "why": "training.jit_compile is auto and only the CPU is visible"},
+            "results": {"cnn_batch_norm": result, "mlp": {**result, "auto_is_faster_side": False}}}
+    rows = jit_rows(data)
+    assert [(row.ratio, row.target, row.met) for row in rows[:3]] == [
+        ("1.020", "<= 1.03", True), ("1.041", "<= 1.03", False), ("trainer 3.700, plain fit 3.610", "", None)]
+    assert rows[0].comparison.endswith("(cnn with batch norm, batch 256, uncompiled)")
+    assert rows[2].limit == "`jit_compile: auto` does not compile here, the faster side: only the CPU is visible"
+    assert rows[5].limit.startswith("`jit_compile: auto` does not compile here, the slower side")
+    assert len(rows) == 6 and {row.source for row in rows} == {"jit.json"}
+
+
 def test_the_matmul_peak_is_positive():
     assert matmul_peak_flops(size=128, chain=2, repeats=2) > 0
 

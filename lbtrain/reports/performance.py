@@ -38,26 +38,40 @@ def _at_least(value: float, target: float) -> tuple[str, bool]:
     return f">= {target:g}", value >= target
 
 
-def trainer_rows(data: dict) -> list[Row]:
-    """benchmarks/bench_trainer.py: trainer overhead, Horovod against 2 x one process, simulated W=64."""
-    results, targets, source = data["results"], data["targets"], "trainer.json"
+def jit_rows(data: dict) -> list[Row]:
+    """benchmarks/bench_jit.py, per model: lbtrain's trainer over a plain ``model.fit`` of the same
+    model, data and optimizer, uncompiled and XLA-compiled (target ``targets.trainer_over_fit``),
+    and what compiling gives each, with the side ``training.jit_compile: auto`` takes here."""
+    target, source = data["targets"]["trainer_over_fit"], "jit.json"
+    batch, auto = data["settings"]["batch"], data["auto"]
+    choice = "compiles" if auto["compiled"] else "does not compile"
+    reason = auto["why"].removeprefix("training.jit_compile is auto and ")
     rows = []
-    if "trainer_overhead" in results:
-        ratio = results["trainer_overhead"]["ratio"]
-        rows.append(Row("`lbtrain.trainer.train` / plain `model.fit`, epoch time (mlp 512-512, batch 128)", f"{ratio:.3f}",
-                        *_at_most(ratio, targets["trainer_overhead"]),
-                        "nothing measurable: lbtrain's callbacks do no per-step work; the rest is the machine's noise", source))
-    if "horovod_scaling_efficiency" in results:
-        ratio = results["horovod_scaling_efficiency"]["efficiency"]
-        rows.append(Row("`horovodrun -np 2` / 2 x one process alone, 1 thread each (cnn, 128 per worker)", f"{ratio:.3f}",
-                        *_at_least(ratio, targets["horovod_scaling_efficiency"]),
-                        "the anchor runs alone on the machine, the two ranks share it: see the independent pair below", source))
-    for name, result in results.get("simulated_w64_vs_w1", {}).items():
+    for name, result in data["results"].items():
         model = name.replace("_batch_norm", " with batch norm")
-        rows.append(Row(f"simulated 64 x 8 / one worker x 512, epoch time ({model})", f"{result['ratio']:.3f}",
-                        *_at_most(result["ratio"], targets["simulated_w64_vs_w1"]),
-                        "ghost batch norm: the statistics of 64 groups of 8 against those of one batch of 512", source))
+        for compiled in ("uncompiled", "compiled"):
+            ratio = result[f"trainer_over_fit_{compiled}"]
+            rows.append(Row(f"`lbtrain.trainer.train` / plain `model.fit`, epoch time ({model}, batch {batch}, {compiled})",
+                            f"{ratio:.3f}", *_at_most(ratio, target),
+                            "the trainer's callbacks (history, verdict, checkpoints off) and the machine's noise", source))
+        side = "faster" if result["auto_is_faster_side"] else "slower"
+        rows.append(Row(f"XLA-compiled / uncompiled step, epoch time ({model}, batch {batch})",
+                        f"trainer {result['trainer_compiled_over_uncompiled']:.3f}, "
+                        f"plain fit {result['fit_compiled_over_uncompiled']:.3f}", "", None,
+                        f"`jit_compile: auto` {choice} here, the {side} side: {reason}", source))
     return rows
+
+
+def trainer_rows(data: dict) -> list[Row]:
+    """benchmarks/bench_trainer.py's part (c): a simulated world of 64 x 8 against one worker of
+    512, where ghost batch norm does the extra work. Its parts (a) and (b) are left out: the
+    trainer against plain fit is jit.json's, Horovod's is horovod.json's (against the machine's
+    own limit, the independent pair)."""
+    target, source = data["targets"]["simulated_w64_vs_w1"], "trainer.json"
+    return [Row(f"simulated 64 x 8 / one worker x 512, epoch time ({name.replace('_batch_norm', ' with batch norm')})",
+                f"{result['ratio']:.3f}", *_at_most(result["ratio"], target),
+                "ghost batch norm: the statistics of 64 groups of 8 against those of one batch of 512", source)
+            for name, result in data["results"].get("simulated_w64_vs_w1", {}).items()]
 
 
 def horovod_limit(result: dict) -> str:
@@ -195,6 +209,7 @@ def sweep_rows(data: dict) -> list[Row]:
 
 
 SOURCES: dict[str, Callable[[dict], list[Row]]] = {
+    "jit.json": jit_rows,
     "trainer.json": trainer_rows,
     "horovod.json": horovod_rows,
     "bench/bench.json": bench_rows,
