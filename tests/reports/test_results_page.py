@@ -200,9 +200,11 @@ def test_keskar_v2_calls_a_gap_that_equal_steps_closes_under_training(tmp_path):
     assert "batch 128: +0.0 [" in evidence and "batch 1024: -10.0 [" in evidence and "(+10.0 [" in evidence
 
 
-def write_keskar_v3(tmp_path, arms, sharpness, reached):
+def write_keskar_v3(tmp_path, arms, sharpness, reached, per_run=None):
     """A synthetic keskar_v3: report.json (accuracy and sharpness rows) and summary.csv; the first
-    ``reached`` seeds of LB equal loss reached their loss target."""
+    ``reached`` seeds of LB equal loss reached their loss target. ``per_run``: label -> each seed's
+    (sharpness, top Hessian eigenvalue), the first in summary.csv, the second in the run's
+    metrics.json (as lbtrain run writes them); without it no run has either."""
     folder = tmp_path / "keskar_v3"
     folder.mkdir(parents=True)
     sharp = [{"recipe": label, "global_batch": arms[label][0], "sharpness": value, "low": low, "high": high, "n": 0 if value is None else 5}
@@ -211,13 +213,19 @@ def write_keskar_v3(tmp_path, arms, sharpness, reached):
     (folder / "report.json").write_text(json.dumps({"accuracy": rows, "sharpness": sharp}))
     with open(folder / "summary.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, ["run_id", "label", "status", "world_size", "global_batch", "seed", "test_accuracy",
-                                         "target_reached_step"])
+                                         "sharpness", "target_reached_step", "total_steps", "train_loss"])
         writer.writeheader()
         for label, (batch, values) in arms.items():
             for seed, value in enumerate(values):
                 step = 900 if label == "LB equal loss" and seed < reached else ""
-                writer.writerow({"run_id": f"{label}-{seed}", "label": label, "status": "ok", "world_size": batch // 32,
-                                 "global_batch": batch, "seed": seed, "test_accuracy": value, "target_reached_step": step})
+                flatness = (per_run or {}).get(label, [("", None)] * len(values))[seed]
+                run_id = f"{label.replace(' ', '-')}-{seed}"
+                writer.writerow({"run_id": run_id, "label": label, "status": "ok", "world_size": batch // 32, "global_batch": batch,
+                                 "seed": seed, "test_accuracy": value, "sharpness": flatness[0], "target_reached_step": step,
+                                 "total_steps": 900, "train_loss": 0.15})
+                if flatness[1] is not None:
+                    (folder / "runs" / run_id).mkdir(parents=True)
+                    (folder / "runs" / run_id / "metrics.json").write_text(json.dumps({"metrics": {"hessian_top_eigenvalue": flatness[1]}}))
 
 
 def test_keskars_third_edition_anchor_is_judged_at_equal_training_loss_and_counts_the_runs_that_reached_it(tmp_path):
@@ -228,13 +236,46 @@ def test_keskars_third_edition_anchor_is_judged_at_equal_training_loss_and_count
     verdict, evidence = anchor_keskar_v3(tmp_path)
     expected = difference_interval(arms["LB equal loss"][1], arms["SB"][1])
     assert verdict == "worse"
-    assert evidence.startswith(f"keskar_v3 at equal training loss (4 of 5 ok large-batch runs reached the small batch's loss), "
-                               f"batch 512 minus 32: test {points_text(expected)} points, sharpness 80 against 40 (sharper)")
+    # Without per-run sharpness, the intervals of the two means decide: 80 [75, 85] lies above 40 [38, 42].
+    assert evidence.startswith(f"the claim holds here: the large batch tests worse and sits in a sharper minimum. keskar_v3 at "
+                               f"equal training loss (4 of 5 ok large-batch runs reached the small batch's loss), "
+                               f"batch 512 minus 32: test {points_text(expected)} points; sharpness 80 against 40 (sharper)")
     assert evidence.endswith("(worse)") and "at equal epochs -2.0 [" in evidence
     # An arm whose sharpness was not measured (no ok run to measure): inconclusive, not a crash.
     write_keskar_v3(tmp_path / "unmeasured", arms, {**sharp, "LB equal loss": (None, None, None)}, reached=0)
     verdict, evidence = anchor_keskar_v3(tmp_path / "unmeasured")
     assert verdict == "inconclusive" and "LB equal loss: 5 of 5 runs ok" in evidence
+
+
+def test_keskars_third_edition_anchor_takes_welch_differences_of_each_runs_flatness_and_says_what_gap_remains(tmp_path):
+    """Per-run sharpness (summary.csv) and top Hessian eigenvalue (metrics.json): the large batch
+    half a point below the small at equal loss, an interval below 0 yet above -1 point (matches,
+    a gap remains), not sharper (sharpness straddles 0) and flatter (the eigenvalue's interval
+    lies below 0): the claim does not hold."""
+    small = [0.920, 0.921, 0.919, 0.9205, 0.9195]
+    arms = {"SB": (32, small), "LB equal epochs": (512, [0.900, 0.901, 0.899, 0.9005, 0.8995]),
+            "LB equal loss": (512, [value - 0.005 for value in small])}
+    sharp = {"SB": (6.0, 5.0, 7.0), "LB equal epochs": (5.0, 4.0, 6.0), "LB equal loss": (5.5, 4.0, 7.0)}
+    per_run = {"SB": [(5.0, 9.0), (6.0, 8.0), (7.0, 10.0), (6.5, 9.5), (5.5, 8.5)],
+               "LB equal epochs": [(5.0, None)] * 5,
+               "LB equal loss": [(4.0, 4.0), (7.0, 5.0), (6.0, 4.5), (5.0, 3.5), (5.5, 5.5)]}
+    write_keskar_v3(tmp_path, arms, sharp, reached=5, per_run=per_run)
+    verdict, evidence = anchor_keskar_v3(tmp_path)
+    loss = difference_interval(arms["LB equal loss"][1], small)
+    sharpness = difference_interval([4.0, 7.0, 6.0, 5.0, 5.5], [5.0, 6.0, 7.0, 6.5, 5.5])
+    hessian = difference_interval([4.0, 5.0, 4.5, 3.5, 5.5], [9.0, 8.0, 10.0, 9.5, 8.5])
+    assert loss.high < 0 and sharpness.low < 0 < sharpness.high and hessian.high < 0
+    assert verdict == "matches"
+    assert evidence.startswith("the claim does not hold here: the large batch tests within the 1-point margin of the small batch "
+                               "and is not sharper. keskar_v3 at equal training loss (5 of 5 ok large-batch runs reached")
+    assert (f"test {points_text(loss)} points, a gap of 0.5 points remains (its interval lies below 0), within the 1-point "
+            f"margin; large minus small batch (Welch), sharpness {sharpness.describe(2, signed=True)} (neither sharper nor "
+            f"flatter), top Hessian eigenvalue {hessian.describe(2, signed=True)} (flatter); at equal epochs") in evidence
+    text = "\n".join(section_keskar_v2(tmp_path, study="keskar_v3"))
+    assert "so most of the equal-epoch difference reads as under-training (too few updates), but not all: given the small " \
+           "batch's training loss, a gap of 0.5 points remains" in text
+    assert (f"At equal training loss, the large batch minus the small (Welch): sharpness {sharpness.describe(2, signed=True)} "
+            f"(neither sharper nor flatter), top Hessian eigenvalue {hessian.describe(2, signed=True)} (flatter).") in text
 
 
 def test_the_staleness_table_sets_each_damping_against_synchronous_sgd(tmp_path):

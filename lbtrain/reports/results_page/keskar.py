@@ -4,11 +4,13 @@ Hoffer et al. 2017 (training longer with ghost batch norm closes the gap)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from lbtrain.reports.decisions import BETTER, INCONCLUSIVE, MATCHES, WORSE
 from lbtrain.reports.results_page.common import (
+    MARGIN,
     accuracy_cell,
     as_estimate,
     claims_at,
@@ -23,7 +25,7 @@ from lbtrain.reports.results_page.common import (
 )
 from lbtrain.reports.statistics import Estimate, difference_interval
 from lbtrain.reports.tables import markdown_table
-from lbtrain.results import FIGURE_SHARPNESS_VS_BATCH, PROTOCOL_FILE, REPORT_JSON
+from lbtrain.results import FIGURE_SHARPNESS_VS_BATCH, METRICS_FILE, PROTOCOL_FILE, REPORT_JSON, RUNS_FOLDER
 
 
 def keskar_v2_differences(results: Path, study: str = "keskar_v2") -> dict[str, Estimate]:
@@ -34,6 +36,56 @@ def keskar_v2_differences(results: Path, study: str = "keskar_v2") -> dict[str, 
     labels = dict.fromkeys(r["label"] for r in runs if r["label"] != "SB")
     return {label: difference_interval([float(r["test_accuracy"]) for r in runs if r["label"] == label and r["status"] == "ok"], small)
             for label in labels}
+
+
+# The flatness measures of a run: sharpness (summary.csv, Keskar et al. 2017) and the top Hessian
+# eigenvalue (the run's metrics.json, Yao et al. 2020), with the name each goes by in prose.
+FLATNESS = {"sharpness": "sharpness", "hessian_top_eigenvalue": "top Hessian eigenvalue"}
+
+
+def _run_flatness(results: Path, study: str, run: dict[str, Any], key: str) -> float | None:
+    """One ok run's flatness measure ``key`` (``FLATNESS``); None where it was not measured."""
+    if key == "sharpness":
+        value = run.get("sharpness")
+    else:
+        path = results / study / RUNS_FOLDER / run["run_id"] / METRICS_FILE
+        value = json.loads(path.read_text())["metrics"].get(key) if path.is_file() else None
+    return None if value in (None, "") else float(value)
+
+
+def flatness_differences(results: Path, study: str, large: str) -> dict[str, Estimate]:
+    """Each ``FLATNESS`` measure of arm ``large`` minus the small batch's (``SB``), over their ok
+    runs, with Welch's interval (``difference_interval``); a measure no run has is left out."""
+    runs = [run for run in study_runs(results, study) if run["status"] == "ok"]
+    differences = {}
+    for key in FLATNESS:
+        values = {label: [value for run in runs if run["label"] == label
+                          if (value := _run_flatness(results, study, run, key)) is not None] for label in (large, "SB")}
+        if values[large] and values["SB"]:
+            differences[key] = difference_interval(values[large], values["SB"])
+    return differences
+
+
+def flatness_text(differences: dict[str, Estimate]) -> str:
+    """``sharpness -1.1 [-2.6, +0.4] (n=5 vs 5, df=7.1), top Hessian eigenvalue ...``, each said
+    sharper, flatter or neither by where its Welch interval lies against 0."""
+    def reading(difference: Estimate) -> str:
+        if difference.low is not None and difference.low > 0:
+            return "sharper"
+        if difference.high is not None and difference.high < 0:
+            return "flatter"
+        return "neither sharper nor flatter"
+
+    return ", ".join(f"{FLATNESS[key]} {difference.describe(2, signed=True)} ({reading(difference)})"
+                     for key, difference in differences.items())
+
+
+def remaining_gap(difference: Estimate | None) -> str:
+    """What remains of the gap when a large batch matches the small one by the rule but its
+    difference's interval lies wholly below 0; '' otherwise."""
+    if difference is None or difference.high is None or difference.high >= 0 or judge(difference) != MATCHES:
+        return ""
+    return f"a gap of {-100 * difference.mean:.1f} points remains (its interval lies below 0), within the {100 * MARGIN:g}-point margin"
 
 
 def _mean_of(runs: list[dict[str, Any]], label: str, key: str, digits: int) -> str:
@@ -70,15 +122,22 @@ def section_keskar_v2(results: Path, study: str = "keskar_v2", title: str = "gen
         verdict = (f"The large batch against the small: {measured}. At equal epochs it is already **{judge(epochs)}**: no gap "
                    "to explain here.")
     elif judge(steps) in (MATCHES, BETTER) or judge(loss) in (MATCHES, BETTER):
+        remains = [f"given the small batch's {budget}, {text}" for budget, difference in (("steps", steps), ("training loss", loss))
+                   if (text := remaining_gap(difference))]
         verdict = (f"The large batch against the small: {measured}. At equal epochs it is **{judge(epochs)}**; given the small "
-                   "batch's steps or its training loss it matches or is better (the whole interval above −1 point), so the "
-                   "equal-epoch difference reads as under-training (too few updates), not as a generalization gap.")
+                   "batch's steps or its training loss it matches or is better (the whole interval above −1 point), so "
+                   + ("most of the equal-epoch difference reads as under-training (too few updates), but not all: "
+                      + "; ".join(remains) + "." if remains else
+                      "the equal-epoch difference reads as under-training (too few updates), not as a generalization gap."))
     elif judge(steps) == WORSE and judge(loss) == WORSE:
         verdict = (f"The large batch against the small: {measured}. It is **worse** at equal steps and at equal training "
                    "loss too: a generalization gap, not only under-training.")
     else:
         verdict = (f"The large batch against the small: {measured}. At equal steps and equal training loss the claims are "
                    "**inconclusive**: the data tell neither under-training nor a generalization gap.")
+    flatness = flatness_differences(results, study, "LB equal loss") if loss is not None else {}
+    if flatness:
+        verdict += f" At equal training loss, the large batch minus the small (Welch): {flatness_text(flatness)}."
     batches = sorted({row["global_batch"] for row in report["accuracy"]})
     return lines + [f"Small batch {batches[0]} against large batch {batches[-1]} (experiments/{study}.yaml). Final train loss and steps are "
                     "means over ok seeds; one reference, the small batch (SB): *− SB* is test accuracy minus the small batch's, "
@@ -112,21 +171,28 @@ def section_keskar_gap(results: Path) -> list[str]:
                     *figure_lines(results, "keskar_gap", FIGURE_SHARPNESS_VS_BATCH, "sharpness against the global batch")]
 
 
+def _separated(upper: dict[str, Any], lower: dict[str, Any]) -> bool:
+    """Whether the interval of ``upper``'s mean lies wholly above ``lower``'s."""
+    return None not in (upper["low"], lower["high"]) and upper["low"] > lower["high"]
+
+
+def _sharpness_of_means(small: dict[str, Any], large: dict[str, Any], sharp: dict[str, dict[str, Any]]) -> tuple[bool, str]:
+    """Whether the large batch is sharper than the small by the intervals of their mean sharpness
+    (``report.json``'s rows: the large one's wholly above), and the phrase that says so."""
+    sharper = _separated(sharp[large["recipe"]], sharp[small["recipe"]])
+    return sharper, (f"sharpness {sharp[large['recipe']]['sharpness']:.0f} against {sharp[small['recipe']]['sharpness']:.0f} "
+                     f"({'sharper' if sharper else 'not sharper: the intervals overlap or lie the other way'})")
+
+
 def _keskar_judgement(small: dict[str, Any], large: dict[str, Any], sharp: dict[str, dict[str, Any]],
                       difference: Estimate) -> tuple[str, str]:
     """Keskar et al.'s claim judged on one small and one large batch (``report.json`` accuracy
     rows) at one budget (equal epochs, or equal training loss): the claim on the test difference large − small
     (``lbtrain.reports.decisions``), with whether the large batch is sharper (its sharpness
     interval above the small batch's) and whether its train − test gap is smaller as evidence."""
-    def separated(upper: dict[str, Any], lower: dict[str, Any]) -> bool:
-        return None not in (upper["low"], lower["high"]) and upper["low"] > lower["high"]
-
-    sharper = separated(sharp[large["recipe"]], sharp[small["recipe"]])
-    smaller_gap = separated(small["gap_accuracy"], large["gap_accuracy"])
-    evidence = (f"batch {large['global_batch']} minus {small['global_batch']}: test {points_text(difference)} points, sharpness "
-                f"{sharp[large['recipe']]['sharpness']:.0f} against {sharp[small['recipe']]['sharpness']:.0f} "
-                f"({'sharper' if sharper else 'not sharper: the intervals overlap or lie the other way'})")
-    if smaller_gap:
+    _, sharpness = _sharpness_of_means(small, large, sharp)
+    evidence = f"batch {large['global_batch']} minus {small['global_batch']}: test {points_text(difference)} points, {sharpness}"
+    if _separated(small["gap_accuracy"], large["gap_accuracy"]):
         evidence += (f"; the large batch's train − test gap is smaller ({large['gap_accuracy']['mean']:.3f} against "
                      f"{small['gap_accuracy']['mean']:.3f}): it under-trains in the same epochs")
     return judge(difference), evidence
@@ -182,9 +248,13 @@ def anchor_hoffer(results: Path) -> tuple[str, str]:
 
 def anchor_keskar_v3(results: Path) -> tuple[str, str]:
     """Keskar et al. judged on keskar_v3 at equal training loss (the large batch trained until
-    its loss reached the small batch's: their comparison at convergence), with the sharpness of
-    each and how many large-batch runs reached the loss (a run that did not, at its epoch cap,
-    is still ok and averaged in: the count says so), and the equal-epoch difference beside it.
+    its loss reached the small batch's: their comparison at convergence). The verdict is the
+    decision rule's on the test difference large − small; the evidence opens with what that
+    and the flatness say of the claim (it holds only when the large batch is worse *and*
+    sharper), then how many large-batch runs reached the loss (a run that did not, at its epoch
+    cap, is still ok and averaged in: the count says so), a gap that remains within the margin
+    (``remaining_gap``), the flatness differences with Welch intervals (``flatness_differences``;
+    without per-run values, the intervals of the two means) and the equal-epoch difference.
     *inconclusive* when either arm has no ok run or no sharpness."""
     report = study_json(results, "keskar_v3", REPORT_JSON)
     if report is None:
@@ -195,9 +265,25 @@ def anchor_keskar_v3(results: Path) -> tuple[str, str]:
     if not all(arm in rows and rows[arm]["ok_runs"] and arm in sharp for arm in arms):
         counts = "; ".join(f"{arm}: {rows[arm]['ok_runs']} of {rows[arm]['total']} runs ok" for arm in arms if arm in rows)
         return INCONCLUSIVE, f"keskar_v3 lacks an ok small batch or large batch at equal loss with its sharpness ({counts or 'no runs'})"
-    verdict, evidence = _keskar_judgement(rows["SB"], rows["LB equal loss"], sharp, differences["LB equal loss"])
+    loss = differences["LB equal loss"]
+    verdict = judge(loss)
     runs = [row for row in study_runs(results, "keskar_v3") if row["label"] == "LB equal loss" and row["status"] == "ok"]
     reached = sum(1 for row in runs if row.get("target_reached_step") not in (None, ""))
-    epochs = differences.get("LB equal epochs")
-    return verdict, (f"keskar_v3 at equal training loss ({reached} of {len(runs)} ok large-batch runs reached the small batch's "
-                     f"loss), {evidence}" + ("" if epochs is None else f"; at equal epochs {points_text(epochs)} points ({judge(epochs)})"))
+    flatness = flatness_differences(results, "keskar_v3", "LB equal loss")
+    if flatness:
+        sharper = any(difference.low is not None and difference.low > 0 for difference in flatness.values())
+        sharpness = f"large minus small batch (Welch), {flatness_text(flatness)}"
+    else:  # no per-run sharpness: the intervals of the two means, as the earlier editions judge
+        sharper, sharpness = _sharpness_of_means(rows["SB"], rows["LB equal loss"], sharp)
+    if verdict == WORSE and sharper:
+        reading = "the claim holds here: the large batch tests worse and sits in a sharper minimum"
+    elif verdict in (MATCHES, BETTER) and not sharper:
+        tests = "better than" if verdict == BETTER else f"within the {100 * MARGIN:g}-point margin of"
+        reading = f"the claim does not hold here: the large batch tests {tests} the small batch and is not sharper"
+    else:
+        reading = "the claim holds in part or not measurably: see the differences"
+    epochs, remains = differences.get("LB equal epochs"), remaining_gap(loss)
+    return verdict, (f"{reading}. keskar_v3 at equal training loss ({reached} of {len(runs)} ok large-batch runs reached the "
+                     f"small batch's loss), batch {rows['LB equal loss']['global_batch']} minus {rows['SB']['global_batch']}: test "
+                     f"{points_text(loss)} points" + (f", {remains}" if remains else "") + f"; {sharpness}"
+                     + ("" if epochs is None else f"; at equal epochs {points_text(epochs)} points ({judge(epochs)})"))
