@@ -77,7 +77,9 @@ setup-keras3: $(VENV_KERAS3)/.lbtrain-installed $(VENV_KERAS3)/.jax data
 TEST_WORKERS ?= logical
 PYTEST := pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=15
 
-test: setup setup-keras3 lint docs
+# The two stacks are set up side by side (pip keeps one core busy for each), then lint and docs.
+test:
+	@$(MAKE) --no-print-directory -j2 setup setup-keras3 lint docs
 	$(BIN)/python -m $(PYTEST)
 	$(BIN_KERAS3)/python -m $(PYTEST)
 

@@ -15,6 +15,23 @@ import pytest
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def _one_intra_op_thread_per_xdist_worker() -> None:
+    """Under pytest-xdist with several workers (``make test``: one per core), each worker's
+    TensorFlow computes an op on one thread: the workers already fill the cores, and a pool of
+    one thread per core in each of them oversubscribes the cores, where a test of many small
+    steps waits on descheduled threads (measured: 60 steps of a tiny model, 0.6 s alone, took
+    58 s beside another worker). The inter-op pool keeps its default: ops that wait on each
+    other (collectives, tf.data) need more than one thread. Subprocesses (``lbtrain`` commands,
+    ``horovodrun`` jobs) choose their own threads."""
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+
+
+_one_intra_op_thread_per_xdist_worker()
+
+
 def horovod_installed() -> bool:
     """Whether Horovod and its launcher are installed next to this interpreter (the TF 2.15
     stack); found without importing it."""
@@ -43,6 +60,10 @@ MAIN_STACK_ONLY = {
     "tests/cli/test_cli.py::test_a_storage_that_cannot_be_opened_is_one_line": "a storage URL refused before any model is built",
     "tests/cli/test_cli.py::test_train_refuses_a_run_dir_that_is_a_file_and_threads_far_above_the_cores":
         "lbtrain train's arguments refused before any model is built",
+    "tests/test_render_elasticity.py": "the elasticity study's section rendered from its runs' files (the simulated "
+                                       "elastic runs it renders: tests/test_elastic.py, on both stacks)",
+    "tests/test_bench_own_model.py::test_a_step_cheaper_than_its_input_pipeline_is_labelled_input_bound":
+        "the bench's label from the input pipeline's images/s against the step's (tf.data), not Keras",
 }
 
 
