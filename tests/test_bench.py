@@ -88,8 +88,10 @@ def test_the_performance_table_shows_pipeline_and_fed_over_step_per_model_and_no
 def test_the_performance_table_shows_the_trainer_over_plain_fit_and_what_compiling_gives_per_model():
     from lbtrain.reports.performance import jit_rows
 
+    seconds = {"trainer_uncompiled": [0.195, 0.199, 0.190], "fit_uncompiled": [0.181, 0.180, 0.185],
+               "trainer_compiled": [0.7, 0.7, 0.7], "fit_compiled": [0.7, 0.7, 0.7]}
     result = {"trainer_over_fit_uncompiled": 1.02, "trainer_over_fit_compiled": 1.041, "trainer_compiled_over_uncompiled": 3.7,
-              "fit_compiled_over_uncompiled": 3.61, "auto_is_faster_side": True}
+              "fit_compiled_over_uncompiled": 3.61, "auto_is_faster_side": True, "epoch_seconds": seconds}
     data = {"targets": {"trainer_over_fit": 1.03}, "settings": {"batch": 256},
             "auto": {"compiled": False, "why": "training.jit_compile is auto and only the CPU is visible"},
             "results": {"cnn_batch_norm": result, "mlp": {**result, "auto_is_faster_side": False}}}
@@ -97,6 +99,8 @@ def test_the_performance_table_shows_the_trainer_over_plain_fit_and_what_compili
     assert [(row.ratio, row.target, row.met) for row in rows[:3]] == [
         ("1.020", "<= 1.03", True), ("1.041", "<= 1.03", False), ("trainer 3.700, plain fit 3.610", "", None)]
     assert rows[0].comparison.endswith("(cnn with batch norm, batch 256, uncompiled)")
+    # Round by round, trainer minus fit: +14, +19, +5 ms; their median, against fit's median epoch.
+    assert "+14 ms an epoch of 0.18 s (medians over rounds)" in rows[0].limit and "+0 ms an epoch of 0.70 s" in rows[1].limit
     assert rows[2].limit == "`jit_compile: auto` does not compile here, the faster side: only the CPU is visible"
     assert rows[5].limit.startswith("`jit_compile: auto` does not compile here, the slower side")
     assert len(rows) == 6 and {row.source for row in rows} == {"jit.json"}
