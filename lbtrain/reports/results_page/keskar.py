@@ -66,17 +66,20 @@ def flatness_differences(results: Path, study: str, large: str) -> dict[str, Est
     return differences
 
 
-def flatness_text(differences: dict[str, Estimate]) -> str:
-    """``sharpness -1.1 [-2.6, +0.4] (n=5 vs 5, df=7.1), top Hessian eigenvalue ...``, each said
-    sharper, flatter or neither by where its Welch interval lies against 0."""
-    def reading(difference: Estimate) -> str:
-        if difference.low is not None and difference.low > 0:
-            return "sharper"
-        if difference.high is not None and difference.high < 0:
-            return "flatter"
-        return "neither sharper nor flatter"
+def flatness_reading(difference: Estimate) -> str:
+    """A flatness difference large − small read by where its Welch interval lies against 0:
+    ``sharper`` wholly above, ``flatter`` wholly below, ``neither sharper nor flatter`` else."""
+    if difference.low is not None and difference.low > 0:
+        return "sharper"
+    if difference.high is not None and difference.high < 0:
+        return "flatter"
+    return "neither sharper nor flatter"
 
-    return ", ".join(f"{FLATNESS[key]} {difference.describe(2, signed=True)} ({reading(difference)})"
+
+def flatness_text(differences: dict[str, Estimate]) -> str:
+    """``sharpness -1.1 [-2.6, +0.4] (n=5 vs 5, df=7.1) (neither sharper nor flatter), top
+    Hessian eigenvalue ...``, each with its ``flatness_reading``."""
+    return ", ".join(f"{FLATNESS[key]} {difference.describe(2, signed=True)} ({flatness_reading(difference)})"
                      for key, difference in differences.items())
 
 
@@ -271,7 +274,7 @@ def anchor_keskar_v3(results: Path) -> tuple[str, str]:
     reached = sum(1 for row in runs if row.get("target_reached_step") not in (None, ""))
     flatness = flatness_differences(results, "keskar_v3", "LB equal loss")
     if flatness:
-        sharper = any(difference.low is not None and difference.low > 0 for difference in flatness.values())
+        sharper = any(flatness_reading(difference) == "sharper" for difference in flatness.values())
         sharpness = f"large minus small batch (Welch), {flatness_text(flatness)}"
     else:  # no per-run sharpness: the intervals of the two means, as the earlier editions judge
         sharper, sharpness = _sharpness_of_means(rows["SB"], rows["LB equal loss"], sharp)
