@@ -142,6 +142,45 @@ def run_cli(*args: str, cwd=None, timeout=300) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.fixture
+def lbtrain_here(monkeypatch, capsys):
+    """``lbtrain ARGS`` in this test's process (``lbtrain.cli.main``), from ``cwd`` as a user's
+    ``python -m lbtrain.cli`` would run (that folder first on ``sys.path``), returning what
+    ``run_cli`` does. For arguments refused before anything trains: a fresh process would spend
+    its time importing TensorFlow to say one line. That a real process prints that line with no
+    traceback and exits 2 is tests/cli/test_cli.py's. The logger, the unraisable hook and the
+    modules first imported from ``cwd`` are put back or dropped afterwards."""
+    import logging
+
+    from lbtrain.cli import main
+    from lbtrain.logs import LOGGER_NAME
+
+    logger = logging.getLogger(LOGGER_NAME)
+    handlers, level = list(logger.handlers), logger.level
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
+    folders: list[str] = []
+    imported_before = set(sys.modules)
+
+    def run(*args: str, cwd=None) -> subprocess.CompletedProcess:
+        if cwd is not None:
+            monkeypatch.chdir(cwd)
+            monkeypatch.syspath_prepend(str(cwd))
+            folders.append(str(cwd))
+        capsys.readouterr()
+        try:
+            code = main(list(args))
+        except SystemExit as exit:  # argparse's refusals
+            code = exit.code
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(["lbtrain", *args], code, out, err)
+
+    yield run
+    logger.handlers[:], logger.level = handlers, level
+    for name in set(sys.modules) - imported_before:
+        if any(str(getattr(sys.modules[name], "__file__", None) or "").startswith(folder) for folder in folders):
+            del sys.modules[name]
+
+
 def run_horovod(script: str, *args: str, np: int = 2, timeout=300) -> subprocess.CompletedProcess:
     """Runs ``tests/horovod_jobs/SCRIPT ARGS`` under ``horovodrun -np NP`` with Gloo on this machine."""
     horovodrun = os.path.join(os.path.dirname(sys.executable), "horovodrun")

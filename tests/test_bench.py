@@ -165,18 +165,18 @@ BAD_ARGUMENTS = {
 
 
 @pytest.mark.parametrize("case", BAD_ARGUMENTS)
-def test_bad_arguments_are_one_line_and_exit_2(case, tmp_path):
+def test_bad_arguments_are_one_line_and_exit_2(case, tmp_path, lbtrain_here):
     arguments, message = BAD_ARGUMENTS[case]
-    result = run_cli("bench", *arguments, "--output", str(tmp_path / "out"))
+    result = lbtrain_here("bench", *arguments, "--output", str(tmp_path / "out"))
     assert result.returncode == 2
     assert stderr_lines(result.stderr) == [f"lbtrain: error: {message}"]
     assert not (tmp_path / "out").exists()
 
 
-def test_gpu_without_a_gpu_is_one_line_and_exit_2(tmp_path):
+def test_gpu_without_a_gpu_is_one_line_and_exit_2(tmp_path, lbtrain_here):
     if tf.config.list_physical_devices("GPU"):
         pytest.skip("this machine has a GPU")
-    result = run_cli("bench", "--device", "gpu", "--output", str(tmp_path / "out"))
+    result = lbtrain_here("bench", "--device", "gpu", "--output", str(tmp_path / "out"))
     assert result.returncode == 2
     assert stderr_lines(result.stderr) == ["lbtrain: error: --device gpu: TensorFlow sees no GPU on this machine (run with --device cpu)"]
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import stderr_lines
 from lbtrain.bench import INPUT_BOUND_MARGIN, BenchError, Settings, WorldSpec, run_benchmark
 
 MODEL = "ownbench.models:build"
@@ -212,11 +211,11 @@ BAD_MODELS = {
 
 
 @pytest.mark.parametrize("case", BAD_MODELS)
-def test_a_model_that_cannot_be_benchmarked_is_one_line_exit_2_and_nothing_written(case, tmp_path):
+def test_a_model_that_cannot_be_benchmarked_is_one_line_exit_2_and_nothing_written(case, tmp_path, lbtrain_here):
     write_package(tmp_path)
     arguments, message = BAD_MODELS[case]
-    result = bench(*arguments, "--batches", "4", "--steps", "2", "--output", "out", cwd=tmp_path)
+    result = lbtrain_here("bench", *arguments, "--batches", "4", "--steps", "2", "--output", "out", cwd=tmp_path)
     assert result.returncode == 2, result.stderr[-3000:]
-    [line] = stderr_lines(result.stderr)
+    [line] = result.stderr.strip().splitlines()
     assert line.startswith(f"lbtrain: error: {message}")
     assert not (tmp_path / "out").exists()

@@ -238,10 +238,10 @@ def test_a_second_process_on_a_running_experiment_is_refused(tmp_path, capsys):
     ("not-a-url", r"storage 'not-a-url' cannot be opened \(ArgumentError: "),
     ("sqlite:////proc/lbtrain/optuna.db", r"storage 'sqlite:////proc/lbtrain/optuna.db' cannot be opened \("),
 ])
-def test_a_storage_that_cannot_be_opened_is_one_line(tmp_path, storage, message):
+def test_a_storage_that_cannot_be_opened_is_one_line(tmp_path, storage, message, lbtrain_here):
     spec = experiment_file(tmp_path, **merge("data", validation_split=0.25),
                            search={"lr.base_lr": {"type": "float", "low": 0.01, "high": 0.1}})
-    result = run_cli("sweep", str(spec), "--storage", storage)
+    result = lbtrain_here("sweep", str(spec), "--storage", storage)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     lines = stderr_lines(result.stderr)
     assert len(lines) == 1 and re.search(message, lines[0]), result.stderr
@@ -401,7 +401,7 @@ def test_a_damaged_experiment_record_with_a_new_config_of_the_same_name_is_one_l
     assert {path.name: path.read_bytes() for path in folder.iterdir()} == before
 
 
-def test_train_refuses_a_run_dir_that_is_a_file_and_threads_far_above_the_cores(tmp_path):
+def test_train_refuses_a_run_dir_that_is_a_file_and_threads_far_above_the_cores(tmp_path, lbtrain_here):
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump({key: GOOD[key] for key in ("data", "model", "lr")} | {"training": GOOD["training"]}))
     notes = tmp_path / "notes.txt"
@@ -413,7 +413,7 @@ def test_train_refuses_a_run_dir_that_is_a_file_and_threads_far_above_the_cores(
          f"--run-dir {notes / 'run'}: a file, not a folder ({notes} is); give a folder (new, or one of an earlier run)"),
         (["--threads", "100000"], f"--threads 100000 is more than 8 per core ({cap} on this machine); add --force-threads to use them anyway"),
     ]:
-        result = run_cli("train", str(config), *arguments)
+        result = lbtrain_here("train", str(config), *arguments)
         assert result.returncode == 2 and stderr_lines(result.stderr) == [f"lbtrain: error: {message}"], result.stderr[-2000:]
     assert notes.read_text() == "mine\n" and sorted(path.name for path in tmp_path.iterdir()) == ["notes.txt", "run.yaml"]
     assert "--force-threads" in run_cli("train", "--help").stdout

@@ -37,8 +37,8 @@ def test_write_puts_the_page_and_the_quickstart_table_beside_the_results_folder(
     (("--results-page", "--target", "0.9"), "--target and --metric are for a results folder's report, not --results-page"),
     (("--results-page", "no_such_folder"), "no_such_folder is not a folder of studies"),
 ])
-def test_arguments_that_do_not_go_together_are_one_line_exit_2(tmp_path, arguments, message):
-    result = run_cli("report", *arguments, cwd=tmp_path)
+def test_arguments_that_do_not_go_together_are_one_line_exit_2(tmp_path, arguments, message, lbtrain_here):
+    result = lbtrain_here("report", *arguments, cwd=tmp_path)
     assert result.returncode == 2 and result.stdout == ""
     lines = stderr_lines(result.stderr)
     assert len(lines) == 1 and lines[0].startswith("lbtrain: error: ") and message in lines[0]

@@ -87,20 +87,20 @@ def test_compare_pairs_each_cell_with_numbers_from_the_runs(pair):
     assert all((output / "figures" / name).stat().st_size > 5000 for name in ("accuracy_vs_lr.png", "updates_to_target_vs_lr.png"))
 
 
-def test_folders_of_different_grids_are_one_line_exit_2(pair, tmp_path):
+def test_folders_of_different_grids_are_one_line_exit_2(pair, tmp_path, lbtrain_here):
     run_experiment(tiny_experiment(tmp_path, "other", variants=TWO_LRS[:1], seeds=(0,)), progress=lambda line: None)
-    completed = run_cli("compare", str(pair / "sync"), str(tmp_path / "other"), "--output", str(tmp_path / "out"))
+    completed = lbtrain_here("compare", str(pair / "sync"), str(tmp_path / "other"), "--output", str(tmp_path / "out"))
     assert completed.returncode == 2
     assert stderr_lines(completed.stderr) == ["lbtrain: error: sync and other do not hold the same grid: 'lr 0.1' at W=2 (only in sync)"]
     assert not (tmp_path / "out").exists()
-    itself = run_cli("compare", str(pair / "sync"), str(pair / "sync"), "--output", str(tmp_path / "out"))
+    itself = lbtrain_here("compare", str(pair / "sync"), str(pair / "sync"), "--output", str(tmp_path / "out"))
     assert itself.returncode == 2 and stderr_lines(itself.stderr) == [
         "lbtrain: error: both sides are labelled 'sync': compare two experiments (or one grid in two modes)"]
-    bad_target = run_cli("compare", str(pair / "sync"), str(pair / "stale"), "--output", str(tmp_path / "out"), "--target", "1.5")
+    bad_target = lbtrain_here("compare", str(pair / "sync"), str(pair / "stale"), "--output", str(tmp_path / "out"), "--target", "1.5")
     assert bad_target.returncode == 2 and stderr_lines(bad_target.stderr) == [
         "lbtrain: error: --target must be an accuracy in (0, 1], got 1.5"]
     assert not (tmp_path / "out").exists()
-    missing = run_cli("compare", str(pair / "sync"), str(tmp_path / "nothing"), "--output", str(tmp_path / "out"))
+    missing = lbtrain_here("compare", str(pair / "sync"), str(tmp_path / "nothing"), "--output", str(tmp_path / "out"))
     assert missing.returncode == 2 and stderr_lines(missing.stderr) == [
         f"lbtrain: error: {tmp_path / 'nothing'} has no summary.csv: run its experiment first (lbtrain run EXPERIMENT.yaml)"]
 

@@ -6,7 +6,7 @@ import re
 import pytest
 import yaml
 
-from conftest import REPO_ROOT, run_cli, stderr_lines
+from conftest import run_cli, stderr_lines
 from lbtrain.config import ExperimentConfig
 from lbtrain.studies.advisor import (
     ProbeStep,
@@ -97,10 +97,10 @@ def test_the_command_prints_advice_and_writes_json_and_figure(tmp_path):
     (["--steps", "0"], r"argument --steps: expected a whole number >= 1, got 0"),
     (["--set", "training.epoch=2"], r"--set training.epoch: no such field"),
 ])
-def test_bad_input_is_one_line_and_exit_2(tmp_path, arguments, message):
+def test_bad_input_is_one_line_and_exit_2(tmp_path, arguments, message, lbtrain_here):
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump({**TINY, "output_dir": str(tmp_path / "results")}))
-    result = run_cli("advise", str(path), *arguments, cwd=REPO_ROOT)
+    result = lbtrain_here("advise", str(path), *arguments)
     lines = stderr_lines(result.stderr)
     assert result.returncode == 2 and len(lines) == 1, result.stderr
     assert re.search(message, lines[0]), lines[0]

@@ -79,8 +79,8 @@ def test_settings_the_mode_cannot_train_are_refused_by_name():
     ({"parameter_server": {"ps_tasks": 0}},
      "lbtrain: error: parameter_server.ps_tasks: Input should be greater than or equal to 1 (got 0)"),
 ], ids=["accumulation", "no-workers", "no-parameter-server"])
-def test_bad_input_is_one_line_exit_2_before_training(tmp_path, changes, message):
-    completed = run_cli("run", tiny_experiment(tmp_path, **changes))
+def test_bad_input_is_one_line_exit_2_before_training(tmp_path, changes, message, lbtrain_here):
+    completed = lbtrain_here("run", tiny_experiment(tmp_path, **changes))
     assert completed.returncode == 2
     lines = stderr_lines(completed.stderr)
     assert len(lines) == 1 and lines[0].startswith(message), lines
@@ -99,9 +99,9 @@ def test_ports_in_use_are_one_line_exit_2(tmp_path, busy_port):
 
 
 @pytest.mark.skipif(not KERAS_3, reason="parameter_server runs on tf.keras 2")
-def test_parameter_server_on_keras_3_is_one_line_exit_2(tmp_path):
+def test_parameter_server_on_keras_3_is_one_line_exit_2(tmp_path, lbtrain_here):
     assert launch_problem() == PARAMETER_SERVER_KERAS_3
-    completed = run_cli("run", tiny_experiment(tmp_path))
+    completed = lbtrain_here("run", tiny_experiment(tmp_path))
     assert completed.returncode == 2
     assert stderr_lines(completed.stderr) == [f"lbtrain: error: {PARAMETER_SERVER_KERAS_3}"]
 

@@ -162,24 +162,24 @@ def test_settings_a_strategy_cannot_train_are_refused_by_name():
     assert get_mode("mirrored").unsupported_setting(run_config_from_dict(run_spec(True))) is None
 
 
-def test_a_run_with_an_unsupported_setting_is_one_line_exit_2_before_training(tmp_path):
+def test_a_run_with_an_unsupported_setting_is_one_line_exit_2_before_training(tmp_path, lbtrain_here):
     path = tiny_experiment(tmp_path, "mirrored", training={"per_worker_batch": 16, "epochs": 1, "accumulation_steps": 2})
-    completed = run_cli("run", path)
+    completed = lbtrain_here("run", path)
     assert completed.returncode == 2
     lines = stderr_lines(completed.stderr)
     assert len(lines) == 1 and lines[0].startswith("lbtrain: error: training.accumulation_steps is 2, which mode: mirrored")
     assert not (tmp_path / "results").exists()
 
 
-def test_an_unknown_mode_is_refused_with_the_allowed_ones(tmp_path):
-    completed = run_cli("run", tiny_experiment(tmp_path, "mirorred"))
+def test_an_unknown_mode_is_refused_with_the_allowed_ones(tmp_path, lbtrain_here):
+    completed = lbtrain_here("run", tiny_experiment(tmp_path, "mirorred"))
     assert completed.returncode == 2 and "mode" in completed.stderr and "multiworker" in completed.stderr
 
 
 @pytest.mark.skipif(not KERAS_3, reason="multiworker runs on tf.keras 2")
-def test_multiworker_on_keras_3_is_one_line_exit_2(tmp_path):
+def test_multiworker_on_keras_3_is_one_line_exit_2(tmp_path, lbtrain_here):
     assert get_mode("multiworker").launch_problem() == MULTIWORKER_KERAS_3 and get_mode("mirrored").launch_problem() is None
-    completed = run_cli("run", tiny_experiment(tmp_path, "multiworker"))
+    completed = lbtrain_here("run", tiny_experiment(tmp_path, "multiworker"))
     assert completed.returncode == 2
     assert stderr_lines(completed.stderr) == [f"lbtrain: error: {MULTIWORKER_KERAS_3}"]
 
