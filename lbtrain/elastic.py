@@ -126,8 +126,11 @@ class ElasticLearningRate(LearningRateSchedule):
     exactly ``schedules[W0]``.
 
     The segment lives in variables that ``change_world`` sets (eagerly, between ``fit`` calls or
-    in a reset callback), so a traced train step reads the current one.
+    in a reset callback), so a traced train step reads the current one; hence
+    ``changes_within_fit``: ``lbtrain.callbacks.LearningRateLogger`` reads its rate at each step.
     """
+
+    changes_within_fit = True
 
     def __init__(self, schedules: Mapping[int, LearningRateSchedule], per_worker_batch: int, initial_world_size: int,
                  policy: str = "follow", rewarmup_steps: int = 0, name: str | None = None):

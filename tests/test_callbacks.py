@@ -30,6 +30,65 @@ def test_logger_records_the_schedule_value_applied_at_every_step():
     np.testing.assert_allclose(history.history["lr"], [0.8, 1.0], rtol=1e-6)
 
 
+class _AppliedRateAtEachStep(tf.keras.callbacks.Callback):
+    """The optimizer's step and applied rate read after every step (what the logger once did)."""
+
+    def __init__(self):
+        super().__init__()
+        self.steps, self.rates = [], []
+
+    def on_train_batch_end(self, batch, logs=None):
+        from lbtrain._keras import applied_learning_rate, optimizer_step
+
+        self.steps.append(optimizer_step(self.model.optimizer) - 1)
+        self.rates.append(applied_learning_rate(self.model.optimizer))
+
+
+@pytest.mark.parametrize("steps_per_execution", [1, 3])
+def test_a_schedules_rates_evaluated_at_the_epochs_end_equal_the_rates_read_after_each_step(steps_per_execution):
+    """The logger counts the steps and evaluates the schedule after the epoch; the values are
+    exactly those read from the optimizer after each step, also when Keras runs 3 steps a call."""
+    schedule = tf.keras.optimizers.schedules.CosineDecay(0.5, 9, warmup_target=1.0, warmup_steps=3)
+    logger, reference = LearningRateLogger(), _AppliedRateAtEachStep()
+    model = build_model("mlp", (4,), 3, widths=[5], seed=0)
+    model.compile(optimizer=tf.keras.optimizers.SGD(schedule), loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  steps_per_execution=steps_per_execution)
+    rng = np.random.default_rng(0)
+    history = model.fit(rng.standard_normal((24, 4)), rng.integers(0, 3, 24), batch_size=4, epochs=2, verbose=0,
+                        callbacks=[logger, reference])
+    assert logger.steps == reference.steps == list(range(steps_per_execution - 1, 12, steps_per_execution))
+    assert logger.rates == reference.rates and len(set(logger.rates)) == len(logger.rates)
+    assert history.history["lr"] == [logger.rates[len(logger.rates) // 2 - 1], logger.rates[-1]]
+
+
+class _SetByTheStep(tf.keras.optimizers.schedules.LearningRateSchedule):
+    """A rate a callback changes between steps (as an elastic world's reset does)."""
+
+    changes_within_fit = True
+
+    def __init__(self):
+        self.value = tf.Variable(0.1)
+
+    def __call__(self, step):
+        return self.value * 1.0
+
+
+class _Doubling(tf.keras.callbacks.Callback):
+    def __init__(self, schedule):
+        super().__init__()
+        self.schedule = schedule
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.schedule.value.assign(self.schedule.value * 2)
+
+
+def test_a_schedule_that_changes_within_fit_is_read_after_each_step():
+    schedule = _SetByTheStep()
+    logger = LearningRateLogger()
+    fit_with(schedule, [logger, _Doubling(schedule)], epochs=1)
+    np.testing.assert_allclose(logger.rates, [0.1, 0.2, 0.4], rtol=1e-6)
+
+
 def test_warmup_callback_sets_the_horovod_formula_each_batch_then_stops():
     warmup = LearningRateWarmup(0.8, warmup_epochs=1, world_size=4)
     logger = LearningRateLogger()

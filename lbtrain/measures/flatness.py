@@ -41,7 +41,6 @@ import dataclasses
 from typing import Any, Callable, Literal
 
 import numpy as np
-import scipy.optimize
 import tensorflow as tf
 
 from lbtrain._keras import tensorflow_variables
@@ -174,6 +173,9 @@ def sharpness(
         def negative_loss(step: np.ndarray) -> tuple[float, np.ndarray]:
             value, gradient = flat_loss(origin + (step if matrix is None else matrix @ step))
             return -value, -(gradient if matrix is None else matrix.T @ gradient)
+
+        # Imported here: scipy.optimize costs every process that imports the trainer a quarter second.
+        import scipy.optimize
 
         start = rng.uniform(-bound, bound)
         result = scipy.optimize.minimize(
