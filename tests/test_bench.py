@@ -181,10 +181,10 @@ def test_gpu_without_a_gpu_is_one_line_and_exit_2(tmp_path, lbtrain_here):
     assert stderr_lines(result.stderr) == ["lbtrain: error: --device gpu: TensorFlow sees no GPU on this machine (run with --device cpu)"]
 
 
-def test_horovod_where_it_cannot_run_is_its_one_line_problem_and_exit_2(tmp_path):
+def test_horovod_where_it_cannot_run_is_its_one_line_problem_and_exit_2(tmp_path, lbtrain_here):
     if horovod_installed():
         pytest.skip("Horovod runs here")
-    result = run_cli("bench", "--worlds", "single,horovod:2", "--output", str(tmp_path / "out"))
+    result = lbtrain_here("bench", "--worlds", "single,horovod:2", "--output", str(tmp_path / "out"))
     assert result.returncode == 2
     assert stderr_lines(result.stderr) == [f"lbtrain: error: {horovod_problem()}"]
 

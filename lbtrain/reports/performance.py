@@ -55,8 +55,8 @@ def jit_rows(data: dict) -> list[Row]:
             extra = statistics.median(a - b for a, b in zip(seconds[f"trainer_{compiled}"], seconds[f"fit_{compiled}"]))
             rows.append(Row(f"`lbtrain.trainer.train` / plain `model.fit`, epoch time ({model}, batch {batch}, {compiled})",
                             f"{ratio:.3f}", *_at_most(ratio, target),
-                            f"the trainer's callbacks (the divergence check reads each step's loss; history and verdict "
-                            f"at each epoch's end), "
+                            f"the trainer's callbacks (per step: the divergence check reads the loss, the LR log and "
+                            f"the budget count the step; history and verdict at each epoch's end), "
                             f"{1000 * extra:+.0f} ms an epoch of {statistics.median(seconds[f'fit_{compiled}']):.2f} s (medians "
                             "over rounds), and the machine's noise", source))
         side = "faster" if result["auto_is_faster_side"] else "slower"

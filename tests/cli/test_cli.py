@@ -110,11 +110,11 @@ def test_mode_horovod_without_horovodrun_is_a_clear_error(tmp_path, capsys, monk
     assert not (tmp_path / "results").exists()
 
 
-def test_mode_horovod_on_a_stack_without_horovod_names_the_fix_before_anything_trains(tmp_path):
+def test_mode_horovod_on_a_stack_without_horovod_names_the_fix_before_anything_trains(tmp_path, lbtrain_here):
     """On Keras 3 (TensorFlow 2.16+) Horovod cannot run at all; on TensorFlow 2.15 this venv has it."""
     if horovod_installed():
         pytest.skip("this stack has Horovod")
-    completed = run_cli("run", str(experiment_file(tmp_path, mode="horovod")))
+    completed = lbtrain_here("run", str(experiment_file(tmp_path, mode="horovod")))
     assert completed.returncode == 2, completed.stderr[-2000:]
     lines = stderr_lines(completed.stderr)
     assert len(lines) == 1 and lines[0].startswith("lbtrain: error: mode: horovod: "), completed.stderr
