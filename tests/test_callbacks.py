@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import constant_output_problem, run_horovod, run_python
+from lbtrain._keras import applied_learning_rate, optimizer_step
 from lbtrain.callbacks import GradientNoiseScale, LearningRateLogger, LearningRateWarmup
 from lbtrain.models import build_model
 from lbtrain.schedules import Warmup
@@ -30,16 +31,15 @@ def test_logger_records_the_schedule_value_applied_at_every_step():
     np.testing.assert_allclose(history.history["lr"], [0.8, 1.0], rtol=1e-6)
 
 
-class _AppliedRateAtEachStep(tf.keras.callbacks.Callback):
-    """The optimizer's step and applied rate read after every step (what the logger once did)."""
+class _RateAtEachStep(tf.keras.callbacks.Callback):
+    """The optimizer's step and the rate it applied, read after every step (as the logger did
+    before it deferred a schedule's rates)."""
 
     def __init__(self):
         super().__init__()
         self.steps, self.rates = [], []
 
     def on_train_batch_end(self, batch, logs=None):
-        from lbtrain._keras import applied_learning_rate, optimizer_step
-
         self.steps.append(optimizer_step(self.model.optimizer) - 1)
         self.rates.append(applied_learning_rate(self.model.optimizer))
 
@@ -49,7 +49,7 @@ def test_a_schedules_rates_evaluated_at_the_epochs_end_equal_the_rates_read_afte
     """The logger counts the steps and evaluates the schedule after the epoch; the values are
     exactly those read from the optimizer after each step, also when Keras runs 3 steps a call."""
     schedule = tf.keras.optimizers.schedules.CosineDecay(0.5, 9, warmup_target=1.0, warmup_steps=3)
-    logger, reference = LearningRateLogger(), _AppliedRateAtEachStep()
+    logger, reference = LearningRateLogger(), _RateAtEachStep()
     model = build_model("mlp", (4,), 3, widths=[5], seed=0)
     model.compile(optimizer=tf.keras.optimizers.SGD(schedule), loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   steps_per_execution=steps_per_execution)
@@ -97,17 +97,6 @@ def test_warmup_callback_sets_the_horovod_formula_each_batch_then_stops():
     expected_warmup = [0.2 * ((b + 1) / 3 * 3 + 1) for b in range(3)]
     np.testing.assert_allclose(logger.rates, expected_warmup + [0.8] * 3, rtol=1e-6)
     assert warmup.steps_per_epoch == 3
-
-
-class _RateAtEachStep(tf.keras.callbacks.Callback):
-    """The rate the optimizer applies at every step (read after the step, as it was applied)."""
-
-    def __init__(self):
-        super().__init__()
-        self.rates = []
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.rates.append(float(tf.keras.backend.get_value(self.model.optimizer.learning_rate)))
 
 
 def test_warmup_callback_reaches_the_target_with_steps_per_execution():
