@@ -364,11 +364,19 @@ def heartbeat(study: optuna.Study, trial: optuna.Trial) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _claimed_until_done(trial: optuna.Trial) -> Iterator[None]:
+def _claimed_until_done(study: optuna.Study, trial: optuna.Trial) -> Iterator[None]:
+    """Keeps ``trial`` in ``_CLAIMED`` until it is finished: after the block, or after an
+    exception only if the storage holds it finished. A Ctrl-C whose FAIL the storage refused (a
+    database locked by another process) or that a second Ctrl-C cut short leaves it claimed, for
+    ``fail_claimed_trials`` to fail."""
     try:
         yield
-    finally:
-        _CLAIMED.pop(trial._trial_id, None)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            if _stored(study, trial).state.is_finished():
+                _CLAIMED.pop(trial._trial_id, None)
+        raise
+    _CLAIMED.pop(trial._trial_id, None)
 
 
 def fail_claimed_trials() -> None:
@@ -398,7 +406,7 @@ def run_claimed(study: optuna.Study, trial: optuna.Trial, objective: Callable[[o
     state, value = TrialState.COMPLETE, None
     # Telling a trial another process finished raises one of these (Optuna's tell: ValueError).
     finished_elsewhere = (optuna.exceptions.UpdateFinishedTrialError, ValueError)
-    with heartbeat(study, trial), _claimed_until_done(trial):
+    with heartbeat(study, trial), _claimed_until_done(study, trial):
         try:
             value = objective(trial)
         except optuna.TrialPruned:

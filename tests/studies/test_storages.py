@@ -383,6 +383,33 @@ def test_a_trial_another_process_finished_meanwhile_keeps_its_state(tmp_path, ob
     assert other.get_trials()[trial.number].state == optuna.trial.TrialState.FAIL
 
 
+def test_a_ctrl_c_whose_fail_a_locked_database_refuses_is_failed_by_fail_claimed_trials(tmp_path):
+    """Ctrl-C in a trial while another process holds the SQLite file locked: the FAIL written at
+    once is refused (the storage waits 0.1 s for the lock), the trial stays claimed, and
+    ``fail_claimed_trials`` (what ``lbtrain sweep`` runs on Ctrl-C) fails it once the lock is gone."""
+    import sqlite3
+
+    from lbtrain.studies.storages import fail_claimed_trials, run_claimed
+
+    path = tmp_path / "optuna.db"
+    storage = optuna.storages.RDBStorage(f"sqlite:///{path}", engine_kwargs={"connect_args": {"timeout": 0.1}})
+    study = optuna.create_study(study_name="interrupted", storage=storage)
+    trial = claim_trial(study, 2)
+    locker = sqlite3.connect(path, timeout=0.1, isolation_level=None)
+
+    def objective(running):
+        locker.execute("BEGIN EXCLUSIVE")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_claimed(study, trial, objective)
+    locker.execute("ROLLBACK")
+    assert study.get_trials()[trial.number].state == optuna.trial.TrialState.RUNNING
+    fail_claimed_trials()
+    assert study.get_trials()[trial.number].state == optuna.trial.TrialState.FAIL
+    locker.close()
+
+
 # Damaged and failing storages: one line naming the file and how to recover, nothing else touched.
 
 def tiny_sweep(tmp_path, trials: int = 1):
