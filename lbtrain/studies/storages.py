@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import signal
 import threading
 import time
 import warnings
@@ -288,6 +289,24 @@ def _pop(storage: BaseStorage, trial_id: int) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def _interrupt_after() -> Iterator[None]:
+    """Holds back Ctrl-C (SIGINT) until the block is done, then delivers it to the handler that
+    was in place, so a write and the record of it happen both or neither. Only in the main
+    thread, the one Python runs signal handlers in; elsewhere the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
+        yield  # (None: a handler set outside Python, which signal.signal could not put back)
+        return
+    arrived: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: arrived.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if arrived:
+            signal.raise_signal(signal.SIGINT)
+
+
 def claim_trial(study: optuna.Study, trials: int) -> optuna.Trial | None:
     """The next trial this process runs, or None once the study has ``trials`` finished
     (complete or pruned) plus running trials.
@@ -299,7 +318,8 @@ def claim_trial(study: optuna.Study, trials: int) -> optuna.Trial | None:
     looks again after a random pause. Of two processes racing for one slot, the one that took
     its trial later sees the other's and backs off, so finished trials never exceed ``trials``.
     (Two processes that both find the queue empty both queue a trial; the one left over waits,
-    without parameters, for the next top-up.)"""
+    without parameters, for the next top-up.) Ctrl-C while the storage takes a trial is held
+    until this process has recorded the claim, so ``fail_claimed_trials`` fails that trial."""
     storage = _storage_of(study)
     study_id = storage.get_study_id_from_name(study.study_name)
     beating = heartbeats(storage)
@@ -323,9 +343,13 @@ def claim_trial(study: optuna.Study, trials: int) -> optuna.Trial | None:
             trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, candidate.number)
             if beating:
                 storage.record_heartbeat(trial_id)
-            if _pop(storage, trial_id):
-                claimed = trial_id
-                _CLAIMED[claimed] = study  # at once: Ctrl-C from here on fails it (fail_claimed_trials)
+            # Ctrl-C waits for the claim to be recorded: one arriving after the storage wrote
+            # RUNNING but before _CLAIMED held the trial would leave it RUNNING until it went stale.
+            with _interrupt_after():
+                if _pop(storage, trial_id):
+                    claimed = trial_id
+                    _CLAIMED[claimed] = study  # Ctrl-C from here on fails it (fail_claimed_trials)
+            if claimed is not None:
                 break
         if claimed is None:
             continue

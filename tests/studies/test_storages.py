@@ -410,6 +410,29 @@ def test_a_ctrl_c_whose_fail_a_locked_database_refuses_is_failed_by_fail_claimed
     locker.close()
 
 
+def test_a_ctrl_c_just_after_the_storage_took_the_trial_leaves_it_claimed_and_failed(tmp_path, monkeypatch):
+    """Ctrl-C the instant the storage has written a trial RUNNING, before the claim is recorded
+    (when CI's Ctrl-C test polls the database, its SIGINT lands there): the interrupt waits for
+    the claim, so ``fail_claimed_trials`` fails the trial instead of leaving it RUNNING."""
+    from lbtrain.studies import storages
+
+    taken = storages._pop
+
+    def pop_then_ctrl_c(storage, trial_id):
+        popped = taken(storage, trial_id)
+        signal.raise_signal(signal.SIGINT)
+        return popped
+
+    monkeypatch.setattr(storages, "_pop", pop_then_ctrl_c)
+    study = optuna.create_study(study_name="interrupted", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    with pytest.raises(KeyboardInterrupt):
+        claim_trial(study, 2)
+    assert [trial.state for trial in study.get_trials()] == [optuna.trial.TrialState.RUNNING]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    storages.fail_claimed_trials()
+    assert [trial.state for trial in study.get_trials()] == [optuna.trial.TrialState.FAIL]
+
+
 # Damaged and failing storages: one line naming the file and how to recover, nothing else touched.
 
 def tiny_sweep(tmp_path, trials: int = 1):
