@@ -410,7 +410,7 @@ def test_a_ctrl_c_whose_fail_a_locked_database_refuses_is_failed_by_fail_claimed
     locker.close()
 
 
-def test_a_ctrl_c_just_after_the_storage_took_the_trial_leaves_it_claimed_and_failed(tmp_path, monkeypatch):
+def test_a_ctrl_c_just_after_the_storage_took_the_trial_leaves_it_claimed_and_failed(tmp_path, monkeypatch, request):
     """Ctrl-C the instant the storage has written a trial RUNNING, before the claim is recorded
     (when CI's Ctrl-C test polls the database, its SIGINT lands there): the interrupt waits for
     the claim, so ``fail_claimed_trials`` fails the trial instead of leaving it RUNNING."""
@@ -424,6 +424,8 @@ def test_a_ctrl_c_just_after_the_storage_took_the_trial_leaves_it_claimed_and_fa
         return popped
 
     monkeypatch.setattr(storages, "_pop", pop_then_ctrl_c)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in lbtrain (a pytest-xdist worker ignores SIGINT)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
     study = optuna.create_study(study_name="interrupted", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
     with pytest.raises(KeyboardInterrupt):
         claim_trial(study, 2)
