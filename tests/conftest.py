@@ -64,6 +64,30 @@ MAIN_STACK_ONLY = {
                                        "elastic runs it renders: tests/test_elastic.py, on both stacks)",
     "tests/test_bench_own_model.py::test_a_step_cheaper_than_its_input_pipeline_is_labelled_input_bound":
         "the bench's label from the input pipeline's images/s against the step's (tf.data), not Keras",
+    "tests/test_bench_own_model.py::test_a_model_by_reference_is_benchmarked_from_the_users_folder":
+        "a reference found from the user's folder, and the bench's CSV, JSON, plot and table (a user's model is "
+        "benchmarked on both stacks by its registered name)",
+    "tests/test_bench_own_model.py::test_from_python_a_factory_is_benchmarked_by_its_reference":
+        "a factory passed from Python turned into the reference its child processes import",
+    "tests/studies/test_runner.py::test_run_writes_every_run_and_a_summary_then_skips_finished_runs":
+        "the runner's bookkeeping: a summary of the runs' files, finished runs skipped",
+    "tests/studies/test_runner.py::test_a_run_whose_configuration_another_label_finished_is_copied_not_trained_again":
+        "the runner's bookkeeping: a finished twin's files copied",
+    "tests/studies/test_runner.py::test_fresh_deletes_previous_runs": "the runner's bookkeeping: --fresh deletes the runs' folders",
+    "tests/studies/test_runner.py::test_a_damaged_metrics_file_is_a_warning_and_its_run_trained_again":
+        "the runner's bookkeeping: a damaged metrics.json found and its run queued again",
+    "tests/studies/test_runner.py::test_a_rerun_with_another_grid_says_in_one_warning_which_earlier_runs_its_summary_leaves_out":
+        "the runner's bookkeeping: the summary's warning about earlier runs",
+    "tests/studies/test_runner.py::test_a_copy_replaces_what_an_interrupted_attempt_left_and_a_damaged_twin_is_not_copied":
+        "the runner's bookkeeping: copies of finished twins and what an interrupted copy left",
+    "tests/cli/test_cli.py::test_run_exits_non_zero_when_a_run_failed_and_says_how_many": "lbtrain run's exit code and count of failed runs",
+    "tests/cli/test_cli.py::test_two_experiments_with_one_name_do_not_share_a_folder": "the results folder's owner, read from its files",
+    "tests/studies/test_sweep.py::test_rerun_tops_up_to_the_requested_trials": "the trials an Optuna storage holds, topped up",
+    "tests/studies/test_sweep.py::test_a_rerun_draws_new_trials_instead_of_repeating_the_first_ones": "Optuna's sampler seeded per rerun",
+    "tests/studies/test_sweep.py::test_a_stale_running_trial_is_failed_even_when_the_study_has_its_trials":
+        "a stale trial failed by the storage's heartbeat",
+    "tests/test_own_model.py::test_lbtrain_sweep_and_advise_take_the_users_model":
+        "the user's model found by reference in a sweep and the advisor (it trains on both stacks in lbtrain run's test)",
 }
 
 
