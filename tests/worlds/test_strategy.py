@@ -134,9 +134,9 @@ def test_strategy_world_reaches_the_simulated_worlds_weights(tmp_path, mode, bat
 @pytest.mark.horovod
 @pytest.mark.slow
 @pytest.mark.parametrize("batch_norm", [False, True], ids=["mlp", "mlp-batch-norm"])
-def test_horovod_and_mirrored_reach_the_same_weights(tmp_path, batch_norm):
-    """The fourth synchronous world: horovodrun -np 2 against mirrored W=2 (and so against the
-    simulated world and multiworker, which the test above ties to the simulated one)."""
+def test_horovod_reaches_the_simulated_worlds_weights(tmp_path, batch_norm):
+    """The fourth synchronous world: horovodrun -np 2 against the simulated world, within the
+    tolerance the test above holds mirrored and multiworker to (so all four agree)."""
     spec = run_spec(batch_norm)
     output = str(tmp_path / "horovod.npz")
     completed = run_horovod("trainer_two_ranks.py", json.dumps(spec), output, str(tmp_path / "runs"), timeout=600)
@@ -145,8 +145,7 @@ def test_horovod_and_mirrored_reach_the_same_weights(tmp_path, batch_norm):
     simulated = train(run_config_from_dict(spec), SimulatedWorld(2)).model
     trainable = {variable.name for variable in simulated.trainable_variables}
     horovod = [saved[f"rank0:{i}"] for i, variable in enumerate(simulated.weights) if variable.name in trainable]
-    mirrored, _ = _trained_in_job(tmp_path, "mirrored", spec)
-    _assert_same_weights(horovod, mirrored)
+    _assert_same_weights(horovod, [variable.numpy() for variable in simulated.trainable_variables])
 
 
 def test_settings_a_strategy_cannot_train_are_refused_by_name():
