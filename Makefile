@@ -16,7 +16,14 @@ JAX_KERAS3 := jax==0.10.2 jaxlib==0.10.2
 
 .PHONY: setup setup-keras3 run test test-keras3 test-fast docs lint bench study study-v3 data clean-venv
 
-setup: $(VENV)/.lbtrain-installed data
+setup: $(VENV)/.lbtrain-installed $(VENV)/.kernels data
+
+# lbtrain's compiled CPU kernels (lbtrain/kernels/: ghost batch norm), one library per TensorFlow
+# version in the source tree; rebuilt when the source changes. Without them lbtrain runs on
+# TensorFlow ops, only slower.
+$(VENV)/.kernels: $(VENV)/.lbtrain-installed lbtrain/kernels/ghost_batch_norm.cc
+	$(BIN)/python -m lbtrain.kernels
+	touch $@
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -69,7 +76,11 @@ $(VENV_KERAS3)/.jax: | $(VENV_KERAS3)/.lbtrain-installed
 	$(BIN_KERAS3)/pip install --quiet $(JAX_KERAS3)
 	touch $@
 
-setup-keras3: $(VENV_KERAS3)/.lbtrain-installed $(VENV_KERAS3)/.jax data
+$(VENV_KERAS3)/.kernels: $(VENV_KERAS3)/.lbtrain-installed lbtrain/kernels/ghost_batch_norm.cc
+	$(BIN_KERAS3)/python -m lbtrain.kernels
+	touch $@
+
+setup-keras3: $(VENV_KERAS3)/.lbtrain-installed $(VENV_KERAS3)/.jax $(VENV_KERAS3)/.kernels data
 
 # pytest-xdist: TEST_WORKERS processes per stack (logical: one per logical core), each idle worker taking
 # tests from the other's queue (worksteal); tests/conftest.py starts the modules with slow tests.

@@ -1,0 +1,124 @@
+"""lbtrain.kernels: the compiled ghost batch norm against a NumPy reference and against lbtrain's
+TensorFlow ops (values and gradients), where it is not used (XLA, SavedModel traces), and its
+build's failures."""
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import run_python
+from lbtrain import kernels, layers
+from lbtrain.layers import GhostBatchNormalization
+
+EPSILON = 1e-3
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    """The kernels, built here if ``make setup`` has not built them from the current source."""
+    kernels.build()
+    kernels.ghost_batch_norm_ops.cache_clear()
+    ops = kernels.ghost_batch_norm_ops()
+    assert ops is not None
+    return ops
+
+
+def _inputs(seed: int = 0, shape=(4, 3, 5, 7)):
+    """``[b, G, S, C]`` away from zero mean and unit variance, and per-channel scale and offset."""
+    rng = np.random.default_rng(seed)
+    x = (rng.normal(size=shape) * 2.5 + 3.0).astype(np.float32)
+    scale, offset = (rng.normal(size=shape[-1]).astype(np.float32) for _ in range(2))
+    return x, scale, offset
+
+
+def test_the_forward_pass_equals_a_numpy_reference(compiled):
+    x, scale, offset = _inputs()
+    y, mean, variance = (t.numpy() for t in compiled.lbtrain_ghost_batch_norm(x, scale, offset, epsilon=EPSILON))
+    wide = x.astype(np.float64)
+    want_mean = wide.mean(axis=(0, 2))  # per group and channel: [G, C]
+    want_variance = wide.var(axis=(0, 2))
+    want_y = (wide - want_mean[None, :, None]) / np.sqrt(want_variance[None, :, None] + EPSILON) * scale + offset
+    np.testing.assert_allclose(mean, want_mean, rtol=1e-6)
+    np.testing.assert_allclose(variance, want_variance, rtol=1e-6)
+    np.testing.assert_allclose(y, want_y, atol=2e-6)
+
+
+@pytest.mark.parametrize("shape", [(4, 3, 5, 7), (8, 16, 1, 3), (2, 5, 49, 32)], ids=["small", "dense", "conv"])
+def test_values_and_gradients_equal_the_tensorflow_ops(compiled, shape):
+    x, scale, offset = _inputs(1, shape)
+    upstream = np.random.default_rng(2).normal(size=shape).astype(np.float32)
+
+    def run(implementation, *extra):
+        variables = [tf.Variable(value) for value in (x, scale, offset)]
+        with tf.GradientTape() as tape:
+            y, mean, variance = implementation(*extra, *variables, EPSILON)
+            loss = tf.reduce_sum(y * upstream)
+        return [t.numpy() for t in (y, mean, variance, *tape.gradient(loss, variables))]
+
+    got = run(layers._ghost_batch_norm_compiled, compiled)
+    want = run(layers._ghost_batch_norm_ops)
+    for name, a, b in zip(("y", "mean", "variance", "dx", "d_scale", "d_offset"), got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-5, err_msg=name)
+
+
+def test_the_layer_uses_the_kernels_eagerly_and_its_ops_under_xla_with_equal_results(compiled):
+    layer = GhostBatchNormalization(virtual_batch_size=4)
+    x = _inputs(3, (16, 6, 6, 5))[0]
+    layer.build(x.shape)
+    eager = layer(x, training=True).numpy()
+    compiled_step = tf.function(lambda inputs: layer(inputs, training=True), jit_compile=True)
+    under_xla = compiled_step(tf.constant(x)).numpy()  # a kernel inside an XLA cluster would not compile
+    np.testing.assert_allclose(under_xla, eager, atol=2e-5)
+    traced = tf.function(lambda inputs: layer(inputs, training=True)).get_concrete_function(tf.TensorSpec(x.shape))
+    assert "LbtrainGhostBatchNorm" in {op.type for op in traced.graph.get_operations()}
+
+
+def test_a_savedmodel_holds_no_kernel_and_loads_where_lbtrain_is_not_imported(compiled, tmp_path):
+    inputs = tf.keras.Input((6, 6, 5))
+    model = tf.keras.Model(inputs, GhostBatchNormalization(virtual_batch_size=2)(inputs))
+    path = str(tmp_path / "saved")
+    tf.saved_model.save(model, path)
+    assert b"LbtrainGhostBatchNorm" not in (tmp_path / "saved" / "saved_model.pb").read_bytes()
+    loaded = run_python("import sys, tensorflow as tf; tf.saved_model.load(sys.argv[1]); "
+                        "print(any(name.startswith('lbtrain') for name in sys.modules))", path)
+    assert loaded.returncode == 0, loaded.stderr[-2000:]
+    assert loaded.stdout.split() == ["False"]
+
+
+def test_without_a_library_for_this_tensorflow_the_layer_runs_on_its_ops(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(kernels, "library_path", lambda: tmp_path / "ghost_batch_norm-tf0.0.so")
+    kernels.ghost_batch_norm_ops.cache_clear()
+    try:
+        with caplog.at_level(logging.DEBUG, logger="lbtrain.kernels"):
+            assert kernels.ghost_batch_norm_ops() is None
+            layer = GhostBatchNormalization(virtual_batch_size=2)
+            layer.build((8, 3, 4))
+            traced = tf.function(lambda inputs: layer(inputs, training=True))
+            graph = traced.get_concrete_function(tf.TensorSpec((8, 3, 4))).graph
+    finally:
+        kernels.ghost_batch_norm_ops.cache_clear()
+    assert "LbtrainGhostBatchNorm" not in {op.type for op in graph.get_operations()}
+    assert "ghost_batch_norm-tf0.0.so is not built (python -m lbtrain.kernels builds it)" in caplog.text
+
+
+@pytest.mark.parametrize("compiler, message", [
+    ("/nonexistent/c++", "no C++ compiler '/nonexistent/c++' on PATH (set CXX, or install g++)"),
+    ("false", "compiling ghost_batch_norm.cc failed (false exit 1): (no output)"),
+])
+def test_a_build_that_cannot_compile_is_one_line_and_leaves_no_library(tmp_path, monkeypatch, capsys, compiler, message):
+    target = tmp_path / "ghost_batch_norm-tf0.0.so"
+    monkeypatch.setattr(kernels, "library_path", lambda: target)
+    monkeypatch.setenv("CXX", compiler)
+    assert kernels.main() == 1
+    assert capsys.readouterr().err.strip().startswith(f"lbtrain.kernels: {message}")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_the_library_cannot_be_written_to_is_one_line(monkeypatch, capsys):
+    # /proc refuses new files even to root, who can write anywhere else.
+    monkeypatch.setattr(kernels, "library_path", lambda: Path("/proc/lbtrain-kernels/ghost_batch_norm-tf0.0.so"))
+    assert kernels.main() == 1
+    assert capsys.readouterr().err.strip().startswith("lbtrain.kernels: cannot write the library into /proc/lbtrain-kernels (")
