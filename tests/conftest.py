@@ -54,6 +54,7 @@ MAIN_STACK_ONLY = {
     "tests/studies/test_protocol.py": "the tuning protocol's planning, seeds and tables (its trials train as any sweep's)",
     "tests/studies/test_search.py": "the log2 grid and TPE settings of the protocol's search",
     "tests/config/": "YAML limits and number checks, before any model exists",
+    "tests/test_experiments.py": "the committed experiments' YAML and the tuning results they were built on",
     "tests/studies/test_sweep.py::test_resume_after_sigkill_fails_the_stale_trial_and_completes_the_study":
         "a killed worker's stale trial failed by the storage's heartbeat, and the study topped up: Optuna's storage, not Keras",
     "tests/studies/test_sweep.py::test_two_workers_share_one_study": "two workers claiming the trials of one Optuna storage",

@@ -43,7 +43,8 @@ def test_studies_built_on_goyal_bn_use_its_tuned_momentum_base_lr(name):
 
 @pytest.mark.parametrize("name", BUILT_ON_GOYAL_V3)
 def test_studies_built_on_goyal_v3_use_the_base_lr_its_grid_chose_at_every_world_size(name):
-    storage = f"sqlite:///{GOYAL_V3 / 'optuna.db'}"
+    # Read-only: the committed file is never written, nor waited on while another process reads it.
+    storage = f"sqlite:///file:{GOYAL_V3 / 'optuna.db'}?mode=ro&uri=true"
     best = set()
     for size in (1, 4, 16):
         study = optuna.load_study(study_name=f"goyal_v3-momentum-warmup-w{size}", storage=storage)
