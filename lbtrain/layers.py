@@ -16,8 +16,8 @@ elementwise pass in TensorFlow ops reads and writes the whole tensor (8 such pas
 step, against 2 for Keras's fused BN; folding the groups into the channel axis around the fused
 kernel needs four full transposes per step and measured slower). Where lbtrain's compiled kernels
 are built (``lbtrain.kernels``) the layer computes the same formulas with them, one group at a
-time while its samples are in the core's cache: as fast as the fused kernel on the benchmarks'
-conv layers. XLA-compiled steps, SavedModel traces and dtypes other than float32 use the ops.
+time while its samples are in the core's cache: about as fast as the fused kernel on the
+benchmarks' conv layers. XLA-compiled steps, SavedModel traces and dtypes other than float32 use the ops.
 """
 
 from __future__ import annotations

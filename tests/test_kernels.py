@@ -34,8 +34,11 @@ def _inputs(seed: int = 0, shape=(4, 3, 5, 7)):
     return x, scale, offset
 
 
-def test_the_forward_pass_equals_a_numpy_reference(compiled):
-    x, scale, offset = _inputs()
+@pytest.mark.parametrize("shape, shift", [((4, 3, 5, 7), 3.0), ((2, 2, 40000, 3), 100.0)], ids=["small", "large images"])
+def test_the_forward_pass_equals_a_numpy_reference(compiled, shape, shift):
+    """Large images: 80,000 values a group far from zero mean, summed in float chunks, in double across them."""
+    x, scale, offset = _inputs(shape=shape)
+    x += shift - 3.0
     y, mean, variance = (t.numpy() for t in compiled.lbtrain_ghost_batch_norm(x, scale, offset, epsilon=EPSILON))
     wide = x.astype(np.float64)
     want_mean = wide.mean(axis=(0, 2))  # per group and channel: [G, C]

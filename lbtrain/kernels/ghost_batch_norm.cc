@@ -11,6 +11,7 @@
 //   dx = scale * inverse * (dy - sum(dy) / n - (x - mean) * inverse^2 * sum(dy * (x - mean)) / n),
 //   d_scale = sum over groups of sum(dy * (x - mean)) * inverse, d_offset = sum over groups of sum(dy).
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -79,13 +80,22 @@ struct Layout {
   int64_t count() const { return b * (block / channels); }  // n = b * S
 };
 
-// partial[c] = sum over the block's positions of term(value, c), in float: one sample's positions
-// (a block), whose sums the caller adds up in double. The channel loop is innermost, contiguous.
+// Sums run in float over at most kChunk positions at a time (the channel loop innermost and
+// contiguous, so it vectorizes), and each chunk's sums are added up in double: float rounding
+// never accumulates over more than kChunk terms, however large the images.
+constexpr int64_t kChunk = 256;
+
+// total[c] += sum over the block's positions of term(value, c); partial is scratch of C floats.
 template <typename Term>
-inline void accumulate(const float* __restrict block, int64_t size, int64_t channels, float* __restrict partial, Term term) {
-  for (int64_t c = 0; c < channels; ++c) partial[c] = 0.0f;
-  for (int64_t p = 0; p < size; p += channels)
-    for (int64_t c = 0; c < channels; ++c) partial[c] += term(block[p + c], c);
+inline void accumulate(const float* __restrict block, int64_t size, int64_t channels, float* __restrict partial,
+                       double* __restrict total, Term term) {
+  for (int64_t start = 0; start < size; start += kChunk * channels) {
+    const int64_t end = std::min(size, start + kChunk * channels);
+    for (int64_t c = 0; c < channels; ++c) partial[c] = 0.0f;
+    for (int64_t p = start; p < end; p += channels)
+      for (int64_t c = 0; c < channels; ++c) partial[c] += term(block[p + c], c);
+    for (int64_t c = 0; c < channels; ++c) total[c] += partial[c];
+  }
 }
 
 // Runs work(g) for every group on TensorFlow's intra-op threads.
@@ -128,19 +138,16 @@ class GhostBatchNormOp : public OpKernel {
 
     for_each_group(context, layout, 3, [&](int64_t g) {
       std::vector<double> sum(channels, 0.0), squares(channels, 0.0);
-      std::vector<float> mu(channels), k(channels), shift(channels), partial(channels);
-      for (int64_t i = 0; i < layout.b; ++i) {
-        accumulate(in + layout.offset(i, g), layout.block, channels, partial.data(), [](float value, int64_t) { return value; });
-        for (int64_t c = 0; c < channels; ++c) sum[c] += partial[c];
-      }
+      std::vector<float> mu(channels), k(channels), partial(channels);
+      for (int64_t i = 0; i < layout.b; ++i)
+        accumulate(in + layout.offset(i, g), layout.block, channels, partial.data(), sum.data(), [](float value, int64_t) { return value; });
       for (int64_t c = 0; c < channels; ++c) mu[c] = static_cast<float>(sum[c] / n);
       const float* centre = mu.data();
       for (int64_t i = 0; i < layout.b; ++i) {
-        accumulate(in + layout.offset(i, g), layout.block, channels, partial.data(), [centre](float value, int64_t c) {
+        accumulate(in + layout.offset(i, g), layout.block, channels, partial.data(), squares.data(), [centre](float value, int64_t c) {
           const float centered = value - centre[c];
           return centered * centered;
         });
-        for (int64_t c = 0; c < channels; ++c) squares[c] += partial[c];
       }
       for (int64_t c = 0; c < channels; ++c) {
         const float var = static_cast<float>(squares[c] / n);
@@ -148,15 +155,15 @@ class GhostBatchNormOp : public OpKernel {
         means[g * channels + c] = mu[c];
         variances[g * channels + c] = var;
         k[c] = gamma[c] * inv;
-        shift[c] = beta[c] - mu[c] * k[c];
       }
+      // Centred before scaling, as the ops compute it: x * k - mean * k would cancel digits where
+      // the mean is large against the spread.
       const float* __restrict factor = k.data();
-      const float* __restrict term = shift.data();
       for (int64_t i = 0; i < layout.b; ++i) {
         const float* __restrict row = in + layout.offset(i, g);
         float* __restrict written = out + layout.offset(i, g);
         for (int64_t p = 0; p < layout.block; p += channels)
-          for (int64_t c = 0; c < channels; ++c) written[p + c] = row[p + c] * factor[c] + term[c];
+          for (int64_t c = 0; c < channels; ++c) written[p + c] = (row[p + c] - centre[c]) * factor[c] + beta[c];
       }
     });
   }
@@ -204,39 +211,43 @@ class GhostBatchNormGradOp : public OpKernel {
       double* sum_dy_centered = sums_dy_centered.data() + g * channels;
       for (int64_t c = 0; c < channels; ++c) sum_dy[c] = sum_dy_centered[c] = 0.0;
       std::vector<float> partial_dy(channels), partial_dy_centered(channels);
+      float* __restrict a_dy = partial_dy.data();
+      float* __restrict a_dy_centered = partial_dy_centered.data();
       for (int64_t i = 0; i < layout.b; ++i) {
         const float* __restrict rows_dy = gradient + layout.offset(i, g);
         const float* __restrict rows_x = in + layout.offset(i, g);
-        float* __restrict a_dy = partial_dy.data();
-        float* __restrict a_dy_centered = partial_dy_centered.data();
-        for (int64_t c = 0; c < channels; ++c) a_dy[c] = a_dy_centered[c] = 0.0f;
-        for (int64_t p = 0; p < layout.block; p += channels)
+        for (int64_t start = 0; start < layout.block; start += kChunk * channels) {  // as accumulate, two sums at once
+          const int64_t end = std::min(layout.block, start + kChunk * channels);
+          for (int64_t c = 0; c < channels; ++c) a_dy[c] = a_dy_centered[c] = 0.0f;
+          for (int64_t p = start; p < end; p += channels)
+            for (int64_t c = 0; c < channels; ++c) {
+              a_dy[c] += rows_dy[p + c];
+              a_dy_centered[c] += rows_dy[p + c] * (rows_x[p + c] - mu[c]);
+            }
           for (int64_t c = 0; c < channels; ++c) {
-            a_dy[c] += rows_dy[p + c];
-            a_dy_centered[c] += rows_dy[p + c] * (rows_x[p + c] - mu[c]);
+            sum_dy[c] += a_dy[c];
+            sum_dy_centered[c] += a_dy_centered[c];
           }
-        for (int64_t c = 0; c < channels; ++c) {
-          sum_dy[c] += a_dy[c];
-          sum_dy_centered[c] += a_dy_centered[c];
         }
       }
       // dx = k * dy - k * sum_dy / n - (x - mean) * k * inverse^2 * sum_dy_centered / n
-      //    = k * dy + a * x + d, with a = -k * inverse^2 * sum_dy_centered / n and d = -k * sum_dy / n - a * mean.
+      //    = k * dy + a * (x - mean) + d, with a = -k * inverse^2 * sum_dy_centered / n and d = -k * sum_dy / n.
       std::vector<float> k(channels), a(channels), d(channels);
       for (int64_t c = 0; c < channels; ++c) {
         k[c] = gamma[c] * inv[c];
         a[c] = static_cast<float>(-k[c] * inv[c] * inv[c] * sum_dy_centered[c] / n);
-        d[c] = static_cast<float>(-k[c] * sum_dy[c] / n) - a[c] * mu[c];
+        d[c] = static_cast<float>(-k[c] * sum_dy[c] / n);
       }
       const float* __restrict k_ = k.data();
       const float* __restrict a_ = a.data();
       const float* __restrict d_ = d.data();
+      const float* __restrict centre = mu;
       for (int64_t i = 0; i < layout.b; ++i) {
         const float* __restrict rows_dy = gradient + layout.offset(i, g);
         const float* __restrict rows_x = in + layout.offset(i, g);
         float* __restrict written = out + layout.offset(i, g);
         for (int64_t p = 0; p < layout.block; p += channels)
-          for (int64_t c = 0; c < channels; ++c) written[p + c] = k_[c] * rows_dy[p + c] + a_[c] * rows_x[p + c] + d_[c];
+          for (int64_t c = 0; c < channels; ++c) written[p + c] = k_[c] * rows_dy[p + c] + a_[c] * (rows_x[p + c] - centre[c]) + d_[c];
       }
     });
     float* scale_gradient = d_scale->flat<float>().data();
