@@ -17,7 +17,7 @@ step, against 2 for Keras's fused BN; folding the groups into the channel axis a
 kernel needs four full transposes per step and measured slower). Where lbtrain's compiled kernels
 are built (``lbtrain.kernels``) the layer computes the same formulas with them, one group at a
 time while its samples are in the core's cache: about as fast as the fused kernel on the
-benchmarks' conv layers. XLA-compiled steps, SavedModel traces and dtypes other than float32 use the ops.
+benchmarks' conv layers. XLA-compiled steps, SavedModel traces, GPUs and dtypes other than float32 use the ops.
 """
 
 from __future__ import annotations
@@ -155,9 +155,10 @@ def _in_save_context() -> bool:
 
 def _compiled_kernels(grouped: tf.Tensor):
     """lbtrain's compiled ghost batch norm (``lbtrain.kernels``) where it applies: float32, an
-    eager or ``tf.function`` step that is neither XLA-compiled nor traced for a SavedModel, and a
-    library built for this TensorFlow; else None."""
-    if grouped.dtype != tf.float32 or _in_xla_context() or _in_save_context():
+    eager or ``tf.function`` step that is neither XLA-compiled nor traced for a SavedModel, no GPU
+    visible (the kernel is the CPU's: on a GPU the activations would cross to the host and back),
+    and a library built for this TensorFlow; else None."""
+    if grouped.dtype != tf.float32 or _in_xla_context() or _in_save_context() or tf.config.list_physical_devices("GPU"):
         return None
     from lbtrain.kernels import ghost_batch_norm_ops
 

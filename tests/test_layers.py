@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from lbtrain import layers
 from lbtrain._keras import KERAS_3, variable_name
 from lbtrain.layers import GhostBatchNormalization
 
@@ -59,8 +60,11 @@ def keras_ghost_batch_norm():
     return per_group, layer
 
 
+@pytest.mark.parametrize("implementation", ["compiled kernel where built", "tensorflow ops"])
 @pytest.mark.parametrize("sample_shape", [(5, 5, 2), (7, 2), (2,)], ids=["conv2d", "conv1d", "dense"])
-def test_matches_keras_virtual_batch_norm_in_value_and_gradient(sample_shape):
+def test_matches_keras_virtual_batch_norm_in_value_and_gradient(sample_shape, implementation, monkeypatch):
+    if implementation == "tensorflow ops":  # as where lbtrain.kernels is not built
+        monkeypatch.setattr(layers, "_compiled_kernels", lambda grouped: None)
     x = tf.constant(conv_input(1, sample_shape))
     ours = GhostBatchNormalization(BATCH)
     results = []

@@ -70,17 +70,25 @@ def build() -> Path:
         raise KernelBuildError(f"no C++ compiler {command[0]!r} on PATH (set CXX, or install g++); "
                                "lbtrain's ghost batch norm runs on TensorFlow ops without its kernel")
     try:
-        with tempfile.TemporaryDirectory(dir=target.parent) as folder:
-            partial = Path(folder) / target.name
-            command = compile_command(partial)
-            completed = subprocess.run(command, capture_output=True, text=True)
-            if completed.returncode != 0:
-                last = (completed.stderr.strip().splitlines() or ["(no output)"])[-1]
-                raise KernelBuildError(f"compiling {SOURCE.name} failed ({command[0]} exit {completed.returncode}): {last}")
-            os.replace(partial, target)
+        folder = tempfile.mkdtemp(dir=target.parent)
     except OSError as error:
         raise KernelBuildError(f"cannot write the library into {target.parent} ({error.strerror or error}); "
                                "install lbtrain where you can write, or run this as its owner") from error
+    try:
+        partial = Path(folder) / target.name
+        command = compile_command(partial)
+        try:
+            completed = subprocess.run(command, capture_output=True, text=True)
+        except OSError as error:
+            raise KernelBuildError(f"the C++ compiler {command[0]!r} cannot run ({error.strerror or error})") from error
+        if completed.returncode != 0:
+            lines = completed.stderr.strip().splitlines()
+            first_error = next((line for line in lines if "error" in line), lines[-1] if lines else "(no output)")
+            raise KernelBuildError(f"compiling {SOURCE.name} failed ({command[0]} exit {completed.returncode}): {first_error}")
+        os.replace(partial, target)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    ghost_batch_norm_ops.cache_clear()  # a process that looked before the build loads it now
     return target
 
 
@@ -92,8 +100,11 @@ def ghost_batch_norm_ops() -> ModuleType | None:
 
     path = library_path()
     if not _up_to_date(path):
-        logger.debug("ghost batch norm on TensorFlow ops: %s is %s (python -m lbtrain.kernels builds it)", path.name,
-                     "older than its source" if path.is_file() else "not built")
+        # A library older than its source (lbtrain upgraded since the build) is worth a warning:
+        # the user built it once and would not know it went unused.
+        logger.log(logging.WARNING if path.is_file() else logging.DEBUG,
+                   "ghost batch norm on TensorFlow ops: %s is %s (python -m lbtrain.kernels builds it)", path.name,
+                   "older than its source" if path.is_file() else "not built")
         return None
     try:
         return tf.load_op_library(str(path))

@@ -73,11 +73,12 @@ REGISTER_OP("LbtrainGhostBatchNormGrad")
 namespace {
 
 struct Layout {
-  int64_t b, groups, block, channels;  // block = S * C, the floats of one x[i, g]
+  int64_t b, groups, positions, channels, block;  // block = S * C, the floats of one x[i, g]
   explicit Layout(const Tensor& x)
-      : b(x.dim_size(0)), groups(x.dim_size(1)), block(x.dim_size(2) * x.dim_size(3)), channels(x.dim_size(3)) {}
+      : b(x.dim_size(0)), groups(x.dim_size(1)), positions(x.dim_size(2)), channels(x.dim_size(3)),
+        block(x.dim_size(2) * x.dim_size(3)) {}
   int64_t offset(int64_t i, int64_t g) const { return (i * groups + g) * block; }
-  int64_t count() const { return b * (block / channels); }  // n = b * S
+  int64_t count() const { return b * positions; }  // n = b * S
 };
 
 // Sums run in float over at most kChunk positions at a time (the channel loop innermost and
@@ -85,26 +86,36 @@ struct Layout {
 // never accumulates over more than kChunk terms, however large the images.
 constexpr int64_t kChunk = 256;
 
-// total[c] += sum over the block's positions of term(value, c); partial is scratch of C floats.
+// total[c] += sum over the block's positions of term(value, c), for channels c0 <= c < c1;
+// partial is scratch indexed as total.
 template <typename Term>
-inline void accumulate(const float* __restrict block, int64_t size, int64_t channels, float* __restrict partial,
-                       double* __restrict total, Term term) {
+inline void accumulate(const float* __restrict block, int64_t size, int64_t channels, int64_t c0, int64_t c1,
+                       float* __restrict partial, double* __restrict total, Term term) {
   for (int64_t start = 0; start < size; start += kChunk * channels) {
     const int64_t end = std::min(size, start + kChunk * channels);
-    for (int64_t c = 0; c < channels; ++c) partial[c] = 0.0f;
+    for (int64_t c = c0; c < c1; ++c) partial[c] = 0.0f;
     for (int64_t p = start; p < end; p += channels)
-      for (int64_t c = 0; c < channels; ++c) partial[c] += term(block[p + c], c);
-    for (int64_t c = 0; c < channels; ++c) total[c] += partial[c];
+      for (int64_t c = c0; c < c1; ++c) partial[c] += term(block[p + c], c);
+    for (int64_t c = c0; c < c1; ++c) total[c] += partial[c];
   }
 }
 
-// Runs work(g) for every group on TensorFlow's intra-op threads.
+// Runs work(g, c0, c1) on TensorFlow's intra-op threads for every group g and channels c0 <= c < c1:
+// whole groups when there are at least as many groups as threads, else each group's channels in
+// ceil(threads / G) pieces, so that the few groups of a small world still use every core.
 template <typename Work>
-void for_each_group(OpKernelContext* context, const Layout& layout, int64_t passes, Work work) {
+void for_each_piece(OpKernelContext* context, const Layout& layout, int64_t passes, Work work) {
   auto* workers = context->device()->tensorflow_cpu_worker_threads();
-  tensorflow::Shard(workers->num_threads, workers->workers, layout.groups, passes * layout.b * layout.block,
+  const int64_t threads = workers->num_threads, groups = layout.groups, channels = layout.channels;
+  if (groups == 0 || channels == 0) return;
+  const int64_t pieces = std::min(channels, std::max<int64_t>(1, (threads + groups - 1) / groups));
+  const int64_t width = (channels + pieces - 1) / pieces;
+  tensorflow::Shard(threads, workers->workers, groups * pieces, passes * layout.b * layout.block / pieces,
                     [&](int64_t first, int64_t last) {
-                      for (int64_t g = first; g < last; ++g) work(g);
+                      for (int64_t unit = first; unit < last; ++unit) {
+                        const int64_t g = unit / pieces, c0 = (unit % pieces) * width, c1 = std::min(channels, c0 + width);
+                        if (c0 < c1) work(g, c0, c1);
+                      }
                     });
 }
 
@@ -136,20 +147,20 @@ class GhostBatchNormOp : public OpKernel {
     const double n = static_cast<double>(layout.count());
     const float epsilon = epsilon_;
 
-    for_each_group(context, layout, 3, [&](int64_t g) {
+    for_each_piece(context, layout, 3, [&](int64_t g, int64_t c0, int64_t c1) {
       std::vector<double> sum(channels, 0.0), squares(channels, 0.0);
       std::vector<float> mu(channels), k(channels), partial(channels);
       for (int64_t i = 0; i < layout.b; ++i)
-        accumulate(in + layout.offset(i, g), layout.block, channels, partial.data(), sum.data(), [](float value, int64_t) { return value; });
-      for (int64_t c = 0; c < channels; ++c) mu[c] = static_cast<float>(sum[c] / n);
+        accumulate(in + layout.offset(i, g), layout.block, channels, c0, c1, partial.data(), sum.data(), [](float value, int64_t) { return value; });
+      for (int64_t c = c0; c < c1; ++c) mu[c] = static_cast<float>(sum[c] / n);
       const float* centre = mu.data();
       for (int64_t i = 0; i < layout.b; ++i) {
-        accumulate(in + layout.offset(i, g), layout.block, channels, partial.data(), squares.data(), [centre](float value, int64_t c) {
+        accumulate(in + layout.offset(i, g), layout.block, channels, c0, c1, partial.data(), squares.data(), [centre](float value, int64_t c) {
           const float centered = value - centre[c];
           return centered * centered;
         });
       }
-      for (int64_t c = 0; c < channels; ++c) {
+      for (int64_t c = c0; c < c1; ++c) {
         const float var = static_cast<float>(squares[c] / n);
         const float inv = 1.0f / std::sqrt(var + epsilon);
         means[g * channels + c] = mu[c];
@@ -163,7 +174,7 @@ class GhostBatchNormOp : public OpKernel {
         const float* __restrict row = in + layout.offset(i, g);
         float* __restrict written = out + layout.offset(i, g);
         for (int64_t p = 0; p < layout.block; p += channels)
-          for (int64_t c = 0; c < channels; ++c) written[p + c] = (row[p + c] - centre[c]) * factor[c] + beta[c];
+          for (int64_t c = c0; c < c1; ++c) written[p + c] = (row[p + c] - centre[c]) * factor[c] + beta[c];
       }
     });
   }
@@ -188,6 +199,10 @@ class GhostBatchNormGradOp : public OpKernel {
                 tensorflow::errors::InvalidArgument("dy and x must both be [b, G, S, C]"));
     const Layout layout(x);
     const int64_t channels = layout.channels;
+    OP_REQUIRES(context, scale.NumElements() == channels,
+                tensorflow::errors::InvalidArgument("scale must have one value per channel"));
+    OP_REQUIRES(context, mean.NumElements() == layout.groups * channels && variance.NumElements() == layout.groups * channels,
+                tensorflow::errors::InvalidArgument("mean and variance must be [G, C]"));
     Tensor *dx = nullptr, *d_scale = nullptr, *d_offset = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(0, x.shape(), &dx));
     OP_REQUIRES_OK(context, context->allocate_output(1, TensorShape({channels}), &d_scale));
@@ -204,12 +219,12 @@ class GhostBatchNormGradOp : public OpKernel {
     // Per group and channel, summed over the groups once every group is done.
     std::vector<double> sums_dy(layout.groups * channels), sums_dy_centered(layout.groups * channels);
 
-    for_each_group(context, layout, 2, [&](int64_t g) {
+    for_each_piece(context, layout, 2, [&](int64_t g, int64_t c0, int64_t c1) {
       const float* mu = means + g * channels;
       const float* inv = inverses.data() + g * channels;
       double* sum_dy = sums_dy.data() + g * channels;
       double* sum_dy_centered = sums_dy_centered.data() + g * channels;
-      for (int64_t c = 0; c < channels; ++c) sum_dy[c] = sum_dy_centered[c] = 0.0;
+      for (int64_t c = c0; c < c1; ++c) sum_dy[c] = sum_dy_centered[c] = 0.0;
       std::vector<float> partial_dy(channels), partial_dy_centered(channels);
       float* __restrict a_dy = partial_dy.data();
       float* __restrict a_dy_centered = partial_dy_centered.data();
@@ -218,13 +233,13 @@ class GhostBatchNormGradOp : public OpKernel {
         const float* __restrict rows_x = in + layout.offset(i, g);
         for (int64_t start = 0; start < layout.block; start += kChunk * channels) {  // as accumulate, two sums at once
           const int64_t end = std::min(layout.block, start + kChunk * channels);
-          for (int64_t c = 0; c < channels; ++c) a_dy[c] = a_dy_centered[c] = 0.0f;
+          for (int64_t c = c0; c < c1; ++c) a_dy[c] = a_dy_centered[c] = 0.0f;
           for (int64_t p = start; p < end; p += channels)
-            for (int64_t c = 0; c < channels; ++c) {
+            for (int64_t c = c0; c < c1; ++c) {
               a_dy[c] += rows_dy[p + c];
               a_dy_centered[c] += rows_dy[p + c] * (rows_x[p + c] - mu[c]);
             }
-          for (int64_t c = 0; c < channels; ++c) {
+          for (int64_t c = c0; c < c1; ++c) {
             sum_dy[c] += a_dy[c];
             sum_dy_centered[c] += a_dy_centered[c];
           }
@@ -233,7 +248,7 @@ class GhostBatchNormGradOp : public OpKernel {
       // dx = k * dy - k * sum_dy / n - (x - mean) * k * inverse^2 * sum_dy_centered / n
       //    = k * dy + a * (x - mean) + d, with a = -k * inverse^2 * sum_dy_centered / n and d = -k * sum_dy / n.
       std::vector<float> k(channels), a(channels), d(channels);
-      for (int64_t c = 0; c < channels; ++c) {
+      for (int64_t c = c0; c < c1; ++c) {
         k[c] = gamma[c] * inv[c];
         a[c] = static_cast<float>(-k[c] * inv[c] * inv[c] * sum_dy_centered[c] / n);
         d[c] = static_cast<float>(-k[c] * sum_dy[c] / n);
@@ -247,7 +262,7 @@ class GhostBatchNormGradOp : public OpKernel {
         const float* __restrict rows_x = in + layout.offset(i, g);
         float* __restrict written = out + layout.offset(i, g);
         for (int64_t p = 0; p < layout.block; p += channels)
-          for (int64_t c = 0; c < channels; ++c) written[p + c] = k_[c] * rows_dy[p + c] + a_[c] * (rows_x[p + c] - centre[c]) + d_[c];
+          for (int64_t c = c0; c < c1; ++c) written[p + c] = k_[c] * rows_dy[p + c] + a_[c] * (rows_x[p + c] - centre[c]) + d_[c];
       }
     });
     float* scale_gradient = d_scale->flat<float>().data();

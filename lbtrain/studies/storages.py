@@ -355,9 +355,10 @@ def claim_trial(study: optuna.Study, trials: int) -> optuna.Trial | None:
             continue
         if len(study.get_trials(deepcopy=False, states=TAKEN)) <= trials:
             return optuna.Trial(study, claimed)
-        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
-            storage.set_trial_state_values(claimed, state=TrialState.WAITING)
-        _CLAIMED.pop(claimed, None)
+        with _interrupt_after():  # put back and no longer claimed, both or neither
+            with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+                storage.set_trial_state_values(claimed, state=TrialState.WAITING)
+            _CLAIMED.pop(claimed, None)
         put_back.add(storage.get_trial(claimed).number)
         time.sleep(random.uniform(0.05, 0.5))
 
