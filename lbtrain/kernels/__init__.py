@@ -95,7 +95,8 @@ def build() -> Path:
 @functools.cache
 def ghost_batch_norm_ops() -> ModuleType | None:
     """The loaded kernels (``lbtrain_ghost_batch_norm`` and its ``_grad``), or None when they
-    are not built for this TensorFlow or do not load (said once, at DEBUG)."""
+    are not built for this TensorFlow or do not load (said once: a WARNING for a library older
+    than its source, else at DEBUG)."""
     import tensorflow as tf
 
     path = library_path()
