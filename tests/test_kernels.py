@@ -4,6 +4,7 @@ build's failures."""
 
 import json
 import logging
+import os
 from pathlib import Path
 
 import numpy as np
@@ -166,3 +167,20 @@ def test_fewer_groups_than_threads_split_the_channels_with_equal_results(compile
     assert completed.returncode == 0, completed.stderr[-2000:]
     result = json.loads(completed.stdout.splitlines()[-1])
     assert result == {"threads": 4, "close": True}  # the tolerance of the test on one thread above
+
+
+def test_a_library_older_than_its_source_is_a_warning_and_unused(tmp_path, monkeypatch, caplog):
+    """As after upgrading lbtrain: the source is newer than the library built from the old one."""
+    stale = tmp_path / "ghost_batch_norm-tf0.0.so"
+    stale.write_bytes(b"")
+    os.utime(stale, (0, 0))
+    monkeypatch.setattr(kernels, "library_path", lambda: stale)
+    kernels.ghost_batch_norm_ops.cache_clear()
+    try:
+        with caplog.at_level(logging.DEBUG, logger="lbtrain.kernels"):
+            assert kernels.ghost_batch_norm_ops() is None
+    finally:
+        kernels.ghost_batch_norm_ops.cache_clear()
+    assert [(record.levelname, record.getMessage()) for record in caplog.records] == [
+        ("WARNING", "ghost batch norm on TensorFlow ops: ghost_batch_norm-tf0.0.so is older than its source "
+                    "(python -m lbtrain.kernels builds it)")]
