@@ -407,12 +407,18 @@ def _claimed_until_done(study: optuna.Study, trial: optuna.Trial) -> Iterator[No
 def fail_claimed_trials() -> None:
     """Fails the trials this process claimed and did not finish (Ctrl-C between a claim and its
     run, or in the middle of one), so the rerun tops the study up at once instead of waiting for
-    their heartbeats to go stale. Best effort: a storage that fails here is left as it is."""
+    their heartbeats to go stale. Each is tried twice: Ctrl-C in the middle of a query leaves this
+    thread's database session in a transaction only a failed call rolls back. Best effort beyond
+    that: a storage that still fails is left as it is."""
     for trial_id, study in list(_CLAIMED.items()):
-        with contextlib.suppress(Exception):
-            storage = _storage_of(study)
-            if not storage.get_trial(trial_id).state.is_finished():
-                storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
+        storage = _storage_of(study)
+        for _attempt in range(2):
+            try:
+                if not storage.get_trial(trial_id).state.is_finished():
+                    storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
+                break
+            except Exception:
+                continue
         _CLAIMED.pop(trial_id, None)
 
 

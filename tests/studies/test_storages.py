@@ -435,6 +435,20 @@ def test_a_ctrl_c_just_after_the_storage_took_the_trial_leaves_it_claimed_and_fa
     assert [trial.state for trial in study.get_trials()] == [optuna.trial.TrialState.FAIL]
 
 
+def test_a_ctrl_c_mid_query_leaves_a_session_fail_claimed_trials_recovers_from(tmp_path):
+    """Ctrl-C in the middle of a query (the trial's pruning reports one each epoch) leaves this
+    thread's SQLAlchemy session in a transaction whose connection is gone; the next call on it
+    fails and rolls it back. fail_claimed_trials tries again, so the trial is failed, not left
+    RUNNING (CI's Ctrl-C test saw ['RUNNING'] with one worker)."""
+    from lbtrain.studies.storages import fail_claimed_trials
+
+    study = optuna.create_study(study_name="interrupted", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    claim_trial(study, 2)
+    study._storage._backend.scoped_session().connection().invalidate()  # as a query cut short leaves it
+    fail_claimed_trials()
+    assert [trial.state for trial in study.get_trials()] == [optuna.trial.TrialState.FAIL]
+
+
 # Damaged and failing storages: one line naming the file and how to recover, nothing else touched.
 
 def tiny_sweep(tmp_path, trials: int = 1):
