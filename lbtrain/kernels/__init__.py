@@ -43,13 +43,17 @@ def library_path() -> Path:
     return SOURCE.with_name(f"ghost_batch_norm-tf{tf.__version__}.so")
 
 
+def _compiler() -> list[str]:
+    """The compiler's command words: ``$CXX`` (``ccache g++`` is two), else ``c++``."""
+    return shlex.split(os.environ.get("CXX", "c++"))
+
+
 def compile_command(output: Path) -> list[str]:
     """The compiler call that builds ``SOURCE`` into ``output``: TensorFlow's own compile and link
     flags (``tf.sysconfig``), optimized, position-independent. ``$CXX`` names the compiler."""
     import tensorflow as tf
 
-    compiler = os.environ.get("CXX", "c++")
-    return [*shlex.split(compiler), "-O3", "-shared", "-fPIC", str(SOURCE), "-o", str(output),
+    return [*_compiler(), "-O3", "-shared", "-fPIC", str(SOURCE), "-o", str(output),
             *tf.sysconfig.get_compile_flags(), *tf.sysconfig.get_link_flags()]
 
 
@@ -65,9 +69,9 @@ def build() -> Path:
     target = library_path()
     if _up_to_date(target):
         return target
-    command = compile_command(target)
-    if shutil.which(command[0]) is None:
-        raise KernelBuildError(f"no C++ compiler {command[0]!r} on PATH (set CXX, or install g++); "
+    compiler = _compiler()[0]
+    if shutil.which(compiler) is None:
+        raise KernelBuildError(f"no C++ compiler {compiler!r} on PATH (set CXX, or install g++); "
                                "lbtrain's ghost batch norm runs on TensorFlow ops without its kernel")
     try:
         folder = tempfile.mkdtemp(dir=target.parent)
