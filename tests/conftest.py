@@ -63,6 +63,9 @@ MAIN_STACK_ONLY = {
         "lbtrain train's arguments refused before any model is built",
     "tests/test_render_elasticity.py": "the elasticity study's section rendered from its runs' files (the simulated "
                                        "elastic runs it renders: tests/test_elastic.py, on both stacks)",
+    "tests/test_bench.py::test_a_tiny_matrix_writes_a_csv_json_and_plot_with_positive_throughput":
+        "the bench's matrix of worlds, its CSV, JSON and plot (a model is benchmarked on Keras 3 by "
+        "tests/test_bench_own_model.py's registered name, on both stacks)",
     "tests/test_bench_own_model.py::test_a_step_cheaper_than_its_input_pipeline_is_labelled_input_bound":
         "the bench's label from the input pipeline's images/s against the step's (tf.data), not Keras",
     "tests/test_bench_own_model.py::test_a_model_by_reference_is_benchmarked_from_the_users_folder":
@@ -82,6 +85,9 @@ MAIN_STACK_ONLY = {
     "tests/studies/test_runner.py::test_a_copy_replaces_what_an_interrupted_attempt_left_and_a_damaged_twin_is_not_copied":
         "the runner's bookkeeping: copies of finished twins and what an interrupted copy left",
     "tests/cli/test_cli.py::test_run_exits_non_zero_when_a_run_failed_and_says_how_many": "lbtrain run's exit code and count of failed runs",
+    "tests/cli/test_cli.py::test_ctrl_c_in_sweep_is_one_line_exit_130_and_the_rerun_tops_up[2]":
+        "two sweep workers ended by one Ctrl-C and their claimed trials failed: lbtrain's processes and Optuna's storage "
+        "(Keras 3's fit interrupted inside a sweep's trial is the one-process case [1], on both stacks)",
     "tests/cli/test_cli.py::test_two_experiments_with_one_name_do_not_share_a_folder": "the results folder's owner, read from its files",
     "tests/studies/test_sweep.py::test_rerun_tops_up_to_the_requested_trials": "the trials an Optuna storage holds, topped up",
     "tests/studies/test_sweep.py::test_a_rerun_draws_new_trials_instead_of_repeating_the_first_ones": "Optuna's sampler seeded per rerun",

@@ -45,7 +45,7 @@ def test_arguments_that_do_not_go_together_are_one_line_exit_2(tmp_path, argumen
 
 
 @pytest.mark.parametrize("damage", [b"", b"not a database at all" * 200])
-def test_a_damaged_optuna_db_is_one_line_saying_how_to_report_without_it(tmp_path, damage):
+def test_a_damaged_optuna_db_is_one_line_saying_how_to_report_without_it(tmp_path, damage, lbtrain_here):
     """A sweep's folder (the committed goyal_sweep) whose optuna.db was damaged: one line naming
     the file, with the way out; nothing in the folder is written or lost."""
     import shutil
@@ -55,7 +55,7 @@ def test_a_damaged_optuna_db_is_one_line_saying_how_to_report_without_it(tmp_pat
     database = folder / "optuna.db"
     database.write_bytes(damage or (RESULTS / "goyal_sweep" / "optuna.db").read_bytes()[:20000])
     before = {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()}
-    result = run_cli("report", str(folder))
+    result = lbtrain_here("report", str(folder))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     [line] = stderr_lines(result.stderr)
     assert line.startswith(f"lbtrain: error: the tuning trials in 'sqlite:///{database}' cannot be read (DatabaseError: ")
@@ -64,7 +64,7 @@ def test_a_damaged_optuna_db_is_one_line_saying_how_to_report_without_it(tmp_pat
     assert {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()} == before
 
 
-def test_a_report_of_runs_that_all_failed_says_so_in_one_line(tmp_path):
+def test_a_report_of_runs_that_all_failed_says_so_in_one_line(tmp_path, lbtrain_here):
     """Every run failed before its first epoch (recorded by the runner's own functions): the
     report names the counts and the first reason, exit 2, and writes nothing."""
     from lbtrain.config import ExperimentConfig
@@ -83,7 +83,7 @@ def test_a_report_of_runs_that_all_failed_says_so_in_one_line(tmp_path):
     (folder / "summary.csv").write_text(summary_csv(rows))
     before = sorted(path.relative_to(folder) for path in folder.rglob("*"))
 
-    result = run_cli("report", str(folder))
+    result = lbtrain_here("report", str(folder))
     assert result.returncode == 2 and result.stdout == ""
     assert stderr_lines(result.stderr) == [
         "lbtrain: error: no run trained an epoch (2 runs: 2 failed); the first says: ValueError: the loader broke; fix that "

@@ -469,6 +469,13 @@ def finished_sweep(tmp_path_factory):
     return {"sqlite": (tmp / "optuna.db").read_bytes(), "journal": journal.read_bytes(), "cache": tmp / "cache"}
 
 
+def sweep_here(lbtrain_here, monkeypatch, path, *args, cache) -> subprocess.CompletedProcess:
+    """``lbtrain sweep PATH ARGS`` in this test's process (``lbtrain_here``) with the dataset cache
+    ``cache``: for a storage refused before any trial starts."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    return lbtrain_here("sweep", str(path), *args)
+
+
 def one_line(result, code: int) -> str:
     from conftest import stderr_lines
 
@@ -479,7 +486,7 @@ def one_line(result, code: int) -> str:
 
 
 @pytest.mark.parametrize("damage", ["garbage header", "truncated"])
-def test_a_damaged_sqlite_file_is_one_line_naming_it_and_is_kept(tmp_path, finished_sweep, damage):
+def test_a_damaged_sqlite_file_is_one_line_naming_it_and_is_kept(tmp_path, finished_sweep, damage, lbtrain_here, monkeypatch):
     results = tmp_path / "results" / "tiny"
     results.mkdir(parents=True)
     database = results / "optuna.db"
@@ -487,7 +494,7 @@ def test_a_damaged_sqlite_file_is_one_line_naming_it_and_is_kept(tmp_path, finis
     damaged = database.read_bytes()
     outside = tmp_path / "notes.txt"
     outside.write_text("mine")
-    line = one_line(lbtrain_sweep(tiny_sweep(tmp_path), cache=finished_sweep["cache"]), 2)
+    line = one_line(sweep_here(lbtrain_here, monkeypatch, tiny_sweep(tmp_path), cache=finished_sweep["cache"]), 2)
     assert line.startswith(f"lbtrain: error: storage 'sqlite:///{database}' cannot be opened (DatabaseError: ")
     assert line.endswith(f"the file is not an Optuna database or is damaged: move it aside (mv {database} {database}.damaged) "
                          "and rerun to start its studies over, or restore it from a backup")
@@ -495,17 +502,20 @@ def test_a_damaged_sqlite_file_is_one_line_naming_it_and_is_kept(tmp_path, finis
     assert sorted(path.name for path in results.iterdir()) == ["optuna.db", "owner.json"]
 
 
-def test_a_storage_url_naming_a_file_that_is_no_database_is_one_line_and_the_file_is_kept(tmp_path, finished_sweep):
+def test_a_storage_url_naming_a_file_that_is_no_database_is_one_line_and_the_file_is_kept(tmp_path, finished_sweep, lbtrain_here,
+                                                                                        monkeypatch):
     other = tmp_path / "elsewhere" / "some.yaml"
     other.parent.mkdir()
     other.write_text("name: mine\n")
-    line = one_line(lbtrain_sweep(tiny_sweep(tmp_path), "--storage", f"sqlite:///{other}", cache=finished_sweep["cache"]), 2)
+    line = one_line(sweep_here(lbtrain_here, monkeypatch, tiny_sweep(tmp_path), "--storage", f"sqlite:///{other}",
+                               cache=finished_sweep["cache"]), 2)
     assert line.startswith(f"lbtrain: error: storage 'sqlite:///{other}' cannot be opened (DatabaseError: file is not a database); ")
     assert other.read_text() == "name: mine\n" and os.listdir(other.parent) == ["some.yaml"]
     assert not (tmp_path / "results").exists()
 
 
-def test_a_journal_whose_last_line_is_torn_is_one_line_saying_how_to_cut_it_and_the_rerun_resumes(tmp_path, tmp_path_factory, finished_sweep):
+def test_a_journal_whose_last_line_is_torn_is_one_line_saying_how_to_cut_it_and_the_rerun_resumes(tmp_path, tmp_path_factory, finished_sweep,
+                                                                                                  lbtrain_here, monkeypatch):
     # A short folder: the message names the journal four times, and past lbtrain.cli.MAX_ERROR_LENGTH
     # (as under this test's own, longer tmp_path with pytest-xdist) the CLI elides its middle (the
     # command, last, stays).
@@ -514,7 +524,7 @@ def test_a_journal_whose_last_line_is_torn_is_one_line_saying_how_to_cut_it_and_
     journal.write_bytes(whole + whole.splitlines(keepends=True)[-1][:40])  # a line cut short, as a kill leaves one
     torn = journal.read_bytes()
     path = tiny_sweep(tmp_path, trials=2)
-    line = one_line(lbtrain_sweep(path, "--storage", f"journal://{journal}", cache=finished_sweep["cache"]), 2)
+    line = one_line(sweep_here(lbtrain_here, monkeypatch, path, "--storage", f"journal://{journal}", cache=finished_sweep["cache"]), 2)
     assert line == (f"lbtrain: error: storage 'journal://{journal}' cannot be opened: its last line is torn (a process was "
                     f"killed or the disk filled while writing it): to start its studies over, move it aside (mv {journal} "
                     f"{journal}.damaged) or restore it from a backup, and rerun; to keep the trials before it, cut the torn "
@@ -527,13 +537,13 @@ def test_a_journal_whose_last_line_is_torn_is_one_line_saying_how_to_cut_it_and_
     assert [trial.state for trial in optuna.load_study(study_name="tiny-w1", storage=storage).trials] == [COMPLETE, COMPLETE]
 
 
-def test_a_journal_with_a_damaged_line_inside_is_one_line_naming_it(tmp_path, finished_sweep):
+def test_a_journal_with_a_damaged_line_inside_is_one_line_naming_it(tmp_path, finished_sweep, lbtrain_here, monkeypatch):
     journal = tmp_path / "sweep.log"
     lines = finished_sweep["journal"].splitlines(keepends=True)
     journal.write_bytes(b"".join(lines[:-1]) + lines[-1][:40] + b"\n" + lines[-1])  # a torn line written over
     damaged = journal.read_bytes()
-    line = one_line(lbtrain_sweep(tiny_sweep(tmp_path, trials=2), "--storage", f"journal://{journal}",
-                                  cache=finished_sweep["cache"]), 2)
+    line = one_line(sweep_here(lbtrain_here, monkeypatch, tiny_sweep(tmp_path, trials=2), "--storage", f"journal://{journal}",
+                               cache=finished_sweep["cache"]), 2)
     assert line.startswith(f"lbtrain: error: storage 'journal://{journal}' cannot be opened: journal file {journal} is "
                            "damaged (JSONDecodeError: ")
     assert line.endswith(f"move it aside (mv {journal} {journal}.damaged) and rerun to start its studies over, or restore it "

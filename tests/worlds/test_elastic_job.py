@@ -164,10 +164,10 @@ def test_discovery_reads_hosts_from_a_script_or_a_list(tmp_path):
 
 
 @pytest.mark.horovod
-def test_lbtrain_run_refuses_a_failing_discovery_script_before_anything_trains(tmp_path):
+def test_lbtrain_run_refuses_a_failing_discovery_script_before_anything_trains(tmp_path, lbtrain_here):
     script = _script(tmp_path, "echo cannot reach the scheduler >&2; exit 1")
     path = _experiment(tmp_path, "elastic_bad", epochs=1, min_workers=1, max_workers=2, discovery=script)
-    completed = run_cli("run", str(path))
+    completed = lbtrain_here("run", str(path))
     assert completed.returncode == 2
     assert completed.stderr.strip().splitlines()[-1].endswith("failed (exit 1): cannot reach the scheduler")
     assert "Traceback" not in completed.stderr

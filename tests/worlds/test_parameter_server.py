@@ -88,11 +88,11 @@ def test_bad_input_is_one_line_exit_2_before_training(tmp_path, changes, message
 
 
 @needs_keras_2
-def test_ports_in_use_are_one_line_exit_2(tmp_path, busy_port):
+def test_ports_in_use_are_one_line_exit_2(tmp_path, busy_port, lbtrain_here):
     port = busy_port
     # The held port opens the range: the first port in use is reported, and the ports after it
     # may be taken by anything else on the machine (another test worker) without changing that.
-    completed = run_cli("run", tiny_experiment(tmp_path, parameter_server={"base_port": port}))
+    completed = lbtrain_here("run", tiny_experiment(tmp_path, parameter_server={"base_port": port}))
     assert completed.returncode == 2
     assert stderr_lines(completed.stderr) == [
         f"lbtrain: error: parameter_server.base_port: port {port} is in use (the job needs ports {port}-{port + 3})"]

@@ -2,16 +2,13 @@
 comes ends ``lbtrain train`` in one line naming it, instead of TensorFlow's silent endless wait."""
 
 import json
-import os
 import socket
-import subprocess
-import sys
 import time
 
 import pytest
 import yaml
 
-from conftest import REPO_ROOT, stderr_lines
+from conftest import stderr_lines
 from lbtrain._keras import KERAS_3
 from lbtrain.config import ConfigError
 from lbtrain.worlds.peers import wait_for_peers
@@ -41,21 +38,23 @@ def run_file(tmp_path) -> str:
     return str(path)
 
 
-def train_with(tmp_path, mode: str, tf_config: dict, timeout: str = "2"):
-    """``lbtrain train`` of a two-worker run in ``mode`` as the task ``tf_config`` says; how it
-    ended and how long it took."""
+def train_with(tmp_path, lbtrain_here, monkeypatch, mode: str, tf_config: dict, timeout: str = "2"):
+    """``lbtrain train`` of a two-worker run in ``mode`` as the task ``tf_config`` says, in this
+    test's process (``lbtrain_here``: ``$TF_CONFIG`` and ``$LBTRAIN_PEER_TIMEOUT`` are read when
+    the world is built, and every case here ends before TensorFlow's strategy or server starts);
+    how it ended and how long it took."""
+    monkeypatch.setenv("TF_CONFIG", json.dumps(tf_config))
+    monkeypatch.setenv("LBTRAIN_PEER_TIMEOUT", timeout)
     started = time.monotonic()
-    completed = subprocess.run(
-        [sys.executable, "-m", "lbtrain.cli", "train", run_file(tmp_path), "--mode", mode, "--run-dir", str(tmp_path / "run")],
-        capture_output=True, text=True, cwd=REPO_ROOT, timeout=120,
-        env={**os.environ, "TF_CONFIG": json.dumps(tf_config), "LBTRAIN_PEER_TIMEOUT": timeout})
+    completed = lbtrain_here("train", run_file(tmp_path), "--mode", mode, "--run-dir", str(tmp_path / "run"))
     return completed, time.monotonic() - started
 
 
 @needs_keras_2
-def test_an_unreachable_multiworker_peer_is_one_line_naming_it_within_the_timeout(tmp_path):
+@pytest.mark.timeout(120)  # the bound the fresh process had; a wait that never ends fails, not hangs
+def test_an_unreachable_multiworker_peer_is_one_line_naming_it_within_the_timeout(tmp_path, lbtrain_here, monkeypatch):
     ports = closed_ports(2)
-    completed, seconds = train_with(tmp_path, "multiworker", {
+    completed, seconds = train_with(tmp_path, lbtrain_here, monkeypatch, "multiworker", {
         "cluster": {"worker": [f"localhost:{port}" for port in ports]}, "task": {"type": "worker", "index": 0}})
     assert completed.returncode == 2 and seconds < 60, completed.stderr[-2000:]
     assert stderr_lines(completed.stderr) == [
@@ -65,9 +64,10 @@ def test_an_unreachable_multiworker_peer_is_one_line_naming_it_within_the_timeou
 
 
 @needs_keras_2
-def test_a_parameter_server_chief_without_its_tasks_is_one_line_naming_one(tmp_path):
+@pytest.mark.timeout(120)  # the bound the fresh process had; a wait that never ends fails, not hangs
+def test_a_parameter_server_chief_without_its_tasks_is_one_line_naming_one(tmp_path, lbtrain_here, monkeypatch):
     chief, *others = closed_ports(4)
-    completed, seconds = train_with(tmp_path, "parameter_server", {
+    completed, seconds = train_with(tmp_path, lbtrain_here, monkeypatch, "parameter_server", {
         "cluster": {"chief": [f"localhost:{chief}"], "worker": [f"localhost:{port}" for port in others[:2]],
                     "ps": [f"localhost:{others[2]}"]},
         "task": {"type": "chief", "index": 0}})
@@ -80,8 +80,8 @@ def test_a_parameter_server_chief_without_its_tasks_is_one_line_naming_one(tmp_p
 
 @needs_keras_2
 @pytest.mark.parametrize("value", ["soon", "0", "inf"])
-def test_a_bad_peer_timeout_is_one_line_naming_the_variable(tmp_path, value):
-    completed, _ = train_with(tmp_path, "multiworker", {
+def test_a_bad_peer_timeout_is_one_line_naming_the_variable(tmp_path, value, lbtrain_here, monkeypatch):
+    completed, _ = train_with(tmp_path, lbtrain_here, monkeypatch, "multiworker", {
         "cluster": {"worker": ["localhost:1", "localhost:2"]}, "task": {"type": "worker", "index": 0}}, timeout=value)
     assert completed.returncode == 2
     assert stderr_lines(completed.stderr) == [
