@@ -144,7 +144,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 # The MNIST-1D sizes (``num_samples``, lbtrain's generator seed 42) the tests train on.
-MNIST1D_SIZES = (400, 500, 5000)
+MNIST1D_SIZES = (400, 500, 600, 2600)
 
 
 @pytest.fixture(scope="session")
