@@ -143,25 +143,25 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-# The MNIST-1D sizes (``num_samples``, lbtrain's generator seed 42) the tests train on.
+# The MNIST-1D sizes (``num_samples``, the generator's default seed) the tests train on.
 MNIST1D_SIZES = (400, 500, 600, 2600)
 
 
 @pytest.fixture(scope="session")
 def generated_mnist1d(tmp_path_factory) -> list:
-    """MNIST-1D at ``MNIST1D_SIZES``, generated once per test process into lbtrain's cache
-    files (``lbtrain.data.datasets``) and made read-only. Generating one costs a process 0.3 to
-    1.6 CPU-s, and every fresh process of a test (a CLI run, each Horovod rank) would otherwise
-    generate it again."""
-    from lbtrain.data.datasets import _generate_mnist1d, _mnist1d_cache_file
+    """MNIST-1D at ``MNIST1D_SIZES``: the cache files lbtrain's loader writes, generated once per
+    test process and made read-only. Generating one costs a process 0.3 to 1.6 CPU-s, and every
+    fresh process of a test (a CLI run, each Horovod rank) would otherwise generate it again."""
+    from lbtrain.data.datasets import _load_mnist1d
 
     folder = tmp_path_factory.mktemp("mnist1d")
-    files = []
-    for num_samples in MNIST1D_SIZES:
-        path = folder / _mnist1d_cache_file(num_samples, 42).name
-        _generate_mnist1d(num_samples, 42, path)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(folder))
+        for num_samples in MNIST1D_SIZES:
+            _load_mnist1d(num_samples)
+    files = sorted((folder / "lbtrain").glob("mnist1d-*.npz"))
+    for path in files:
         path.chmod(0o444)
-        files.append(path)
     return files
 
 
