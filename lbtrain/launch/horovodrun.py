@@ -23,6 +23,8 @@ from lbtrain.results import CHECKPOINT_FOLDER, ELASTIC_DISCOVERY_FILE
 DISCOVERY_TIMEOUT_SECONDS = 30
 # What Horovod's elastic driver says when fewer than --min-np workers remain for --elastic-timeout.
 ELASTIC_TIMEOUT_MESSAGE = "Timed out waiting for"
+# horovodrun's flags that choose how ranks are started (its "controller"), and its file of flags.
+CONTROLLER_FLAGS = ("--gloo", "--mpi", "--jsrun", "--config-file")
 
 
 def horovodrun_path() -> str | None:
@@ -61,6 +63,21 @@ def horovodrun_command(world_size: int, program: Sequence[str], hosts: str | Non
         raise FileNotFoundError("horovodrun is not installed here")
     placement = list(elastic) if elastic else ["-H", hosts or f"localhost:{world_size}"]
     return [launcher, "-np", str(world_size), *placement, *args, *program]
+
+
+def controller_arguments(args: Sequence[str]) -> list[str]:
+    """``["--gloo"]`` when this Horovod has no MPI and ``args`` choose no controller, else ``[]``.
+
+    Without a controller flag, horovodrun takes MPI if Horovod was built with it, else Gloo; to
+    find out, it imports Horovod's TensorFlow extension (and so TensorFlow) in a forked process
+    for each question, about 2 CPU-seconds apiece. lbtrain asks the extension in its own process,
+    where TensorFlow is already loaded, and passes the answer: the same controller, one fork
+    fewer per job. Not with ``$HOROVODRUN`` (a wrapper may start another Horovod)."""
+    if os.environ.get("HOROVODRUN") or any(arg.split("=")[0] in CONTROLLER_FLAGS for arg in args):
+        return []
+    import horovod.tensorflow as hvd
+
+    return [] if hvd.mpi_built() else ["--gloo"]
 
 
 def discovered_hosts(discovery: str | list[str]) -> dict[str, int]:
@@ -115,10 +132,13 @@ def launch_horovod(settings: HorovodLaunchConfig, world_size: int, program: Sequ
     """Runs ``program`` on ``world_size`` ranks (output captured), with the experiment's Horovod
     knobs in the environment the ranks inherit (``HorovodLaunchConfig.environment``: Horovod's
     own variables, which horovodrun's flags only set for it, and which a ``$HOROVODRUN`` wrapper
-    or mpirun pass on as well); with ``elastic`` (real workers coming and going), under Horovod's
+    or mpirun pass on as well), and ``--gloo`` when that is what horovodrun would choose
+    (``controller_arguments``); with ``elastic`` (real workers coming and going), under Horovod's
     elastic launcher (``elastic_arguments``)."""
     flags = elastic_arguments(elastic, run_dir) if elastic is not None else ()
-    command = horovodrun_command(world_size, program, settings.hosts, settings.args, elastic=flags)
+    # The elastic launcher needs Gloo and asks only that; a static job would ask about MPI first.
+    args = [*settings.args, *(controller_arguments(settings.args) if elastic is None else ())]
+    command = horovodrun_command(world_size, program, settings.hosts, args, elastic=flags)
     completed = subprocess.run(command, capture_output=True, text=True, env={**child_environment(), **settings.environment(run_dir)})
     output = completed.stdout + completed.stderr
     if elastic is not None and completed.returncode != 0 and ELASTIC_TIMEOUT_MESSAGE in output:
