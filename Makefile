@@ -113,13 +113,15 @@ lint: $(VENV)/.lbtrain-installed
 # LARS/LAMB against SGD/Adam, the trainer against plain fit compiled and not (jit.json), ghost batch
 # norm in a simulated world of 64 against one worker (trainer.json's part c), throughput (lbtrain
 # bench: CSV, JSON and plot in results/benchmarks/bench/), Horovod against the independent pair
-# (results/benchmarks/horovod.json), then README's performance table from the JSON.
+# (results/benchmarks/horovod.json), the input pipeline with and without tf.data's autotuning model
+# (pipeline.json), then README's performance table from the JSON.
 bench: setup
 	$(BIN)/python benchmarks/bench_optimizers.py
 	$(BIN)/python benchmarks/bench_jit.py
 	$(BIN)/python benchmarks/bench_trainer.py --parts c
 	$(BIN)/lbtrain bench
 	$(BIN)/python benchmarks/bench_horovod.py
+	$(BIN)/python benchmarks/bench_pipeline.py
 	$(BIN)/python scripts/render_benchmarks.py --write
 
 clean-venv:

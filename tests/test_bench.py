@@ -106,6 +106,18 @@ def test_the_performance_table_shows_the_trainer_over_plain_fit_and_what_compili
     assert len(rows) == 6 and {row.source for row in rows} == {"jit.json"}
 
 
+def test_the_performance_table_shows_the_pipeline_without_over_with_the_autotuning_model_per_batch():
+    from lbtrain.reports.performance import pipeline_rows
+
+    data = {"targets": {"without_over_with": 0.9},
+            "batches": {"32": {"without_over_with": 0.861}, "4096": {"without_over_with": 1.166}},
+            "deletion": {"without": {"max_seconds": 0.0031}, "with": {"max_seconds": 1.254}}}
+    rows = pipeline_rows(data)
+    assert [(row.ratio, row.target, row.met) for row in rows] == [("0.861", ">= 0.9", False), ("1.166", ">= 0.9", True)]
+    assert rows[1].comparison.endswith("samples/s at batch 4096")
+    assert rows[0].limit.endswith("waited at most 0.00 s without the model, 1.25 s with it")
+
+
 def test_the_matmul_peak_is_positive():
     assert matmul_peak_flops(size=128, chain=2, repeats=2) > 0
 

@@ -4,6 +4,8 @@
 The pipeline shards one seeded stream of indices across ranks so that the union of the ranks'
 batches at step k is exactly the global batch k a single process would take (see
 ``make_input_pipeline``): this is what makes a simulated world equal a real one.
+
+Both pipelines run without tf.data's autotuning model (``_without_autotune_model``).
 """
 
 from __future__ import annotations
@@ -50,6 +52,24 @@ def epoch_order(num_samples: int, seed: int, epoch):
     return tf.random.experimental.stateless_shuffle(tf.range(num_samples, dtype=tf.int64), seed=seed_pair)
 
 
+def _without_autotune_model(dataset):
+    """``dataset`` with tf.data's autotuning model off (``Options.autotune.enabled = False``).
+
+    The model runs in a thread of each iterator, optimizing at doubling intervals (10 ms up to
+    60 s); destroying the iterator (the end of ``fit``, or a garbage collection of a model that
+    kept Keras 3's validation iterator after ``fit`` raised) sometimes waits for the rest of the
+    current interval, on TensorFlow 2.15 and 2.21 alike: idle seconds at the end of a run, up
+    to a minute after a long one. lbtrain's pipelines gather batches of in-memory arrays, which
+    needs no tuning: their ``AUTOTUNE`` map and prefetch fall back to tf.data's fixed defaults,
+    at no less than 0.9 times the samples per second with the model
+    (``benchmarks/bench_pipeline.py``, the README's performance table)."""
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return dataset.with_options(options)
+
+
 def make_input_pipeline(
     x: np.ndarray,
     y: np.ndarray,
@@ -94,7 +114,7 @@ def make_input_pipeline(
         indices = indices.shard(world_size, rank).batch(per_worker_batch, drop_remainder=True)
     else:
         indices = tf.data.Dataset.range(num_samples).shard(world_size, rank).batch(per_worker_batch)
-    return indices.map(gather, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    return _without_autotune_model(indices.map(gather, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE))
 
 
 def sample_stream(x: np.ndarray, y: np.ndarray, *, batch: int, seed: int, skip: int = 0, rank: int = 0, world_size: int = 1):
@@ -118,5 +138,5 @@ def sample_stream(x: np.ndarray, y: np.ndarray, *, batch: int, seed: int, skip: 
     indices = indices.skip(offset).batch(batch, drop_remainder=True)
     if world_size > 1:
         indices = indices.map(lambda index: index[rank::world_size])
-    return indices.map(lambda index: (tf.gather(features, index), tf.gather(labels, index)),
-                       num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    return _without_autotune_model(indices.map(lambda index: (tf.gather(features, index), tf.gather(labels, index)),
+                                              num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE))

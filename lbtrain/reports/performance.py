@@ -196,6 +196,17 @@ def import_rows(data: dict) -> list[Row]:
                 "import.json")]
 
 
+def pipeline_rows(data: dict) -> list[Row]:
+    """benchmarks/bench_pipeline.py: lbtrain's input pipeline without tf.data's autotuning model
+    over the same pipeline with it, per batch, with what deleting an iterator waited on each side."""
+    target, waits = data["targets"]["without_over_with"], data["deletion"]
+    waited = (f"deleting an iterator waited at most {waits['without']['max_seconds']:.2f} s without the model, "
+              f"{waits['with']['max_seconds']:.2f} s with it")
+    return [Row(f"lbtrain's input pipeline without / with tf.data's autotuning model, samples/s at batch {batch}",
+                f"{result['without_over_with']:.3f}", *_at_least(result["without_over_with"], target),
+                f"gathering in-memory arrays; {waited}", "pipeline.json") for batch, result in data["batches"].items()]
+
+
 SWEEP_LIMITS = {
     "median": "TPE samples near the best trials, which the median rarely prunes",
     "successive_halving": "it prunes by rank at fixed rungs and once cut the trial that would have been the best",
@@ -224,6 +235,7 @@ SOURCES: dict[str, Callable[[dict], list[Row]]] = {
     "analysis.json": analysis_rows,
     "import.json": import_rows,
     "sweep.json": sweep_rows,
+    "pipeline.json": pipeline_rows,
 }
 
 

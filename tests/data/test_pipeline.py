@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lbtrain.data import DatasetError, make_input_pipeline, steps_per_epoch
+from lbtrain.data import DatasetError, make_input_pipeline, sample_stream, steps_per_epoch
 
 
 def take_epochs(num_samples, *, per_worker_batch, world_size, seed, epochs=2, initial_epoch=0):
@@ -88,3 +88,18 @@ def test_pipeline_yields_features_matching_labels():
 def test_fewer_samples_than_a_global_batch_is_an_error():
     with pytest.raises(DatasetError, match=r"10 training samples are fewer than one global batch \(4 workers x 8\)"):
         steps_per_epoch(10, 8, 4)
+
+
+def test_every_pipeline_runs_without_the_autotuning_model():
+    """Destroying an autotuned iterator can wait out the model's optimization interval (up to a
+    minute): lbtrain's in-memory pipelines turn the model off, also after a world maps them."""
+    x, y = np.zeros((64, 3), np.float32), np.arange(64, dtype=np.int32)
+    training = make_input_pipeline(x, y, per_worker_batch=4, rank=1, world_size=2, seed=0, training=True)
+    pipelines = {
+        "training": training,
+        "evaluation": make_input_pipeline(x, y, per_worker_batch=4, rank=0, world_size=1, seed=0, training=False),
+        "sample stream": sample_stream(x, y, batch=8, seed=0, rank=1, world_size=2),
+        "mapped by a world": training.map(lambda features, labels: (features, labels), num_parallel_calls=tf.data.AUTOTUNE),
+    }
+    assert {name: pipeline.options().autotune.enabled for name, pipeline in pipelines.items()} == dict.fromkeys(pipelines, False)
+    assert tf.data.Dataset.range(3).options().autotune.enabled is not False  # the option is lbtrain's, not TensorFlow's default
