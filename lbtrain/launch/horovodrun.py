@@ -65,6 +65,13 @@ def horovodrun_command(world_size: int, program: Sequence[str], hosts: str | Non
     return [launcher, "-np", str(world_size), *placement, *args, *program]
 
 
+def _names_a_controller(arg: str) -> bool:
+    """Whether ``arg`` is one of ``CONTROLLER_FLAGS``, or an abbreviation horovodrun's parser
+    accepts for one (``--js`` for ``--jsrun``), with or without ``=value``."""
+    name = arg.split("=")[0]
+    return len(name) > 2 and name.startswith("--") and any(flag.startswith(name) for flag in CONTROLLER_FLAGS)
+
+
 def controller_arguments(args: Sequence[str]) -> list[str]:
     """``["--gloo"]`` when this Horovod has no MPI and ``args`` choose no controller, else ``[]``.
 
@@ -73,11 +80,22 @@ def controller_arguments(args: Sequence[str]) -> list[str]:
     for each question, about 2 CPU-seconds apiece. lbtrain asks the extension in its own process,
     where TensorFlow is already loaded, and passes the answer: the same controller, one fork
     fewer per job. Not with ``$HOROVODRUN`` (a wrapper may start another Horovod)."""
-    if os.environ.get("HOROVODRUN") or any(arg.split("=")[0] in CONTROLLER_FLAGS for arg in args):
+    if os.environ.get("HOROVODRUN") or any(_names_a_controller(arg) for arg in args):
         return []
     import horovod.tensorflow as hvd
 
     return [] if hvd.mpi_built() else ["--gloo"]
+
+
+def job_command(settings: HorovodLaunchConfig, world_size: int, program: Sequence[str], run_dir: str | Path,
+                elastic: ElasticConfig | None = None) -> list[str]:
+    """The horovodrun command ``launch_horovod`` runs: ``horovod.hosts`` and ``horovod.args``,
+    then ``controller_arguments`` for a static job; with ``elastic``, the elastic flags
+    (``elastic_arguments``) and no controller flag, since the elastic launcher asks only whether
+    Horovod has Gloo, which it needs."""
+    if elastic is not None:
+        return horovodrun_command(world_size, program, settings.hosts, settings.args, elastic=elastic_arguments(elastic, run_dir))
+    return horovodrun_command(world_size, program, settings.hosts, [*settings.args, *controller_arguments(settings.args)])
 
 
 def discovered_hosts(discovery: str | list[str]) -> dict[str, int]:
@@ -132,13 +150,10 @@ def launch_horovod(settings: HorovodLaunchConfig, world_size: int, program: Sequ
     """Runs ``program`` on ``world_size`` ranks (output captured), with the experiment's Horovod
     knobs in the environment the ranks inherit (``HorovodLaunchConfig.environment``: Horovod's
     own variables, which horovodrun's flags only set for it, and which a ``$HOROVODRUN`` wrapper
-    or mpirun pass on as well), and ``--gloo`` when that is what horovodrun would choose
-    (``controller_arguments``); with ``elastic`` (real workers coming and going), under Horovod's
-    elastic launcher (``elastic_arguments``)."""
-    flags = elastic_arguments(elastic, run_dir) if elastic is not None else ()
-    # The elastic launcher needs Gloo and asks only that; a static job would ask about MPI first.
-    args = [*settings.args, *(controller_arguments(settings.args) if elastic is None else ())]
-    command = horovodrun_command(world_size, program, settings.hosts, args, elastic=flags)
+    or mpirun pass on as well), as ``job_command`` says: with ``--gloo`` when that is what
+    horovodrun would choose (``controller_arguments``); with ``elastic`` (real workers coming and
+    going), under Horovod's elastic launcher (``elastic_arguments``)."""
+    command = job_command(settings, world_size, program, run_dir, elastic)
     completed = subprocess.run(command, capture_output=True, text=True, env={**child_environment(), **settings.environment(run_dir)})
     output = completed.stdout + completed.stderr
     if elastic is not None and completed.returncode != 0 and ELASTIC_TIMEOUT_MESSAGE in output:
