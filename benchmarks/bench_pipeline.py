@@ -7,7 +7,8 @@ measurements, side by side in one run, on Fashion-MNIST-shaped arrays (60,000 x 
 
 - samples per second of one rank's training stream at each batch of ``BATCHES``, lbtrain's
   pipeline ("without") and the same with the model turned back on ("with"); rounds run the
-  sides in a random order each round, and the median over rounds is reported with its range;
+  sides in a random order each round, and the median over rounds is printed with the range
+  (the JSON keeps every round's figure);
 - the seconds ``del iterator`` takes after the iterator has fed batches for ``--alive`` seconds,
   ``--deletions`` times a side, interleaved.
 
@@ -36,7 +37,7 @@ from lbtrain.data import make_input_pipeline  # noqa: E402
 from lbtrain.files import write_json_atomic  # noqa: E402
 
 BATCHES = (32, 256, 4096)
-SAMPLES_PER_MEASUREMENT = 50_000
+SECONDS_PER_MEASUREMENT = 1.0
 WITHOUT_OVER_WITH_TARGET = 0.9
 SIDES = ("without", "with")
 
@@ -53,14 +54,15 @@ def pipeline(x: np.ndarray, y: np.ndarray, batch: int, side: str) -> tf.data.Dat
 
 
 def samples_per_second(data: tf.data.Dataset, batch: int) -> float:
-    """Samples per second of ``data``'s batches after 20 warm-up batches."""
+    """Samples per second of ``data``'s batches over ``SECONDS_PER_MEASUREMENT`` (whole batches),
+    after 20 warm-up batches."""
     iterator = iter(data)
     for _ in range(20):
         next(iterator)
-    steps = max(20, SAMPLES_PER_MEASUREMENT // batch)
-    start = time.perf_counter()
-    for _ in range(steps):
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < SECONDS_PER_MEASUREMENT:
         next(iterator)
+        steps += 1
     return steps * batch / (time.perf_counter() - start)
 
 
@@ -103,8 +105,9 @@ def main() -> None:
         batches[str(batch)] = {"samples_per_second": {side: {"median": medians[side], "samples": throughput[batch][side]}
                                                       for side in SIDES},
                                "without_over_with": ratio}
-        print(f"batch {batch:5d}: without the model {medians['without']:10.0f} samples/s, with it "
-              f"{medians['with']:10.0f}: ratio {ratio:.3f} (target >= {WITHOUT_OVER_WITH_TARGET:g})")
+        spread = {side: f"{min(throughput[batch][side]):.0f}-{max(throughput[batch][side]):.0f}" for side in SIDES}
+        print(f"batch {batch:5d}: without the model {medians['without']:10.0f} samples/s ({spread['without']}), with it "
+              f"{medians['with']:10.0f} ({spread['with']}): ratio {ratio:.3f} (target >= {WITHOUT_OVER_WITH_TARGET:g})")
     waits = {side: {"max_seconds": max(deletions[side]), "median_seconds": statistics.median(deletions[side]),
                     "over_50_ms": sum(seconds > 0.05 for seconds in deletions[side]), "samples": deletions[side]}
              for side in SIDES}
@@ -112,7 +115,8 @@ def main() -> None:
         print(f"del iterator after {args.alive:g} s, {side} the model: max {waits[side]['max_seconds']:.3f} s, "
               f"{waits[side]['over_50_ms']} of {args.deletions} over 50 ms")
     write_json_atomic(Path(__file__).resolve().parents[1] / "results" / "benchmarks" / "pipeline.json", {
-        "setup": {"arrays": "60000 x 28 x 28 x 1 float32", "rounds": args.rounds, "deletions": args.deletions,
+        "setup": {"arrays": "60000 x 28 x 28 x 1 float32", "rounds": args.rounds,
+                  "seconds_per_measurement": SECONDS_PER_MEASUREMENT, "deletions": args.deletions,
                   "alive_seconds": args.alive, "tensorflow": tf.__version__, "machine": platform.machine(),
                   "cpus": os.cpu_count()},
         "targets": {"without_over_with": WITHOUT_OVER_WITH_TARGET},

@@ -60,9 +60,10 @@ def _without_autotune_model(dataset):
     kept Keras 3's validation iterator after ``fit`` raised) sometimes waits for the rest of the
     current interval, on TensorFlow 2.15 and 2.21 alike: idle seconds at the end of a run, up
     to a minute after a long one. lbtrain's pipelines gather batches of in-memory arrays, which
-    needs no tuning: their ``AUTOTUNE`` map and prefetch fall back to tf.data's fixed defaults,
-    at no less than 0.9 times the samples per second with the model
-    (``benchmarks/bench_pipeline.py``, the README's performance table)."""
+    needs no tuning: the ``AUTOTUNE`` map runs at tf.data's fixed default parallelism and the
+    ``AUTOTUNE`` prefetch keeps tf.data's own buffer heuristic, which needs no model. The
+    samples per second, without over with the model, are in the README's performance table
+    (``benchmarks/bench_pipeline.py``; target at least 0.9)."""
     import tensorflow as tf
 
     options = tf.data.Options()
