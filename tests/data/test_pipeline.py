@@ -3,6 +3,7 @@ import pytest
 import tensorflow as tf
 
 from lbtrain.data import DatasetError, make_input_pipeline, sample_stream, steps_per_epoch
+from lbtrain.worlds.strategy import contiguous_worker_batches
 
 
 def take_epochs(num_samples, *, per_worker_batch, world_size, seed, epochs=2, initial_epoch=0):
@@ -99,7 +100,9 @@ def test_every_pipeline_runs_without_the_autotuning_model():
         "training": training,
         "evaluation": make_input_pipeline(x, y, per_worker_batch=4, rank=0, world_size=1, seed=0, training=False),
         "sample stream": sample_stream(x, y, batch=8, seed=0, rank=1, world_size=2),
-        "mapped by a world": training.map(lambda features, labels: (features, labels), num_parallel_calls=tf.data.AUTOTUNE),
+        # A strategy world's reordering of one process's global batches (StrategyWorld.training_input).
+        "mapped by a world": make_input_pipeline(x, y, per_worker_batch=8, rank=0, world_size=1, seed=0, training=True).map(
+            contiguous_worker_batches(2, 4), num_parallel_calls=tf.data.AUTOTUNE),
     }
     assert {name: pipeline.options().autotune.enabled for name, pipeline in pipelines.items()} == dict.fromkeys(pipelines, False)
     assert tf.data.Dataset.range(3).options().autotune.enabled is not False  # the option is lbtrain's, not TensorFlow's default
