@@ -18,6 +18,12 @@ reference), which every child inherits. A callable that no other process can imp
 a closure, a function of ``__main__``) is *process-local*: it works where it was made and is
 refused, in one line, by modes that start processes (``process_local``).
 
+Trust: a reference is code, as a Python script is (an experiment YAML that names one runs that
+code). What lbtrain refuses, in one line before anything is imported, is a reference into
+Python's standard library or builtins (``os:system``, ``shutil:rmtree``, ``builtins:open``):
+no model or dataset lives there, and such a reference can only act on the machine
+(``refuse_standard_library``).
+
 This module imports no TensorFlow.
 """
 
@@ -34,7 +40,8 @@ from typing import Any, Callable
 from lbtrain.spelling import did_you_mean
 
 __all__ = ["DATASET_REGISTRY", "MODEL_REGISTRY", "Registry", "ReferenceError_", "check_options", "import_reference", "is_reference",
-           "process_local", "reference_of", "register_dataset", "register_model", "signature_options"]
+           "process_local", "reference_of", "refuse_standard_library", "register_dataset", "register_model",
+           "signature_options"]
 
 # ``package.module:qualified.name``: dotted identifiers on both sides of one colon.
 _REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_<][\w.<>]*(#\d+)?$")
@@ -61,6 +68,25 @@ def process_local(reference: str) -> bool:
     return reference in _LOCAL
 
 
+# Python's own modules (``sys.stdlib_module_names`` holds builtins and the private ``_io``, ``_posixsubprocess``...).
+_STANDARD_LIBRARY = frozenset(sys.stdlib_module_names) | frozenset(sys.builtin_module_names)
+
+
+def refuse_standard_library(module_name: str, what: str, reference: str) -> None:
+    """``ReferenceError_`` when ``module_name`` belongs to Python's standard library or builtins,
+    decided from the name alone (nothing is imported).
+
+    >>> refuse_standard_library("os.path", "dataset", "os.path:join")
+    Traceback (most recent call last):
+      ...
+    lbtrain.registry.ReferenceError_: dataset 'os.path:join' names Python's standard library (os); a reference names a function of your own module or of an installed package
+    """
+    top = module_name.split(".")[0]
+    if top in _STANDARD_LIBRARY:
+        raise ReferenceError_(f"{what} {reference!r} names Python's standard library ({top}); a reference names a function "
+                              "of your own module or of an installed package")
+
+
 def _import_module(module_name: str) -> Any:
     try:
         return importlib.import_module(module_name)
@@ -84,9 +110,10 @@ def import_reference(reference: str, what: str) -> Callable[..., Any]:
     if module_name == "__main__" or "<locals>" in qualified:
         raise ReferenceError_(f"{what} {reference!r} was defined in another process's __main__ or inside a function; "
                               "move it to a module that can be imported")
+    refuse_standard_library(module_name, what, reference)
     try:
         target: Any = _import_module(module_name)
-    except Exception as error:  # an import runs the user's code, which raises what it raises
+    except (Exception, SystemExit) as error:  # an import runs the user's code, which raises (or exits) as it does
         raise ReferenceError_(f"{what} {reference!r}: importing {module_name} failed ({type(error).__name__}: {error}); "
                               "put its folder on PYTHONPATH or run from the folder that holds it") from None
     for part in qualified.split("."):
@@ -95,6 +122,11 @@ def import_reference(reference: str, what: str) -> Callable[..., Any]:
             raise ReferenceError_(f"{what} {reference!r}: {module_name} has no {qualified!r} ({did_you_mean(part, found)}"
                                   f"it defines: {', '.join(found[:12]) or 'nothing'})")
         target = getattr(target, part)
+        # A user's module that imported os (``pkg:os.system``) or re-exports a function of Python's.
+        home = target.__name__ if inspect.ismodule(target) else getattr(target, "__module__", None) if (
+            inspect.isroutine(target) or inspect.isclass(target)) else None
+        if isinstance(home, str):
+            refuse_standard_library(home, what, reference)
     if not callable(target):
         raise ReferenceError_(f"{what} {reference!r} is a {type(target).__name__}, not a function or class")
     return target
@@ -167,9 +199,10 @@ class Registry:
             return self._functions[name]
         entry = self._entry_points().get(name)
         if entry is not None:
+            refuse_standard_library(entry.module, self.what, entry.value)
             try:
                 self._functions[name] = entry.load()
-            except Exception as error:  # loading runs the package's code
+            except (Exception, SystemExit) as error:  # loading runs the package's code
                 raise ReferenceError_(f"{self.what} {name!r}: entry point {entry.value} of group {self.group} does not load "
                                       f"({type(error).__name__}: {error})") from None
             return self._functions[name]
@@ -199,7 +232,12 @@ def register_dataset(name: str) -> Callable[[Callable[..., Any]], Callable[..., 
 def signature_options(function: Callable[..., Any], skip: int) -> tuple[tuple[str, ...], bool]:
     """``(names, open)``: the keyword options ``function`` takes after its first ``skip``
     positional parameters, and whether it also takes ``**options``."""
-    parameters = list(inspect.signature(function).parameters.values())[skip:]
+    try:
+        parameters = list(inspect.signature(function).parameters.values())[skip:]
+    except (TypeError, ValueError):  # a builtin of a C extension may not declare one
+        name = f"{getattr(function, '__module__', None)}:{getattr(function, '__qualname__', type(function).__name__)}"
+        raise ReferenceError_(f"{name} declares no signature lbtrain can read, so its options cannot be checked; wrap it in "
+                              "a Python function") from None
     names = tuple(p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
     return names, any(p.kind is p.VAR_KEYWORD for p in parameters)
 
