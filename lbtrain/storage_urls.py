@@ -2,15 +2,24 @@
 a file in the results folder), ``journal://PATH`` (an Optuna journal file, for many processes on
 one machine or a shared file system) and any SQLAlchemy URL of a database server, such as
 ``postgresql://user:password@host/db`` (psycopg 3 where psycopg2 is not installed). The sweep
-opens them (``lbtrain.studies.storages``) and the reports read them (``lbtrain.reports.tuning``)."""
+opens them (``lbtrain.studies.storages``) and the reports read them (``lbtrain.reports.tuning``).
+
+A password is a secret: lbtrain writes and prints a URL only through ``describe`` (the password
+as ``***``), and gives the processes it starts their storage in the environment variable
+``STORAGE_VARIABLE``, never on a command line (which any local user sees in ``ps``). A user may
+set that variable too, instead of ``--storage``; ``lbtrain report`` reads it for a folder whose
+recorded URL has its password masked."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 JOURNAL = "journal://"
 SQLITE = "sqlite:///"
+STORAGE_VARIABLE = "LBTRAIN_STORAGE"
+MASK = "***"
 
 
 def describe(url: str) -> str:
@@ -27,6 +36,20 @@ def describe(url: str) -> str:
         return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
     except Exception:  # not an SQLAlchemy URL: nothing to hide
         return url
+
+
+def masked(url: str) -> bool:
+    """Whether ``url`` is one ``describe`` masked (its password is ``***``), so cannot open a storage.
+
+    >>> masked(describe("postgresql://lb:secret@db/sweeps")), masked("postgresql://lb:secret@db/sweeps")
+    (True, False)
+    """
+    return describe(url) == url and f":{MASK}@" in url
+
+
+def environment_storage() -> str | None:
+    """The storage URL of ``STORAGE_VARIABLE``, or None when it is unset or empty."""
+    return os.environ.get(STORAGE_VARIABLE) or None
 
 
 def local_path(url: str) -> Path | None:

@@ -19,7 +19,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("sweep", help="tune the experiment's search space with Optuna, one study per world size")
     parser.add_argument("experiment", help="an experiment YAML with a search section")
     parser.add_argument("--trials", type=arguments.positive_int, help="finished trials per world size (default sweep.trials); a rerun tops up")
-    parser.add_argument("--storage", help="an SQLAlchemy URL (default sqlite:///results/<name>/optuna.db)")
+    parser.add_argument("--storage", help="an SQLAlchemy URL (default: $LBTRAIN_STORAGE, else sweep.storage, else "
+                                          "sqlite:///results/<name>/optuna.db); a password is better kept in $LBTRAIN_STORAGE, "
+                                          "out of ps")
     parser.add_argument("--workers", type=arguments.positive_int, default=1,
                         help=f"processes sharing the studies (at most the trials per study, and {WORKERS_PER_CORE} per core "
                              "unless --force-workers)")
@@ -31,9 +33,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from lbtrain.config import load_experiment
+    from lbtrain.storage_urls import describe, environment_storage
     from lbtrain.studies.sweep import run_sweep, storage_url
 
     experiment = load_experiment(args.experiment, args.set)
+    args.storage = args.storage or environment_storage()
     if experiment.protocol is not None:
         return _protocol(args, experiment)
     _check_workers(args.workers, args.trials or experiment.sweep.trials, args.force_workers)
@@ -53,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
               + (f", best ok validation {best:.4f} (test {row['best_test_accuracy']:.4f}) at lr {row['best_learning_rate']:.4g}"
                  if best is not None else ", no ok trial"))
     print(fit.describe())
-    print(f"wrote {experiment.results_dir / SWEEP_SUMMARY_FILE} (studies in {args.storage or storage_url(experiment)})")
+    print(f"wrote {experiment.results_dir / SWEEP_SUMMARY_FILE} (studies in {describe(args.storage or storage_url(experiment))})")
     return 0
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_serializer, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from lbtrain.config.limits import MAX_SEED, quote
@@ -177,6 +177,14 @@ class SweepConfig(_Strict):
     storage: str | None = None
     heartbeat_seconds: int = Field(default=10, gt=0, le=3600)
     grace_seconds: int = Field(default=30, gt=0, le=86400)
+
+    @field_serializer("storage")
+    def _password_masked(self, storage: str | None) -> str | None:
+        """Dumped (``experiment.yaml``, the folder's owner check) with its password as ``***``
+        (``lbtrain.storage_urls.describe``): no secret is written under results/."""
+        from lbtrain.storage_urls import describe
+
+        return None if storage is None else describe(storage)
 
 
 def check_search_paths(search: dict[str, SearchParam]) -> dict[str, SearchParam]:

@@ -17,7 +17,16 @@ from urllib.parse import quote
 import yaml
 
 from lbtrain.results import EXPERIMENT_FILE, OPTUNA_DATABASE
-from lbtrain.storage_urls import JOURNAL, SQLITE, describe, local_path, sqlalchemy_url
+from lbtrain.storage_urls import (
+    JOURNAL,
+    SQLITE,
+    STORAGE_VARIABLE,
+    describe,
+    environment_storage,
+    local_path,
+    masked,
+    sqlalchemy_url,
+)
 
 if TYPE_CHECKING:
     from optuna.storages import BaseStorage
@@ -36,6 +45,12 @@ def results_storage(results_dir: Path) -> str | None:
     experiment_file = results_dir / EXPERIMENT_FILE
     experiment = (yaml.safe_load(experiment_file.read_text()) or {}) if experiment_file.is_file() else {}
     url = (experiment.get("sweep") or {}).get("storage") or f"sqlite:///{(results_dir / OPTUNA_DATABASE).resolve()}"
+    if masked(url):  # recorded without its password (lbtrain.storage_urls)
+        url = environment_storage() or ""
+        if not url:
+            logger.warning("%s: the sweep storage's password is not recorded; set %s to its URL to include the tuning trials",
+                           experiment_file, STORAGE_VARIABLE)
+            return None
     path = local_path(url)
     if path is not None and not path.is_file():
         return None

@@ -16,15 +16,17 @@ process left RUNNING. The summary fits the tuned learning rate against the globa
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import itertools
 import logging
 import math
+import os
 import warnings
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import optuna
@@ -36,7 +38,7 @@ from lbtrain.files import csv_text, write_atomic, write_json_atomic
 from lbtrain.modes import DEFAULT_MODE, default_mode_name, get_mode
 from lbtrain.reports.scaling_laws import LrExponentFit, lr_exponent
 from lbtrain.results import OPTUNA_DATABASE, SWEEP_FIT_FILE, SWEEP_SUMMARY_FILE, claim_folder
-from lbtrain.storage_urls import local_path
+from lbtrain.storage_urls import STORAGE_VARIABLE, local_path
 from lbtrain.studies.plan import PlannedRun, check_runs, process_local_problem
 from lbtrain.studies.storages import claim_trial, open_storage, run_claimed
 from lbtrain.trainer import train
@@ -304,6 +306,20 @@ def optimize_distributed(experiment: ExperimentConfig, world: World, trials: int
             claimed, train(config, world, callbacks=[pruning]), pruning, experiment.sweep.pruner)))
 
 
+@contextlib.contextmanager
+def _environment(variable: str, value: str) -> Iterator[None]:
+    """``variable`` set to ``value`` while the block runs (for the processes it starts), then as before."""
+    before = os.environ.get(variable)
+    os.environ[variable] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(variable, None)
+        else:
+            os.environ[variable] = before
+
+
 def _spawn_workers(experiment: ExperimentConfig, experiment_path: str, overrides: list[str], trials: int, storage: str,
                    workers: int) -> None:
     """``workers`` processes of ``lbtrain sweep --worker INDEX`` sharing the storage; the
@@ -317,10 +333,13 @@ def _spawn_workers(experiment: ExperimentConfig, experiment_path: str, overrides
 
     for world_size in world_sizes(experiment):
         open_study(experiment, world_size, storage)
-    command = [sys.executable, "-m", "lbtrain.cli", "sweep", experiment_path, "--trials", str(trials), "--storage", storage,
-               *(item for value in overrides for item in ("--set", value))]
+    # The storage (and its password) reaches the workers in their environment, never their command line.
+    shown = [value for value in overrides if value.partition("=")[0].strip() != "sweep.storage"]
+    command = [sys.executable, "-m", "lbtrain.cli", "sweep", experiment_path, "--trials", str(trials),
+               *(item for value in shown for item in ("--set", value))]
     # Every worker is waited for: the survivors finish the studies, retrying a dead worker's stale trial.
-    exits = run_side_by_side([[*command, "--worker", str(index)] for index in range(workers)])
+    with _environment(STORAGE_VARIABLE, storage):
+        exits = run_side_by_side([[*command, "--worker", str(index)] for index in range(workers)])
     failed = [index for index, ended in enumerate(exits) if ended.code]
     if failed:
         # A worker killed (SIGKILL, the OOM killer) printed no line: how it ended stands for one.
