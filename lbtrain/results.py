@@ -256,6 +256,28 @@ def _read_owner(path: Path) -> dict[str, Any] | None:
     return owner if isinstance(owner, dict) and "config_file" in owner else None
 
 
+def check_output_folder(folder: Path, what: str) -> None:
+    """``ResultsError`` naming ``what`` (``--output``, "the results folder") unless lbtrain can write
+    in ``folder`` and only there: a path that cannot be a folder (``/proc/x``, a file), one that is
+    not writable, or one holding a symbolic link that leads out (``refuse_links_out``). Checked
+    before any work whose output it receives; folders made to check it are removed again."""
+    missing = [path for path in (folder, *folder.parents) if not path.exists() and not path.is_symlink()]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ResultsError(f"{what} {folder}: a file is where the folder should be") from None
+    except OSError as error:
+        raise ResultsError(f"{what} {folder}: cannot create the folder ({error.strerror})") from None
+    try:
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise ResultsError(f"{what} {folder}: the folder is not writable")
+        refuse_links_out(folder)
+    finally:
+        for path in missing:  # deepest first
+            with contextlib.suppress(OSError):
+                path.rmdir()
+
+
 def refuse_links_out(folder: Path) -> None:
     """``ResultsError`` naming the first symbolic link inside ``folder`` whose target lies outside
     it: lbtrain would write through it (a ``.lock`` linked to a file elsewhere would be truncated).

@@ -22,11 +22,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from lbtrain.config import load_experiment
     from lbtrain.files import write_json_atomic
-    from lbtrain.results import ADVICE_FIGURE, ADVICE_FILE, ADVICE_FOLDER
+    from lbtrain.results import ADVICE_FIGURE, ADVICE_FILE, ADVICE_FOLDER, check_output_folder
     from lbtrain.studies.advisor import advise, describe, plot_advice, print_progress
 
     experiment = load_experiment(args.experiment, args.set)
     output = Path(args.output) if args.output else experiment.results_dir / ADVICE_FOLDER
+    check_output_folder(output, "--output")  # before the probe trains
     advice = advise(experiment, args.steps, progress=print_progress)
     print(describe(advice))
     write_json_atomic(output / ADVICE_FILE, advice.to_dict())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
@@ -20,8 +21,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from lbtrain.reports.comparison import write_comparison
-    from lbtrain.results import FIGURES_FOLDER
+    from lbtrain.results import FIGURES_FOLDER, check_output_folder
 
+    check_output_folder(Path(args.output), "--output")
     path = write_comparison(args.first, args.second, args.output, target=args.target,
                             on_damaged=logger.warning)
     print(f"wrote {path} and its figures in {path.parent / FIGURES_FOLDER}")

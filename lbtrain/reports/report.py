@@ -68,6 +68,7 @@ from lbtrain.results import (
     SUMMARY_FILE,
     SWEEP_FIT_FILE,
     SWEEP_SUMMARY_FILE,
+    check_output_folder,
     finite_or_none,
 )
 
@@ -750,6 +751,7 @@ def write_report(results_dir: str | Path, *, target: float | None = None, metric
     has_runs = (results_dir / SUMMARY_FILE).is_file()
     if not has_runs and not (results_dir / SWEEP_SUMMARY_FILE).is_file():
         raise ReportError(f"{results_dir} has neither {SUMMARY_FILE} nor {SWEEP_SUMMARY_FILE}: nothing to report")
+    check_output_folder(results_dir, "the results folder")  # figures/ or report.md linked elsewhere would be written through
     damaged: list[str] = []
     records = load_records(results_dir, on_damaged=damaged.append) if has_runs else []
     if records:
