@@ -108,7 +108,7 @@ docs: $(VENV)/.lbtrain-installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 lint: $(VENV)/.lbtrain-installed
-	$(BIN)/ruff check lbtrain tests scripts benchmarks
+	$(BIN)/ruff check lbtrain lab tests scripts benchmarks
 
 # LARS/LAMB against SGD/Adam, the trainer against plain fit compiled and not (jit.json), ghost batch
 # norm in a simulated world of 64 against one worker (trainer.json's part c), throughput (lbtrain

@@ -189,4 +189,4 @@ def judge_recorded(result: RunResult, chance: float, num_classes: int) -> Verdic
     )
 
 
-__all__ = ["Verdict", "chance_accuracy", "collapse", "first_divergence", "instability", "judge", "judge_recorded", "step_divergence"]
+__all__ = ["DEFAULT_FACTOR", "DEFAULT_INSTABILITY_FACTOR", "DEFAULT_MARGIN", "Verdict", "chance_accuracy", "collapse", "first_divergence", "instability", "judge", "judge_recorded", "step_divergence"]

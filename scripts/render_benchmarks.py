@@ -1,5 +1,5 @@
 """Prints the README's performance table rendered from results/benchmarks/*.json
-(``lbtrain.reports.performance``), or with ``--write`` puts it into README.md."""
+(``lab.performance``), or with ``--write`` puts it into README.md."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from lbtrain.reports.performance import load_results, render_table, replace_table  # noqa: E402
+from lab.performance import load_results, render_table, replace_table  # noqa: E402
 
 
 def main() -> None:

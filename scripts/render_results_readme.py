@@ -1,6 +1,6 @@
 """results/README.md, rendered from the committed studies' data.
 
-The page and the README's quickstart table are rendered by ``lbtrain.reports.results_page``
+The page and the README's quickstart table are rendered by ``lab.results_page``
 (also ``lbtrain report --results-page``); this script renders this checkout's ``results/``.
 
     python scripts/render_results_readme.py            # print the page
@@ -16,7 +16,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from lbtrain.reports.results_page import PAGE_FILE, render_results_page, write_results_page  # noqa: E402
+from lab.results_page import PAGE_FILE, render_results_page, write_results_page  # noqa: E402
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """Validation of ``lbtrain advise`` (issue 17, part 3), rendered from committed outputs.
 
 Writes ``results/advisor_validation/validation.json``, ``validation.md`` and ``validation.png``
-(``lbtrain.reports.advisor_validation``: what is compared, and how) and prints one line per
+(``lab.advisor_validation``: what is compared, and how) and prints one line per
 pair. Nothing trains.
 
     python scripts/validate_advisor.py
@@ -16,7 +16,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from lbtrain.reports.advisor_validation import OUTPUT, summary_lines, write_validation  # noqa: E402
+from lab.advisor_validation import OUTPUT, summary_lines, write_validation  # noqa: E402
 from lbtrain.reports.report import ReportError  # noqa: E402
 
 

@@ -48,8 +48,8 @@ def horovod_installed() -> bool:
 # saving, schedules, the trainer, the worlds, the runner's checkpoints, sweeps and runs end to end,
 # Ctrl-C with JAX's callbacks) runs on both.
 MAIN_STACK_ONLY = {
-    "tests/reports/": "reports, tables, statistics and the results page read results files; no Keras in what they check",
-    "tests/cli/test_report_command.py": "lbtrain report's arguments and the results page: files in, text out",
+    "tests/reports/": "reports, tables and statistics read results files; no Keras in what they check",
+    "tests/cli/test_report_command.py": "lbtrain report's arguments: files in, text out",
     "tests/studies/test_storages.py": "Optuna storages (SQLite, journal, PostgreSQL), their damage and the claiming of trials",
     "tests/studies/test_protocol.py": "the tuning protocol's planning, seeds and tables (its trials train as any sweep's)",
     "tests/studies/test_search.py": "the log2 grid and TPE settings of the protocol's search",
@@ -61,8 +61,8 @@ MAIN_STACK_ONLY = {
     "tests/cli/test_cli.py::test_a_storage_that_cannot_be_opened_is_one_line": "a storage URL refused before any model is built",
     "tests/cli/test_cli.py::test_train_refuses_a_run_dir_that_is_a_file_and_threads_far_above_the_cores":
         "lbtrain train's arguments refused before any model is built",
-    "tests/test_render_elasticity.py": "the elasticity study's section rendered from its runs' files (the simulated "
-                                       "elastic runs it renders: tests/test_elastic.py, on both stacks)",
+    "tests/lab/": "this repository's studies (results page, advisor validation, performance table, elasticity section) "
+                  "rendered from their files (the simulated elastic runs rendered: tests/test_elastic.py, on both stacks)",
     "tests/test_bench.py::test_a_tiny_matrix_writes_a_csv_json_and_plot_with_positive_throughput":
         "the bench's matrix of worlds, its CSV, JSON and plot (a model is benchmarked on Keras 3 by "
         "tests/test_bench_own_model.py's registered name, on both stacks)",

@@ -1,16 +1,16 @@
 """``lbtrain bench``: a tiny matrix end to end (the step alone, the input pipeline alone, the step
 fed by it, what bounds each), the rule of the bound, the machine's peak, FLOP counting by hand, the
-Horovod timeline, bad input as one line with exit code 2, and the README's performance table."""
+Horovod timeline, and bad input as one line with exit code 2 (the README's performance table:
+tests/lab/test_performance.py)."""
 
 import csv
 import json
 import math
-import os
 
 import pytest
 import tensorflow as tf
 
-from conftest import REPO_ROOT, horovod_installed, run_cli, stderr_lines
+from conftest import horovod_installed, run_cli, stderr_lines
 from lbtrain._keras import horovod_problem
 from lbtrain.bench import (
     COLUMNS,
@@ -67,55 +67,6 @@ def test_a_run_is_input_bound_where_the_pipeline_delivers_less_than_the_margin_t
     assert INPUT_BOUND_MARGIN == 1.2
     assert bound_by(pipeline, step) == bound
     assert bound_by(pipeline, step, margin=0.4) == "compute-bound"
-
-
-def test_the_performance_table_shows_pipeline_and_fed_over_step_per_model_and_nothing_for_an_older_bench():
-    from lbtrain.reports.performance import bench_bound_rows
-
-    rows = [{"model": "mlp", "world": "single", "images_per_second": 1000.0, "pipeline_images_per_second": 5000.0,
-             "fed_images_per_second": 950.0, "bound": "compute-bound"},
-            {"model": "glance", "world": "single", "images_per_second": 4000.0, "pipeline_images_per_second": 2000.0,
-             "fed_images_per_second": 1500.0, "bound": "input-bound"},
-            {"model": "mlp", "world": "simulated:2", "images_per_second": 1.0, "pipeline_images_per_second": 1.0,
-             "fed_images_per_second": 1.0, "bound": "input-bound"}]
-    pipeline, fed = bench_bound_rows(rows, [64], 1.2, "bench/bench.json")
-    assert pipeline.ratio == "mlp 5.0 (compute-bound), glance 0.5 (input-bound)"
-    assert pipeline.limit.startswith("input-bound below 1.2: ")
-    assert fed.ratio == "mlp 0.950, glance 0.375"
-    assert bench_bound_rows([{"model": "mlp", "world": "single", "images_per_second": 1.0}], [64], None, "bench/bench.json") == []
-
-
-def test_the_performance_table_shows_the_trainer_over_plain_fit_and_what_compiling_gives_per_model():
-    from lbtrain.reports.performance import jit_rows
-
-    seconds = {"trainer_uncompiled": [0.195, 0.199, 0.190], "fit_uncompiled": [0.181, 0.180, 0.185],
-               "trainer_compiled": [0.7, 0.7, 0.7], "fit_compiled": [0.7, 0.7, 0.7]}
-    result = {"trainer_over_fit_uncompiled": 1.02, "trainer_over_fit_compiled": 1.041, "trainer_compiled_over_uncompiled": 3.7,
-              "fit_compiled_over_uncompiled": 3.61, "auto_is_faster_side": True, "epoch_seconds": seconds}
-    data = {"targets": {"trainer_over_fit": 1.03}, "settings": {"batch": 256},
-            "auto": {"compiled": False, "why": "training.jit_compile is auto and only the CPU is visible"},
-            "results": {"cnn_batch_norm": result, "mlp": {**result, "auto_is_faster_side": False}}}
-    rows = jit_rows(data)
-    assert [(row.ratio, row.target, row.met) for row in rows[:3]] == [
-        ("1.020", "<= 1.03", True), ("1.041", "<= 1.03", False), ("trainer 3.700, plain fit 3.610", "", None)]
-    assert rows[0].comparison.endswith("(cnn with batch norm, batch 256, uncompiled)")
-    # Round by round, trainer minus fit: +14, +19, +5 ms; their median, against fit's median epoch.
-    assert "+14 ms an epoch of 0.18 s (medians over rounds)" in rows[0].limit and "+0 ms an epoch of 0.70 s" in rows[1].limit
-    assert rows[2].limit == "`jit_compile: auto` does not compile here, the faster side: only the CPU is visible"
-    assert rows[5].limit.startswith("`jit_compile: auto` does not compile here, the slower side")
-    assert len(rows) == 6 and {row.source for row in rows} == {"jit.json"}
-
-
-def test_the_performance_table_shows_the_pipeline_without_over_with_the_autotuning_model_per_batch():
-    from lbtrain.reports.performance import pipeline_rows
-
-    data = {"targets": {"without_over_with": 0.9},
-            "batches": {"32": {"without_over_with": 0.861}, "4096": {"without_over_with": 1.166}},
-            "deletion": {"without": {"max_seconds": 0.0031}, "with": {"max_seconds": 1.254}}}
-    rows = pipeline_rows(data)
-    assert [(row.ratio, row.target, row.met) for row in rows] == [("0.861", ">= 0.9", False), ("1.166", ">= 0.9", True)]
-    assert rows[1].comparison.endswith("samples/s at batch 4096")
-    assert rows[0].limit.endswith("waited at most 0.00 s without the model, 1.25 s with it")
 
 
 def test_the_matmul_peak_is_positive():
@@ -199,11 +150,3 @@ def test_horovod_where_it_cannot_run_is_its_one_line_problem_and_exit_2(tmp_path
     result = lbtrain_here("bench", "--worlds", "single,horovod:2", "--output", str(tmp_path / "out"))
     assert result.returncode == 2
     assert stderr_lines(result.stderr) == [f"lbtrain: error: {horovod_problem()}"]
-
-
-def test_the_readme_performance_table_is_the_one_rendered_from_the_committed_json():
-    from lbtrain.reports import performance as render
-
-    readme = open(os.path.join(REPO_ROOT, "README.md")).read()
-    assert render.table_in(readme) == render.render_table(render.load_results(os.path.join(REPO_ROOT, "results", "benchmarks"))), \
-        "README's performance table is stale: run python scripts/render_benchmarks.py --write"

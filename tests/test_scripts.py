@@ -1,5 +1,5 @@
-"""The scripts under scripts/ are thin entry points over the package: each one imports (every
-name it takes from lbtrain exists) without running, whatever it does when run."""
+"""The scripts under scripts/ are thin entry points over the package and the lab: each one imports
+(every name it takes from lbtrain or lab exists) without running, whatever it does when run."""
 
 import importlib.util
 from pathlib import Path
@@ -12,7 +12,7 @@ SCRIPTS = sorted(Path(REPO_ROOT, "scripts").glob("*.py"))
 
 
 def test_there_are_scripts_to_check():
-    assert {"render_results_readme.py", "validate_advisor.py", "rejudge_results.py"} <= {path.name for path in SCRIPTS}
+    assert {"render_results_readme.py", "validate_advisor.py", "render_benchmarks.py"} <= {path.name for path in SCRIPTS}
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=[path.name for path in SCRIPTS])

@@ -103,7 +103,7 @@ def committed_run(study: str, run: str):
 
 def test_a_committed_run_whose_loss_blew_up_and_came_back_is_ok_unstable():
     """goyal_scaling sqrt-warmup-w64-s2: epoch means 1.7 -> 12.6 -> back to 0.79, recorded ok
-    when trained and ok-unstable since the committed runs were re-judged (scripts/rejudge_results.py)."""
+    when trained and ok-unstable since the committed runs were re-judged (lab/migrations/rejudge_results.py)."""
     run = committed_run("goyal_scaling", "sqrt-warmup-w64-s2-49515d1502")
     assert run.status == "ok-unstable"
     verdict = judge_recorded(run, chance=0.1, num_classes=10)

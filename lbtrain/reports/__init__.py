@@ -1,8 +1,7 @@
 """Reports of large-batch runs, without TensorFlow: gap tables and statistics, the critical batch
 (McCandlish et al. 2018) and the learning rate's exponent in the batch, figures, the comparison
-of two modes, and the report that puts them together; the results page of the committed studies
-(``results_page``), the validation of the advisor against them (``advisor_validation``), and the
-tuning time a sweep's storage records (``tuning``). What they read was measured during training
+of two modes, and the report that puts them together; and the tuning time a sweep's storage
+records (``tuning``). What they read was measured during training
 (``lbtrain.measures``) and written under ``results/`` (``lbtrain.results``).
 
 Names load lazily: the tables read results without matplotlib.
@@ -15,7 +14,6 @@ _LOCATIONS = {
     **dict.fromkeys(("unsupported_numbers",), ".prose"),
     **dict.fromkeys(("write_comparison",), ".comparison"),
     **dict.fromkeys(("ReportError", "machine_minutes", "write_report"), ".report"),
-    **dict.fromkeys(("render_results_page", "write_results_page"), ".results_page"),
     **dict.fromkeys(("results_storage", "trial_seconds"), ".tuning"),
     **dict.fromkeys(("CriticalBatchFit", "LrExponentFit", "critical_batch", "lr_exponent", "reachable_target"), ".scaling_laws"),
     **dict.fromkeys(("Aggregate", "RunRecord", "aggregate", "differences_from_reference", "load_records", "markdown_table"), ".tables"),

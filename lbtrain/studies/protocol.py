@@ -639,5 +639,5 @@ def write_protocol(experiment: ExperimentConfig, rows: list[dict[str, Any]], tri
 
 
 __all__ = ["ARM_KINDS", "Arm", "best_arm", "check_final_seeds", "comparison_rows", "equal_steps_rows", "equal_steps_runs", "final_runs",
-           "own_steps", "protocol_arms", "reference_world_size", "run_protocol", "search_summary", "train_longer_arms",
+           "own_steps", "protocol_arms", "protocol_markdown", "reference_world_size", "run_protocol", "search_summary", "train_longer_arms",
            "train_longer_label", "train_longer_rows", "train_longer_runs", "tune", "tuned_studies", "tuning_seeds", "untaken_points", "write_protocol"]

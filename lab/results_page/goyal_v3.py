@@ -12,9 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lbtrain.reports.decisions import BETTER, MATCHES
-from lbtrain.reports.regime import Regime, study_regimes
-from lbtrain.reports.results_page.common import (
+from lab.results_page.common import (
     MARGIN,
     as_estimate,
     figure_lines,
@@ -27,8 +25,8 @@ from lbtrain.reports.results_page.common import (
     study_runs,
     validation_choice,
 )
-from lbtrain.reports.results_page.critical_batch import b_crit_text
-from lbtrain.reports.results_page.goyal import (
+from lab.results_page.critical_batch import b_crit_text
+from lab.results_page.goyal import (
     arm_accuracies,
     arm_cell,
     chosen_arms,
@@ -38,6 +36,8 @@ from lbtrain.reports.results_page.goyal import (
     not_ok_text,
     study_arms,
 )
+from lbtrain.reports.decisions import BETTER, MATCHES
+from lbtrain.reports.regime import Regime, study_regimes
 from lbtrain.reports.scaling_laws import CriticalBatchFit
 from lbtrain.reports.statistics import difference_interval, mean_interval
 from lbtrain.reports.tables import markdown_table

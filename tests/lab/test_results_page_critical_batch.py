@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO_ROOT
-from lbtrain.reports.results_page.critical_batch import (
+from lab.results_page.critical_batch import (
     anchor_mccandlish,
     anchor_shallue,
     best_rows,

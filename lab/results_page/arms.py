@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lbtrain.reports.results_page.common import failed_text, status_counts
+from lab.results_page.common import failed_text, status_counts
 
 
 def arm_label(row: dict[str, Any], kind: str) -> str:

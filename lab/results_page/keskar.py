@@ -8,8 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lbtrain.reports.decisions import BETTER, INCONCLUSIVE, MATCHES, WORSE
-from lbtrain.reports.results_page.common import (
+from lab.results_page.common import (
     MARGIN,
     accuracy_cell,
     as_estimate,
@@ -23,6 +22,7 @@ from lbtrain.reports.results_page.common import (
     study_json,
     study_runs,
 )
+from lbtrain.reports.decisions import BETTER, INCONCLUSIVE, MATCHES, WORSE
 from lbtrain.reports.statistics import Estimate, difference_interval
 from lbtrain.reports.tables import markdown_table
 from lbtrain.results import FIGURE_SHARPNESS_VS_BATCH, METRICS_FILE, PROTOCOL_FILE, REPORT_JSON, RUNS_FOLDER

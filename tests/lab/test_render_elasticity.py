@@ -1,31 +1,19 @@
-"""scripts/render_elasticity.py: every arm of the elasticity study against the fixed world of 4,
+"""lab.elasticity: every arm of the elasticity study against the fixed world of 4,
 by the repository's intervals and decision rule, its prose numbers from its record; and on a tiny
 real elastic experiment, the section in the report, its figures, and the learning rate rebuilt
 per step as the runs applied it."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
+from lab import elasticity as render_elasticity
 from lbtrain.config import ExperimentConfig
 from lbtrain.reports.prose import unsupported_numbers
 from lbtrain.reports.statistics import difference_interval, mean_interval
 from lbtrain.reports.tables import RunRecord, load_records
 from lbtrain.results import RunResult
 from lbtrain.studies.runner import run_experiment
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("render_elasticity", Path(REPO_ROOT) / "scripts" / "render_elasticity.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-render_elasticity = _script()
 
 SCHEDULE = {"0": 4, "1024": 2, "2048": 4}
 

@@ -7,9 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lbtrain.reports.decisions import INCONCLUSIVE, MATCHES, WORSE
-from lbtrain.reports.results_page.arms import no_ok_seed, run_labels
-from lbtrain.reports.results_page.common import (
+from lab.results_page.arms import no_ok_seed, run_labels
+from lab.results_page.common import (
     MIN_FIT_POINTS,
     as_estimate,
     departure_claim,
@@ -19,6 +18,7 @@ from lbtrain.reports.results_page.common import (
     study_json,
     study_runs,
 )
+from lbtrain.reports.decisions import INCONCLUSIVE, MATCHES, WORSE
 from lbtrain.reports.tables import markdown_table
 from lbtrain.results import FIGURE_ACCURACY_VS_BATCH, FIGURE_SWEEP_LR_VS_BATCH, PROTOCOL_FILE, REPORT_JSON
 

@@ -24,7 +24,7 @@ size, ``RunConfig.at_world_size``, as the trainer builds it) and checked against
 recorded at each world change. (``lbtrain report``'s own LR figure rebuilds a run's schedule
 without ``training.elastic``: for the elastic arms it is not the rate they applied.)
 
-Run from the repository root: ``.venv/bin/python scripts/render_elasticity.py [results/elasticity]``.
+Run from the repository root: ``.venv/bin/python -m lab.elasticity [results/elasticity]``.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ For every study folder given (default: every folder of ``results/`` with an ``ex
   the sweep's summary, fit and figures are written again.
 
 Prints one line per run or trial whose status moved. Run from the repository root:
-``.venv/bin/python scripts/rejudge_results.py [results/NAME ...]``.
+``.venv/bin/python -m lab.migrations.rejudge_results [results/NAME ...]``.
 """
 
 from __future__ import annotations

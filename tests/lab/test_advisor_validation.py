@@ -1,4 +1,4 @@
-"""lbtrain.reports.advisor_validation: the leave-one-out check of the advisor's calibrated B_crit,
+"""lab.advisor_validation: the leave-one-out check of the advisor's calibrated B_crit,
 and that the committed validation files are what it renders from the committed results."""
 
 import json
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT
-from lbtrain.reports.advisor_validation import OUTPUT, leave_one_out, render_markdown, validation
+from lab.advisor_validation import OUTPUT, leave_one_out, render_markdown, validation
 
 COMMITTED = Path(REPO_ROOT) / OUTPUT
 
@@ -46,7 +46,7 @@ def test_the_advisors_critical_batch_is_checked_at_every_batch_of_the_study():
     """S(B) = S(B_0) (1 + B_c / B) / (1 + B_c / B_0), anchored at the smallest batch: with a
     measured curve of S_min = 100 and B_crit = 400, a raw B_simple of 100 predicts too few
     steps' savings at large batches, a calibrated B_crit of 400 predicts the curve exactly."""
-    from lbtrain.reports.advisor_validation import per_batch
+    from lab.advisor_validation import per_batch
 
     batches = [50, 100, 200, 400, 800, 1600]
     item = {"predicted": {"b_simple": 100.0},

@@ -1,4 +1,4 @@
-"""goyal_v3 on the results page (``lbtrain.reports.results_page.goyal_v3``): where linear scaling
+"""goyal_v3 on the results page (``lab.results_page.goyal_v3``): where linear scaling
 with warmup stops, set against critical_batch_v3's B_crit; the page's lead (the arm chosen on
 validation at each world size, its cost in updates, its difference from world size 1's chosen
 arm); the study's own table, with no arm for the empty side of a rule_only or tuned_only recipe
@@ -17,11 +17,10 @@ import json
 import math
 from pathlib import Path
 
-from lbtrain.reports.decisions import claim
-from lbtrain.reports.results_page.anchors import ANCHORS, GOYAL_LINEAR, HOFFER, anchor_row, superseded_by
-from lbtrain.reports.results_page.common import judge, judged_points, points_text, study_runs, validation_choice
-from lbtrain.reports.results_page.goyal import anchor_goyal_no_warmup, final_runs, study_arms
-from lbtrain.reports.results_page.goyal_v3 import (
+from lab.results_page.anchors import ANCHORS, GOYAL_LINEAR, HOFFER, anchor_row, superseded_by
+from lab.results_page.common import judge, judged_points, points_text, study_runs, validation_choice
+from lab.results_page.goyal import anchor_goyal_no_warmup, final_runs, study_arms
+from lab.results_page.goyal_v3 import (
     anchor_goyal_v3_longer,
     control_sentence,
     converged_text,
@@ -30,6 +29,7 @@ from lbtrain.reports.results_page.goyal_v3 import (
     stops_sentence,
     where_linear_scaling_stops,
 )
+from lbtrain.reports.decisions import claim
 from lbtrain.reports.scaling_laws import CriticalBatchFit
 from lbtrain.reports.statistics import Estimate, difference_interval, mean_interval
 
@@ -461,7 +461,7 @@ def test_an_arm_copied_from_another_is_ranked_once_and_named_as_the_same_runs(tm
 
 
 def test_a_difference_names_the_runs_it_leaves_out():
-    from lbtrain.reports.results_page.goyal import not_ok_text
+    from lab.results_page.goyal import not_ok_text
 
     assert not_ok_text({"rule_runs": 5, "rule": {"n": 4}}, "rule") == " (1 of 5 runs not ok, left out)"
     assert not_ok_text({"tuned_runs": 5, "tuned": {"n": 5}}, "tuned") == ""

@@ -8,15 +8,15 @@ import logging
 from pathlib import Path
 from typing import Any, Callable
 
+from lab.results_page.anchors import section_anchors
+from lab.results_page.asynchrony import section_staleness, section_sync_vs_async, staleness_figure
+from lab.results_page.critical_batch import section_critical_batch, section_steps_to_target
+from lab.results_page.goyal import goyal_figure, section_accuracy_study, section_goyal_bn, section_warmup_ablation
+from lab.results_page.goyal_v3 import COMMAND as THIRD_EDITION_COMMAND
+from lab.results_page.goyal_v3 import CRITICAL_BATCH_STUDY, section_goyal_v3, section_lead
+from lab.results_page.keskar import section_keskar_gap, section_keskar_v2
+from lab.results_page.lr_scaling import section_adam_scaling, section_goyal_sweep
 from lbtrain.reports.report import ReportError
-from lbtrain.reports.results_page.anchors import section_anchors
-from lbtrain.reports.results_page.asynchrony import section_staleness, section_sync_vs_async, staleness_figure
-from lbtrain.reports.results_page.critical_batch import section_critical_batch, section_steps_to_target
-from lbtrain.reports.results_page.goyal import goyal_figure, section_accuracy_study, section_goyal_bn, section_warmup_ablation
-from lbtrain.reports.results_page.goyal_v3 import COMMAND as THIRD_EDITION_COMMAND
-from lbtrain.reports.results_page.goyal_v3 import CRITICAL_BATCH_STUDY, section_goyal_v3, section_lead
-from lbtrain.reports.results_page.keskar import section_keskar_gap, section_keskar_v2
-from lbtrain.reports.results_page.lr_scaling import section_adam_scaling, section_goyal_sweep
 from lbtrain.reports.tables import markdown_table, read_summary
 from lbtrain.results import RESULTS_PAGE as PAGE_FILE
 from lbtrain.results import SUMMARY_FILE

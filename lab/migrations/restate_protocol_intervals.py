@@ -8,7 +8,7 @@ folder's ``summary.csv`` and ``experiment.yaml`` by ``lbtrain.studies.protocol``
 committed files may hold percentile-bootstrap ones); every other key of ``protocol.json`` (trial
 counts, LR fits, the arms chosen on validation, ...) is kept as recorded, and ``protocol.md`` is
 rendered again from the result. Run from the repository root:
-``.venv/bin/python scripts/restate_protocol_intervals.py [results/NAME ...]``.
+``.venv/bin/python -m lab.migrations.restate_protocol_intervals [results/NAME ...]``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""results/README.md is what lbtrain.reports.results_page renders from the committed data, and
+"""results/README.md is what lab.results_page renders from the committed data, and
 the goyal_bn section and its anchors are computed from a protocol.json and summary.csv."""
 
 import csv
@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT, run_python
-from lbtrain.reports.report import ReportError
-from lbtrain.reports.results_page import (
+from lab.results_page import (
     QUICKSTART_BEGIN,
     QUICKSTART_END,
     readme_with_quickstart,
@@ -20,10 +19,10 @@ from lbtrain.reports.results_page import (
     render_results_page,
     write_results_page,
 )
-from lbtrain.reports.results_page.asynchrony import anchor_staleness, anchor_staleness_damping, section_staleness
-from lbtrain.reports.results_page.common import machine_minutes, points_text, study_runs
-from lbtrain.reports.results_page.critical_batch import section_critical_batch, shallue_region
-from lbtrain.reports.results_page.goyal import (
+from lab.results_page.asynchrony import anchor_staleness, anchor_staleness_damping, section_staleness
+from lab.results_page.common import machine_minutes, points_text, study_runs
+from lab.results_page.critical_batch import section_critical_batch, shallue_region
+from lab.results_page.goyal import (
     anchor_goyal_linear_warmup,
     anchor_goyal_no_warmup,
     chosen_arms,
@@ -32,15 +31,16 @@ from lbtrain.reports.results_page.goyal import (
     section_goyal_bn,
     study_arms,
 )
-from lbtrain.reports.results_page.keskar import anchor_hoffer, anchor_keskar, anchor_keskar_v3, section_keskar_v2
-from lbtrain.reports.results_page.lr_scaling import anchor_malladi
+from lab.results_page.keskar import anchor_hoffer, anchor_keskar, anchor_keskar_v3, section_keskar_v2
+from lab.results_page.lr_scaling import anchor_malladi
+from lbtrain.reports.report import ReportError
 from lbtrain.reports.statistics import difference_interval, mean_interval
 
 RESULTS = Path(REPO_ROOT) / "results"
 
 
 def test_the_page_and_the_advisors_validation_load_no_tensorflow():
-    code = ("import sys, lbtrain.reports.results_page, lbtrain.reports.advisor_validation; "
+    code = ("import sys, lab.results_page, lab.advisor_validation; "
             "print('tensorflow' in sys.modules, 'keras' in sys.modules)")
     assert run_python(code).stdout.split() == ["False", "False"]
 

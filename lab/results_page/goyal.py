@@ -9,9 +9,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from lbtrain.reports.decisions import BEST, TIED_WITH_THE_BEST
-from lbtrain.reports.results_page.arms import arm_label, no_ok_seed, run_labels
-from lbtrain.reports.results_page.common import (
+from lab.results_page.arms import arm_label, no_ok_seed, run_labels
+from lab.results_page.common import (
     ACCURACY_TABLE_NOTE,
     accuracy_table,
     as_estimate,
@@ -32,6 +31,7 @@ from lbtrain.reports.results_page.common import (
     trained_share_claim,
     validation_choice,
 )
+from lbtrain.reports.decisions import BEST, TIED_WITH_THE_BEST
 from lbtrain.reports.statistics import Estimate, difference_interval, mean_interval
 from lbtrain.reports.tables import markdown_table
 from lbtrain.results import FIGURE_ACCURACY_VS_BATCH, PROTOCOL_FILE, REPORT_JSON

@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT
-from lbtrain.reports.decisions import BETTER, CLAIMS, TIED_WITH_THE_BEST
-from lbtrain.reports.results_page.anchors import ANCHORS, anchor_row
-from lbtrain.reports.results_page.asynchrony import anchor_async_lr, anchor_staleness, anchor_staleness_damping
-from lbtrain.reports.results_page.common import accuracy_table, study_runs
-from lbtrain.reports.results_page.goyal import (
+from lab.results_page.anchors import ANCHORS, anchor_row
+from lab.results_page.asynchrony import anchor_async_lr, anchor_staleness, anchor_staleness_damping
+from lab.results_page.common import accuracy_table, study_runs
+from lab.results_page.goyal import (
     anchor_goyal_linear_warmup,
     anchor_goyal_no_warmup,
     anchor_lars,
@@ -25,9 +24,10 @@ from lbtrain.reports.results_page.goyal import (
     section_goyal_bn,
     section_warmup_ablation,
 )
-from lbtrain.reports.results_page.goyal_v3 import anchor_goyal_v3_longer
-from lbtrain.reports.results_page.keskar import anchor_hoffer, anchor_keskar, anchor_keskar_v3
-from lbtrain.reports.results_page.lr_scaling import anchor_malladi
+from lab.results_page.goyal_v3 import anchor_goyal_v3_longer
+from lab.results_page.keskar import anchor_hoffer, anchor_keskar, anchor_keskar_v3
+from lab.results_page.lr_scaling import anchor_malladi
+from lbtrain.reports.decisions import BETTER, CLAIMS, TIED_WITH_THE_BEST
 from lbtrain.reports.statistics import difference_interval, mean_interval
 
 RESULTS = Path(REPO_ROOT) / "results"

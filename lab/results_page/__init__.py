@@ -19,7 +19,7 @@ as ``results/quickstart_reference/summary.csv``.
 (``python scripts/render_results_readme.py [--write]`` does the same.) No TensorFlow is loaded.
 """
 
-from lbtrain.reports.results_page.page import (
+from lab.results_page.page import (
     PAGE_FILE,
     QUICKSTART_BEGIN,
     QUICKSTART_END,

@@ -9,6 +9,21 @@ import json
 from pathlib import Path
 from typing import Callable, NamedTuple
 
+from lab.results_page.asynchrony import anchor_async_lr, anchor_staleness, anchor_staleness_damping
+from lab.results_page.common import figure_lines
+from lab.results_page.critical_batch import anchor_mccandlish, anchor_shallue
+from lab.results_page.goyal import (
+    GOYAL_2017_BASE_ERROR,
+    GOYAL_2017_ERROR_AT_32X,
+    GOYAL_FIGURE,
+    anchor_goyal_linear_warmup,
+    anchor_goyal_no_warmup,
+    anchor_lars,
+    anchor_nado,
+)
+from lab.results_page.goyal_v3 import CRITICAL_BATCH_STUDY, anchor_goyal_v3_longer
+from lab.results_page.keskar import anchor_hoffer, anchor_keskar, anchor_keskar_v3
+from lab.results_page.lr_scaling import anchor_malladi
 from lbtrain.reports.regime import (
     MAX_BATCH_FRACTION,
     MIN_UPDATES,
@@ -18,21 +33,6 @@ from lbtrain.reports.regime import (
     largest_in_regime,
     study_regimes,
 )
-from lbtrain.reports.results_page.asynchrony import anchor_async_lr, anchor_staleness, anchor_staleness_damping
-from lbtrain.reports.results_page.common import figure_lines
-from lbtrain.reports.results_page.critical_batch import anchor_mccandlish, anchor_shallue
-from lbtrain.reports.results_page.goyal import (
-    GOYAL_2017_BASE_ERROR,
-    GOYAL_2017_ERROR_AT_32X,
-    GOYAL_FIGURE,
-    anchor_goyal_linear_warmup,
-    anchor_goyal_no_warmup,
-    anchor_lars,
-    anchor_nado,
-)
-from lbtrain.reports.results_page.goyal_v3 import CRITICAL_BATCH_STUDY, anchor_goyal_v3_longer
-from lbtrain.reports.results_page.keskar import anchor_hoffer, anchor_keskar, anchor_keskar_v3
-from lbtrain.reports.results_page.lr_scaling import anchor_malladi
 from lbtrain.reports.tables import markdown_table
 from lbtrain.results import COMPARE_JSON, REPORT_JSON, SUMMARY_FILE
 

@@ -9,9 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from lbtrain.reports.comparison import count_text, works_sentence
-from lbtrain.reports.decisions import BETTER, INCONCLUSIVE, MATCHES, WORSE
-from lbtrain.reports.results_page.common import (
+from lab.results_page.common import (
     as_estimate,
     claims_at,
     failed_text,
@@ -24,6 +22,8 @@ from lbtrain.reports.results_page.common import (
     study_runs,
     trained_share_claim,
 )
+from lbtrain.reports.comparison import count_text, works_sentence
+from lbtrain.reports.decisions import BETTER, INCONCLUSIVE, MATCHES, WORSE
 from lbtrain.reports.statistics import difference_interval, mean_interval
 from lbtrain.reports.tables import markdown_table
 from lbtrain.results import COMPARE_JSON, FIGURE_ACCURACY_VS_LR, REPORT_JSON

@@ -30,7 +30,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from lbtrain.reports.results_page.common import FIT_RMS_TOLERANCE, MIN_FIT_POINTS, figure_lines, opening, study_json
+from lab.results_page.common import FIT_RMS_TOLERANCE, MIN_FIT_POINTS, figure_lines, opening, study_json
 from lbtrain.reports.scaling_laws import CriticalBatchFit, counts_in_fit
 from lbtrain.reports.statistics import Estimate
 from lbtrain.reports.tables import markdown_table, read_summary
