@@ -30,6 +30,11 @@ def _one_intra_op_thread_per_xdist_worker() -> None:
 
 
 _one_intra_op_thread_per_xdist_worker()
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    # The workers already fill the cores: lbtrain run trains a grid's runs one at a time in each
+    # (a second run process would cost its TensorFlow import, seconds, for a grid of tiny runs).
+    # Tests of parallel runs pass workers themselves.
+    os.environ.setdefault("LBTRAIN_WORKERS", "1")
 
 
 def horovod_installed() -> bool:

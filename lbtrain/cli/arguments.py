@@ -16,6 +16,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def workers(text: str) -> int | None:
+    """argparse type: ``auto`` (None: the machine decides) or a whole number >= 1."""
+    if text == "auto":
+        return None
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected auto or a whole number >= 1, got {text!r}") from None
+
+
 def comma_list(text: str) -> list[str]:
     """argparse type: comma-separated names, none empty."""
     items = [item.strip() for item in text.split(",")]

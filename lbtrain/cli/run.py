@@ -6,6 +6,7 @@ import argparse
 import logging
 from pathlib import Path
 
+from lbtrain.cli import arguments
 from lbtrain.results import SUMMARY_FILE
 
 logger = logging.getLogger(__name__)
@@ -18,6 +19,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", help="override a field, e.g. --set training.epochs=1")
     parser.add_argument("--dry-run", action="store_true", help="list the runs without training")
     parser.add_argument("--fresh", action="store_true", help="delete this experiment's previous runs and start over")
+    parser.add_argument("--workers", type=arguments.workers, default=None, metavar="auto|N",
+                        help="runs trained at once (default auto: as many as the cores allow with a core per process, "
+                             "or one per GPU); each process gets its share of the cores as TensorFlow threads")
     parser.set_defaults(handler=run)
 
 
@@ -35,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {run.run_id}  {run.label}  {settings.world_text}  "
                   f"{run.config.optimizer.name}  rule {run.config.lr.rule}  seed {settings.seed}")
         return 0
-    rows = run_experiment(experiment, config_file=str(Path(args.experiment).resolve()), fresh=args.fresh)
+    rows = run_experiment(experiment, config_file=str(Path(args.experiment).resolve()), fresh=args.fresh, workers=args.workers)
     print(summary_table(rows))
     print(f"wrote {experiment.results_dir / SUMMARY_FILE}")
     failed = sum(row["status"] == "failed" for row in rows)

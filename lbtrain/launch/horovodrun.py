@@ -146,15 +146,17 @@ def elastic_arguments(elastic: ElasticConfig, run_dir: str | Path) -> list[str]:
 
 
 def launch_horovod(settings: HorovodLaunchConfig, world_size: int, program: Sequence[str], run_dir: str | Path,
-                   elastic: ElasticConfig | None = None) -> JobExit:
+                   elastic: ElasticConfig | None = None, env: dict[str, str] | None = None) -> JobExit:
     """Runs ``program`` on ``world_size`` ranks (output captured), with the experiment's Horovod
     knobs in the environment the ranks inherit (``HorovodLaunchConfig.environment``: Horovod's
     own variables, which horovodrun's flags only set for it, and which a ``$HOROVODRUN`` wrapper
     or mpirun pass on as well), as ``job_command`` says: with ``--gloo`` when that is what
     horovodrun would choose (``controller_arguments``); with ``elastic`` (real workers coming and
-    going), under Horovod's elastic launcher (``elastic_arguments``)."""
+    going), under Horovod's elastic launcher (``elastic_arguments``); ``env`` is added to what
+    the ranks inherit (the GPUs they may see)."""
     command = job_command(settings, world_size, program, run_dir, elastic)
-    completed = subprocess.run(command, capture_output=True, text=True, env={**child_environment(), **settings.environment(run_dir)})
+    completed = subprocess.run(command, capture_output=True, text=True,
+                               env={**child_environment(), **settings.environment(run_dir), **(env or {})})
     output = completed.stdout + completed.stderr
     if elastic is not None and completed.returncode != 0 and ELASTIC_TIMEOUT_MESSAGE in output:
         output = (f"lbtrain: error: fewer than training.elastic.min_workers ({elastic.min_workers}) workers were left for "

@@ -64,10 +64,14 @@ def death_reason(returncode: int, stderr_tail: list[str]) -> str:
 
 
 class RunProcess:
-    """A child process that trains simulated runs (see the module doc). Use as a context
-    manager; ``train`` starts the child when needed."""
+    """A child process that trains simulated runs (see the module doc), with ``threads``
+    TensorFlow intra-op and inter-op threads (None: TensorFlow's default, every core) and
+    ``environment`` added to its own (the GPUs it may see). Use as a context manager; ``train``
+    starts the child when needed. ``kill`` may come from another thread: the run the child was
+    training is then not recorded (it resumes on the rerun), and ``train`` raises ``RunEnded``."""
 
-    def __init__(self) -> None:
+    def __init__(self, threads: int | None = None, environment: dict[str, str] | None = None) -> None:
+        self._threads, self._environment = threads, dict(environment or {})
         self._process: subprocess.Popen | None = None
         self._done: queue.Queue[str] = queue.Queue()
         self._stderr_tail: collections.deque[str] = collections.deque(maxlen=_STDERR_LINES_KEPT)
@@ -113,8 +117,9 @@ class RunProcess:
     def _start(self) -> subprocess.Popen:
         self._done, self._stderr_tail = queue.Queue(), collections.deque(maxlen=_STDERR_LINES_KEPT)
         process = subprocess.Popen(
-            [sys.executable, "-m", "lbtrain.launch.isolation", str(os.getpid())],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1, env=child_environment(),
+            [sys.executable, "-m", "lbtrain.launch.isolation", str(os.getpid()), *([str(self._threads)] if self._threads else [])],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
+            env={**child_environment(), **self._environment},
         )
         threading.Thread(target=self._pass_stdout, args=(process.stdout, self._done), daemon=True).start()
         threading.Thread(target=self._pass_stderr, args=(process.stderr, self._stderr_tail), daemon=True).start()
@@ -138,7 +143,8 @@ class RunProcess:
 
     def train(self, config: Any, run_dir: Path) -> RunResult:
         """Trains (or resumes) the run of ``config`` (a ``RunConfig``) into ``run_dir`` in the
-        child, and returns what it wrote; a run whose process died is written ``failed``."""
+        child, and returns what it wrote; a run whose process died is written ``failed``, unless
+        ``kill`` ended it (``RunEnded``)."""
         if self._process is None or self._process.poll() is not None:
             self._process = self._start()
         process = self._process
@@ -155,11 +161,17 @@ class RunProcess:
                 if process.poll() is not None:
                     break
         process.wait()
+        if self._process is not process:
+            raise RunEnded(f"the run in {run_dir} was stopped by lbtrain")
         time.sleep(0.1)  # let the reader threads take the child's last lines
         self._process = None
         result = RunResult.failed(config, death_reason(process.returncode, list(self._stderr_tail)))
         write_run(run_dir, result)
         return result
+
+
+class RunEnded(Exception):
+    """``RunProcess.train``'s run was ended by ``RunProcess.kill`` (an interrupted experiment)."""
 
 
 def _die_with_parent(parent: int) -> None:
@@ -182,8 +194,12 @@ def _poll_parent(parent: int) -> None:
     os._exit(1)
 
 
-def serve(parent: int) -> None:
-    """The child's loop: train each requested run, write it, print ``DONE``."""
+def serve(parent: int, threads: int | None = None) -> None:
+    """The child's loop: train each requested run, write it, print ``DONE``; TensorFlow's pools
+    get ``threads`` threads each (None: its default)."""
+    from lbtrain.worlds.base import configure_threads
+
+    configure_threads(threads, threads)  # before TensorFlow runs an op
     from lbtrain.config import run_config_from_dict
     from lbtrain.trainer import train
     from lbtrain.worlds.simulated import SimulatedWorld
@@ -207,4 +223,4 @@ if __name__ == "__main__":
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the parent ends this process (see the module doc)
     configure()
-    serve(int(sys.argv[1]))
+    serve(int(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else None)

@@ -4,7 +4,8 @@ anything trains.
 ``expand`` turns an ``ExperimentConfig`` into ``PlannedRun``s with stable ids (a hash of the
 resolved run config, after a readable prefix); ``check_runs`` checks every run against its data
 and model, and ``check_mode`` against the experiment's mode (``lbtrain.modes``), so a bad grid
-point is a one-line error before the first run trains.
+point is a one-line error before the first run trains. ``place_runs`` decides how the runs share
+the machine: how many train at once, with how many TensorFlow threads each, on which GPUs.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ import hashlib
 import importlib.util
 import itertools
 import json
+import math
+import os
 import re
-from typing import Any
+from typing import Any, Sequence
 
 from lbtrain.config import (
     GRID_SHORTHANDS,
@@ -224,3 +227,77 @@ def _check_ports(experiment: ExperimentConfig, world_size: int) -> None:
     settings = experiment.parameter_server
     if settings.base_port is not None and get_mode(experiment.mode).launch == "parameter_server_job":
         job_ports(1 + world_size + settings.ps_tasks, settings.base_port, "parameter_server.base_port")
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """How a grid's runs share this machine: ``workers`` runs train at once, every process of
+    a run with ``threads`` TensorFlow intra-op and inter-op threads, and worker ``i`` sees only
+    the GPUs ``devices[i]`` (``CUDA_VISIBLE_DEVICES``; None: no GPU is placed)."""
+
+    workers: int
+    threads: int
+    cores: int
+    devices: tuple[tuple[str, ...], ...] | None = None
+
+    def environment(self, worker: int) -> dict[str, str]:
+        """What the processes of worker ``worker`` add to their environment: the GPUs they see."""
+        return {} if self.devices is None else {"CUDA_VISIBLE_DEVICES": ",".join(self.devices[worker])}
+
+    def describe(self, runs: int) -> str:
+        """One log line: how many runs train at once, their threads, the machine.
+
+        >>> Placement(2, 1, 2).describe(12)
+        '12 runs to train, 2 at a time, 1 TensorFlow thread per process (2 cores)'
+        """
+        at_once = "one at a time" if self.workers == 1 else f"{self.workers} at a time"
+        gpus = len({device for group in self.devices for device in group}) if self.devices else 0
+        where = f"{self.cores} cores" + (f", {gpus} GPUs" if gpus else "")
+        return (f"{runs} run{'s' * (runs != 1)} to train, {at_once}, {self.threads} TensorFlow "
+                f"thread{'s' * (self.threads != 1)} per process ({where})")
+
+
+def visible_gpus(gpus: int, variable: str | None = None) -> list[str]:
+    """The ids a child gives ``CUDA_VISIBLE_DEVICES`` for each of the ``gpus`` GPUs this process
+    sees: its own ``CUDA_VISIBLE_DEVICES`` entries (``variable``, default the environment's)
+    where it has one, since TensorFlow numbers the visible GPUs from 0; else ``0 .. gpus - 1``.
+
+    >>> visible_gpus(2, "4,6"), visible_gpus(2, ""), visible_gpus(0, None)
+    (['4', '6'], ['0', '1'], [])
+    """
+    variable = os.environ.get("CUDA_VISIBLE_DEVICES") if variable is None else variable
+    listed = [entry.strip() for entry in (variable or "").split(",") if entry.strip()]
+    return listed[:gpus] if len(listed) >= gpus else [str(index) for index in range(gpus)]
+
+
+def place_runs(runs: int, *, processes: int, cores: int, gpus: Sequence[str] = (), gpus_per_run: int = 1,
+               workers: int | None = None) -> Placement:
+    """How ``runs`` runs, each of ``processes`` processes (``lbtrain.launch.run_footprint``) that
+    trains on ``gpus_per_run`` GPUs where there are GPUs, share ``cores`` cores and the ``gpus``
+    (``visible_gpus``).
+
+    ``workers`` (None: automatic) runs train at once: on GPUs, one run per group of
+    ``gpus_per_run`` of them (each run's processes see only its group); on CPUs, as many runs as
+    leave each process a core, ``floor(cores / processes)``. Never more than ``runs``, never fewer
+    than one. Every process then runs ``max(1, floor(cores / (workers x processes)))`` threads,
+    so ``workers x processes x threads <= cores`` whenever the cores allow one thread each: small
+    models cannot fill a machine's cores from one process (TensorFlow's default pools take every
+    core), so several runs side by side finish a grid sooner. Given more workers than GPU
+    groups, workers share the groups in turn.
+
+    >>> place_runs(12, processes=1, cores=2)
+    Placement(workers=2, threads=1, cores=2, devices=None)
+    >>> place_runs(1, processes=1, cores=8), place_runs(3, processes=2, cores=8).threads
+    (Placement(workers=1, threads=8, cores=8, devices=None), 1)
+    >>> place_runs(5, processes=2, cores=4, gpus=["0", "1", "2", "3"], gpus_per_run=2).devices
+    (('0', '1'), ('2', '3'))
+    """
+    if gpus:
+        per_run = max(1, min(gpus_per_run, len(gpus)))
+        groups = [tuple(gpus[start:start + per_run]) for start in range(0, len(gpus) - per_run + 1, per_run)]
+        automatic = len(groups)
+    else:
+        automatic = max(1, cores // max(1, processes))
+    chosen = max(1, min(automatic if workers is None else workers, runs))
+    threads = max(1, math.floor(cores / (chosen * max(1, processes))))
+    return Placement(chosen, threads, cores, tuple(groups[index % len(groups)] for index in range(chosen)) if gpus else None)

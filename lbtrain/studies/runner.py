@@ -6,8 +6,10 @@ child process for a mode launched ``isolated`` (``lbtrain.launch.isolation``: a 
 the process is recorded, not fatal), else as ``lbtrain train --mode M`` processes started by the
 mode's launch kind (``lbtrain.launch.start_run``: horovodrun, a fresh process, a tf.distribute
 or parameter-server job). A run whose configuration another label's run already finished (the
-same hash ends both ids) is copied from it, not trained: it would train to the same numbers. It
-records diverged and failed runs and goes on, then writes ``summary.csv``. Its progress lines are INFO records of the ``lbtrain`` logger (``lbtrain.logs``)
+same hash ends both ids) is copied from it, not trained: it would train to the same numbers.
+Independent runs train side by side, as many as the cores (or GPUs) allow (``placement``): small
+models leave most of a machine idle from one process. It records diverged and failed runs and
+goes on, then writes ``summary.csv``. Its progress lines are INFO records of the ``lbtrain`` logger (``lbtrain.logs``)
 unless the caller takes them (``progress``).
 """
 
@@ -15,8 +17,12 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import queue
 import shutil
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -25,7 +31,7 @@ import yaml
 
 from lbtrain.config import ConfigError, ExperimentConfig, describe_budget
 from lbtrain.files import csv_text, write_atomic
-from lbtrain.launch.isolation import RunProcess
+from lbtrain.launch.isolation import RunEnded, RunProcess
 from lbtrain.modes import Mode, get_mode
 from lbtrain.results import (
     CONFIG_FILE,
@@ -42,9 +48,12 @@ from lbtrain.results import (
     run_hash,
     write_run,
 )
-from lbtrain.studies.plan import PlannedRun, check_mode, check_runs, expand
+from lbtrain.studies.plan import Placement, PlannedRun, check_mode, check_runs, expand, place_runs, visible_gpus
 
 logger = logging.getLogger(__name__)
+
+# The default of ``lbtrain run --workers`` (``default_workers``).
+WORKERS_VARIABLE = "LBTRAIN_WORKERS"
 
 SUMMARY_COLUMNS = (
     "run_id", "label", "status", "world_size", "per_worker_batch", "global_batch", "rule", "warmup_epochs", "optimizer",
@@ -130,17 +139,22 @@ def _launched_result(planned: PlannedRun, run_dir: Path, returncode: int, failur
     return result
 
 
-def _train_launched(mode: Mode, planned: PlannedRun, run_dir: Path, experiment: ExperimentConfig) -> RunResult:
-    """Runs ``lbtrain train --mode M`` for ``planned`` as the mode's launch kind starts it (the
-    root writes the run); a job that fails is a failed run, with the failing task's error line."""
+def _train_launched(mode: Mode, planned: PlannedRun, run_dir: Path, experiment: ExperimentConfig, threads: int,
+                    environment: dict[str, str], stopped: threading.Event) -> RunResult:
+    """Runs ``lbtrain train --mode M --threads T`` for ``planned`` as the mode's launch kind
+    starts it, with ``environment`` (the root writes the run); a job that fails is a failed run,
+    with the failing task's error line. A job that ended after ``stopped`` was set, or by SIGINT
+    (a terminal's Ctrl-C reaches every process of the job), is not recorded: ``RunEnded``."""
     from lbtrain.launch import start_run
 
-    program = [*_train_command(planned, run_dir), "--mode", mode.name]
+    program = [*_train_command(planned, run_dir), "--mode", mode.name, "--threads", str(threads)]
     try:
         job = start_run(mode.launch, program, planned.config.training.world_size, experiment, run_dir,
-                        elastic=planned.config.training.elastic)
+                        elastic=planned.config.training.elastic, env=environment)
     except ConfigError as error:
         return _launched_result(planned, run_dir, 1, str(error))
+    if stopped.is_set() or job.returncode in (-signal.SIGINT, 128 + signal.SIGINT):
+        raise RunEnded(f"the run in {run_dir} was interrupted")
     return _launched_result(planned, run_dir, job.returncode, job.failure)
 
 
@@ -168,10 +182,11 @@ def run_experiment(
     config_file: str | None = None,
     fresh: bool = False,
     progress: Callable[[str], None] = log_progress,
+    workers: int | None = None,
 ) -> list[dict[str, Any]]:
     """Trains every unfinished run of ``experiment``'s grid (``expand``) and writes
     ``summary.csv``; returns its rows (see ``run_planned``)."""
-    return run_planned(experiment, expand(experiment), config_file=config_file, fresh=fresh, progress=progress)
+    return run_planned(experiment, expand(experiment), config_file=config_file, fresh=fresh, progress=progress, workers=workers)
 
 
 def run_planned(
@@ -181,6 +196,7 @@ def run_planned(
     config_file: str | None = None,
     fresh: bool = False,
     progress: Callable[[str], None] = log_progress,
+    workers: int | None = None,
 ) -> list[dict[str, Any]]:
     """Trains every unfinished run of ``planned`` into ``experiment``'s results folder and writes
     ``summary.csv``; returns its rows.
@@ -191,8 +207,12 @@ def run_planned(
     ``ok``, ``diverged`` or ``collapsed`` are skipped; ``failed`` ones and those whose
     ``metrics.json`` is damaged (a warning) are trained again; a run whose configuration another
     label's run finished is copied from it (``_finished_twin``); ``fresh`` deletes the experiment's
-    previous runs first. One progress line per run (with elapsed time and an ETA from the mean time of
-    the runs trained so far, counting every run still ahead)."""
+    previous runs first. ``workers`` runs train at once (None: ``default_workers()``, else as
+    many as the cores or GPUs allow, ``placement``), each run's processes with their share of the cores as TensorFlow
+    threads; a run's numbers do not depend on which other runs train beside it. One progress line
+    per run as it finishes (with elapsed time and an ETA from the mean time of the runs trained so
+    far, counting every run still ahead, shared among the workers)."""
+    workers = default_workers() if workers is None else workers
     check_mode(experiment, planned)
     check_runs(planned, get_mode(experiment.mode))
     folder = experiment.results_dir
@@ -204,7 +224,7 @@ def run_planned(
             shutil.rmtree(runs_dir)
         _remove_partial_files(folder)
         write_experiment(experiment)
-        rows = _train_all(experiment, planned, runs_dir, progress)
+        rows = _train_all(experiment, planned, runs_dir, progress, workers)
         write_atomic(folder / SUMMARY_FILE, summary_csv(rows))
         _note_runs_left_out(runs_dir, planned)
     return rows
@@ -267,35 +287,185 @@ def _copy_run(twin: Path, run_dir: Path) -> RunResult:
     return read_run(run_dir)
 
 
-def _train_all(experiment: ExperimentConfig, planned: list[PlannedRun], runs_dir: Path,
-               progress: Callable[[str], None]) -> list[dict[str, Any]]:
-    """Trains the runs not finished before, in order; returns every run's summary row."""
-    started, trained_seconds, trained = time.perf_counter(), 0.0, 0
-    mode = get_mode(experiment.mode)
-    rows = []
-    with RunProcess() as simulated:
-        for index, run in enumerate(planned, start=1):
-            run_dir = runs_dir / run.run_id
-            previous = _previous_result(run_dir)
-            if previous is not None and previous.status != "failed":
-                rows.append(_report(run, previous, index, len(planned), "done before, skipped", progress))
-                continue
-            twin = _finished_twin(runs_dir, run.run_id)
-            if twin is not None:
-                rows.append(_report(run, _copy_run(twin, run_dir), index, len(planned), f"same configuration as {twin.name}, copied", progress))
-                continue
-            run_started = time.perf_counter()
-            logger.debug("training run %s (%s, %s) in %s", run.run_id, run.label, run.config.training.world_text, run_dir)
-            if mode.launch == "isolated":
-                result = simulated.train(run.config, run_dir)
-            else:
-                result = _train_launched(mode, run, run_dir, experiment)
-            seconds = time.perf_counter() - run_started
-            trained_seconds, trained = trained_seconds + seconds, trained + 1
-            remaining = len(planned) - index
-            note = f"{_duration(seconds)}, elapsed {_duration(time.perf_counter() - started)}, ETA {_duration(remaining * trained_seconds / trained)}"
-            rows.append(_report(run, result, index, len(planned), note, progress))
+def _train_all(experiment: ExperimentConfig, planned: list[PlannedRun], runs_dir: Path, progress: Callable[[str], None],
+               workers: int | None, positions: list[int] | None = None, count: int | None = None) -> list[dict[str, Any]]:
+    """Every run's summary row, in order: runs finished before are skipped and runs whose twin
+    finished are copied (``_finished_twin``); the others train, ``workers`` at once (None:
+    ``place_runs``'s choice). Of several runs with one configuration only the first trains;
+    the others are copied from it in a second round (trained there if it failed).
+    ``positions`` and ``count``: where the runs stand in the whole grid, for progress lines."""
+    positions = positions or list(range(1, len(planned) + 1))
+    count = count or len(planned)
+    rows: list[dict[str, Any] | None] = [None] * len(planned)
+    to_train: list[int] = []
+    later: list[int] = []
+    training_hashes: set[str] = set()
+    for slot, run in enumerate(planned):
+        run_dir = runs_dir / run.run_id
+        previous = _previous_result(run_dir)
+        if previous is not None and previous.status != "failed":
+            rows[slot] = _report(run, previous, positions[slot], count, "done before, skipped", progress)
+            continue
+        twin = _finished_twin(runs_dir, run.run_id)
+        if twin is not None:
+            rows[slot] = _report(run, _copy_run(twin, run_dir), positions[slot], count, f"same configuration as {twin.name}, copied", progress)
+        elif run_hash(run.run_id) in training_hashes:
+            later.append(slot)
+        else:
+            training_hashes.add(run_hash(run.run_id))
+            to_train.append(slot)
+    trained = _train_runs(experiment, [planned[slot] for slot in to_train], runs_dir, progress, workers,
+                          [positions[slot] for slot in to_train], count)
+    for slot, row in zip(to_train, trained):
+        rows[slot] = row
+    if later:
+        again = _train_all(experiment, [planned[slot] for slot in later], runs_dir, progress, workers,
+                           [positions[slot] for slot in later], count)
+        for slot, row in zip(later, again):
+            rows[slot] = row
     return rows
+
+
+def default_workers() -> int | None:
+    """The runs trained at once when the caller does not say: ``$LBTRAIN_WORKERS`` (``auto`` or a
+    whole number >= 1; a shared machine, or a test suite that already runs a process per core,
+    sets 1), else None, the automatic choice. Another value is a one-line ``ConfigError``."""
+    value = os.environ.get(WORKERS_VARIABLE, "auto").strip() or "auto"
+    if value == "auto":
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(f"${WORKERS_VARIABLE} is {value!r} (allowed: auto or a whole number >= 1)")
+    return int(value)
+
+
+def placement(experiment: ExperimentConfig, planned: list[PlannedRun], workers: int | None = None) -> Placement:
+    """How ``planned``'s runs share this machine (``plan.place_runs``): the mode's launch kind
+    says what one run takes (``lbtrain.launch.run_footprint``: the largest run counts); runs on
+    fixed ports train one at a time. ``workers`` None: the automatic choice."""
+    from lbtrain.launch import run_footprint
+    from lbtrain.worlds.horovod import usable_cores
+
+    mode = get_mode(experiment.mode)
+    footprints = [run_footprint(mode.launch, run.config.training.world_size, experiment) for run in planned]
+    if any(footprint.fixed_ports for footprint in footprints):
+        workers = 1
+    gpus = visible_gpus(len(_gpus()))
+    return place_runs(len(planned), processes=max((footprint.processes for footprint in footprints), default=1),
+                      cores=len(usable_cores()), gpus=gpus, gpus_per_run=max((footprint.gpus for footprint in footprints), default=1),
+                      workers=workers)
+
+
+def _gpus() -> list:
+    """The GPUs TensorFlow sees in this process."""
+    import tensorflow as tf
+
+    return tf.config.list_physical_devices("GPU")
+
+
+class _Worker:
+    """Trains runs one after another for ``_train_runs``, the way the experiment's mode starts
+    them: in an isolated child that stays up between runs (``RunProcess``), or as the mode's
+    launched job; with ``threads`` TensorFlow threads per process and ``environment`` (its GPUs)."""
+
+    def __init__(self, experiment: ExperimentConfig, threads: int, environment: dict[str, str]) -> None:
+        self.experiment, self.mode, self.threads, self.environment = experiment, get_mode(experiment.mode), threads, environment
+        self.process = RunProcess(threads, environment) if self.mode.launch == "isolated" else None
+        self.stopped = threading.Event()
+
+    def train(self, run: PlannedRun, run_dir: Path) -> RunResult:
+        """Trains ``run`` into ``run_dir``; ``RunEnded`` if ``stop`` ended it (nothing recorded)."""
+        logger.debug("training run %s (%s, %s) in %s", run.run_id, run.label, run.config.training.world_text, run_dir)
+        if self.process is not None:
+            return self.process.train(run.config, run_dir)
+        return _train_launched(self.mode, run, run_dir, self.experiment, self.threads, self.environment, self.stopped)
+
+    def stop(self) -> None:
+        """Ends the run in training now (from another thread too): its child is killed; a
+        launched job's result is not recorded (a terminal's Ctrl-C reached its processes)."""
+        self.stopped.set()
+        if self.process is not None:
+            self.process.kill()
+
+    def close(self) -> None:
+        if self.process is not None:
+            self.process.close()
+
+
+def _train_runs(experiment: ExperimentConfig, runs: list[PlannedRun], runs_dir: Path, progress: Callable[[str], None],
+                workers: int | None, positions: list[int], count: int) -> list[dict[str, Any]]:
+    """Trains ``runs`` as ``placement`` places them and returns their rows in order: one at a
+    time in this thread, or ``Placement.workers`` at once, each worker a thread that hands its
+    runs to its own ``_Worker``; progress lines come from this thread as runs finish. An
+    interrupt (Ctrl-C) or an error ends every worker's run at once (each resumes from its last
+    checkpoint on the rerun) and is raised again."""
+    if not runs:
+        return []
+    placed = placement(experiment, runs, workers)
+    logger.info(placed.describe(len(runs)))
+    started, clock = time.perf_counter(), _EtaClock(len(runs), placed.workers)
+    team = [_Worker(experiment, placed.threads, placed.environment(index)) for index in range(placed.workers)]
+    rows: list[dict[str, Any] | None] = [None] * len(runs)
+    try:
+        if placed.workers == 1:
+            for slot, run in enumerate(runs):
+                run_started = time.perf_counter()
+                result = team[0].train(run, runs_dir / run.run_id)
+                rows[slot] = _report(run, result, positions[slot], count, clock.note(time.perf_counter() - run_started, started), progress)
+        else:
+            for slot, run, result, seconds in _side_by_side(team, runs, runs_dir):
+                rows[slot] = _report(run, result, positions[slot], count, clock.note(seconds, started), progress)
+    except BaseException:
+        for worker in team:
+            worker.stop()
+        raise
+    for worker in team:
+        worker.close()
+    return rows
+
+
+def _side_by_side(team: list[_Worker], runs: list[PlannedRun], runs_dir: Path):
+    """Yields ``(index, run, result, seconds)`` as the workers of ``team`` finish ``runs``, each
+    worker a daemon thread taking the next run from a shared queue; an exception in a worker is
+    raised here."""
+    waiting: queue.Queue[tuple[int, PlannedRun]] = queue.Queue()
+    for item in enumerate(runs):
+        waiting.put(item)
+    finished: queue.Queue = queue.Queue()
+
+    def work(worker: _Worker) -> None:
+        while not worker.stopped.is_set():
+            try:
+                slot, run = waiting.get_nowait()
+            except queue.Empty:
+                return
+            run_started = time.perf_counter()
+            try:
+                result = worker.train(run, runs_dir / run.run_id)
+            except BaseException as error:  # handed to the caller's thread, which stops the others
+                finished.put(error)
+                return
+            finished.put((slot, run, result, time.perf_counter() - run_started))
+
+    for worker in team:
+        threading.Thread(target=work, args=(worker,), daemon=True, name="lbtrain-run-worker").start()
+    for _ in runs:
+        item = finished.get()
+        if isinstance(item, BaseException):
+            raise item
+        yield item
+
+
+class _EtaClock:
+    """The progress note of each trained run: its time, the time since the runs started and an
+    ETA (the mean time of the runs trained so far, times the runs still ahead, over the workers)."""
+
+    def __init__(self, runs: int, workers: int) -> None:
+        self.left, self.workers, self.seconds, self.trained = runs, workers, 0.0, 0
+
+    def note(self, seconds: float, started: float) -> str:
+        self.seconds, self.trained, self.left = self.seconds + seconds, self.trained + 1, self.left - 1
+        eta = self.left * self.seconds / self.trained / self.workers
+        return f"{_duration(seconds)}, elapsed {_duration(time.perf_counter() - started)}, ETA {_duration(eta)}"
 
 
 def _report(run: PlannedRun, result: RunResult, index: int, count: int, note: str, progress: Callable[[str], None]) -> dict[str, Any]:

@@ -113,7 +113,10 @@ def test_run_writes_every_run_and_a_summary_then_skips_finished_runs(tmp_path):
         assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoints", "config.yaml", "history.csv", "metrics.json"]
         assert yaml.safe_load((run_dir / "config.yaml").read_text())["training"]["world_size"] == int(row["world_size"])
         assert float(row["test_accuracy"]) == pytest.approx(read_run(run_dir).metrics["test_accuracy"])
-    assert lines[0].startswith("[1/4] none w1 x 16 seed 0: ok, test acc") and "ETA" in lines[0]
+    # Runs train side by side (two on two cores), so their lines come as they finish.
+    assert sorted(line.split(" ", 1)[0] for line in lines) == ["[1/4]", "[2/4]", "[3/4]", "[4/4]"]
+    [first] = [line for line in lines if line.startswith("[1/4] ")]
+    assert first.startswith("[1/4] none w1 x 16 seed 0: ok, test acc") and "ETA" in first
 
     again = []
     assert run_experiment(exp, progress=again.append) == rows
@@ -129,8 +132,9 @@ def test_a_run_whose_configuration_another_label_finished_is_copied_not_trained_
     rows = run_experiment(exp, progress=lines.append)
     tuned, linear, sqrt = (tmp_path / "results" / "tiny" / "runs" / row["run_id"] for row in rows)
     assert tuned.name.rsplit("-", 1)[1] == linear.name.rsplit("-", 1)[1] != sqrt.name.rsplit("-", 1)[1]
-    assert lines[1].endswith(f"(same configuration as {tuned.name}, copied)")
-    assert "copied" not in lines[0] and "copied" not in lines[2]
+    # The twin is copied once the run it copies has finished: its line comes last.
+    assert lines[2].startswith("[2/3] linear rule ") and lines[2].endswith(f"(same configuration as {tuned.name}, copied)")
+    assert "copied" not in lines[0] and "copied" not in lines[1]
     assert sorted(path.name for path in linear.iterdir()) == ["config.yaml", "history.csv", "metrics.json"]
     assert all((linear / name).read_bytes() == (tuned / name).read_bytes() for name in ("config.yaml", "history.csv", "metrics.json"))
     assert rows[1]["test_accuracy"] == rows[0]["test_accuracy"] and rows[1]["label"] == "linear rule"
