@@ -18,7 +18,7 @@ import sys
 import threading
 from typing import Sequence
 
-from lbtrain.cli import advise, bench, compare, datasets, report, run, sweep, train
+from lbtrain.cli import advise, bench, compare, datasets, report, run, scale, sweep, train
 from lbtrain.errors import WorkersFailed
 
 USAGE_ERROR = 2
@@ -26,7 +26,7 @@ USAGE_ERROR = 2
 INTERRUPTED = 130
 INTERRUPTED_LINE = "lbtrain: interrupted; rerun the same command to resume"
 # In the order ``lbtrain --help`` lists them.
-COMMANDS = (datasets, run, sweep, report, compare, advise, bench, train)
+COMMANDS = (datasets, run, scale, sweep, report, compare, advise, bench, train)
 
 
 class _OneLineErrors(argparse.ArgumentParser):

@@ -317,7 +317,10 @@ class TrainingConfig(_Strict):
 
     The budget is one of ``epochs`` (default 3), ``steps`` (the same number of updates at every
     batch size: Hoffer et al. 2017's regime adaptation) or ``samples`` (``samples //
-    global_batch`` steps); the decay length follows it. ``stop_at`` ends a run early at a
+    global_batch`` steps); the decay length follows it. ``min_steps`` is a floor of updates under
+    any budget: a run trains ``max(budget's steps, min_steps)`` (equal epochs with an update floor,
+    so that a large batch is not judged on a handful of updates: at 64 workers an equal-epoch
+    budget can leave single-digit updates; ``lbtrain scale`` sets it). ``stop_at`` ends a run early at a
     training target, the budget capping it. The verdict (``lbtrain.verdict``): a step loss above
     ``divergence_factor`` x the step-0 loss is divergence; a final train accuracy within
     ``collapse_margin`` of chance is a collapse; an epoch-mean training loss above
@@ -353,6 +356,7 @@ class TrainingConfig(_Strict):
     epochs: int | None = Field(default=None, gt=0, le=MAX_EPOCHS)
     steps: int | None = Field(default=None, gt=0, le=MAX_STEPS)
     samples: int | None = Field(default=None, gt=0, le=MAX_SAMPLES)
+    min_steps: int | None = Field(default=None, gt=0, le=MAX_STEPS)
     stop_at: StopAtConfig | None = None
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
     micro_batches: int = Field(default=1, gt=0)
@@ -400,8 +404,9 @@ class TrainingConfig(_Strict):
         if elastic.world_sizes is None and not elastic.min_workers <= self.world_size <= elastic.max_workers:
             raise ValueError(f"training.world_size ({self.world_size}, the workers the job starts with) is not within "
                              f"elastic.min_workers ({elastic.min_workers}) and max_workers ({elastic.max_workers})")
-        if self.steps is not None:
-            raise ValueError("an elastic run's budget is epochs or samples (the data seen at every world size), not steps")
+        if self.steps is not None or self.min_steps is not None:
+            raise ValueError("an elastic run's budget is epochs or samples (the data seen at every world size), not steps "
+                             "(nor min_steps)")
         for name in ("micro_batches", "accumulation_steps", "staleness"):
             if getattr(self, name) != TrainingConfig.model_fields[name].default:
                 raise ValueError(f"training.{name} ({getattr(self, name)}) cannot be combined with training.elastic yet")
@@ -423,6 +428,8 @@ class TrainingConfig(_Strict):
         """``{kind: amount}``, plus ``stop_at`` when the run stops at a target."""
         kind = next(kind for kind in BUDGET_KINDS if getattr(self, kind) is not None)
         budget: dict[str, Any] = {kind: getattr(self, kind)}
+        if self.min_steps is not None:
+            budget["min_steps"] = self.min_steps
         if self.stop_at is not None:
             budget["stop_at"] = self.stop_at.model_dump(exclude_none=True)
         return budget
@@ -475,7 +482,8 @@ class AnalysisConfig(_Strict):
 # (``training.stop_at.val_accuracy``: only where ``stop_at`` is set).
 LATER_FIELD_DEFAULTS = {"data.task": "auto", "data.test_split": 0.2, "lr.warmup_type": "gradual", "training.accumulation_steps": 1,
                         "training.staleness": 0, "training.precise_bn_samples": None,
-                        "training.jit_compile": "auto", "training.elastic": None, "training.stop_at.val_accuracy": None}
+                        "training.jit_compile": "auto", "training.elastic": None, "training.stop_at.val_accuracy": None,
+                        "training.min_steps": None}
 # Fields that only judge a finished run and never change how it trains, with the value a run id
 # hashes for them whatever they are set to (the default when ids were first computed; None: not
 # hashed, a field added later): a run judged by another margin is the same run, found done
@@ -531,13 +539,16 @@ class RunConfig(_Strict):
 
     def total_steps(self, steps_per_epoch: int) -> int:
         """The budget in optimizer steps: ``epochs * steps_per_epoch``, ``steps``, or
-        ``samples // global_batch``; the decay length and the step at which training stops."""
+        ``samples // global_batch``, raised to ``min_steps`` where it is below; the decay length and
+        the step at which training stops."""
         settings = self.training
         if settings.epochs is not None:
-            return settings.epochs * steps_per_epoch
-        if settings.steps is not None:
-            return settings.steps
-        return settings.samples // self.global_batch
+            steps = settings.epochs * steps_per_epoch
+        elif settings.steps is not None:
+            steps = settings.steps
+        else:
+            steps = settings.samples // self.global_batch
+        return max(steps, settings.min_steps or 0)
 
     def epochs_to_run(self, steps_per_epoch: int) -> int:
         """Data epochs ``fit`` is asked for; the last one may stop early at the step budget."""
@@ -605,6 +616,8 @@ def describe_budget(budget: dict[str, Any]) -> str:
     """
     kind = next(kind for kind in BUDGET_KINDS if kind in budget)
     text = f"{budget[kind]} {kind}"
+    if budget.get("min_steps"):
+        text += f", at least {budget['min_steps']} steps"
     if budget.get("stop_at"):
         text += f", until {StopAtConfig(**budget['stop_at']).describe()}"
     return text

@@ -1,0 +1,66 @@
+"""lbtrain scale: design, price, run and answer a scaling study of the experiment's own model."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from lbtrain.cli import arguments
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """The ``scale`` command's arguments."""
+    parser = commands.add_parser(
+        "scale", help="which LR recipe at N workers, at what cost, and where scaling stops: a designed, priced study of your model")
+    parser.add_argument("experiment", help="an experiment YAML naming the model, the data and the base recipe at its base batch")
+    parser.add_argument("--world-sizes", metavar="W1,W2,...",
+                        help="increasing world sizes (default: grid.world_sizes, else powers of 4 while the global batch stays "
+                             "within 5%% of the training set)")
+    parser.add_argument("--budget", type=arguments.positive_float, metavar="HOURS",
+                        help="machine hours the study may take: the design is trimmed in a stated order to fit")
+    parser.add_argument("--min-updates", type=arguments.positive_int, metavar="N",
+                        help="the floor of updates every run trains (default 300)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the design and its price (the probe trains a few steps at each global batch), run nothing")
+    parser.add_argument("--storage", help="an SQLAlchemy URL for the tuning studies (default sqlite:///results/<name>/optuna.db)")
+    parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", help="override a field")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from lbtrain.config import load_experiment
+    from lbtrain.reports.regime import MIN_UPDATES
+    from lbtrain.results import ANSWER_FILE, ANSWER_REPORT
+    from lbtrain.studies.price import probe_costs
+    from lbtrain.studies.scale import (
+        describe_design,
+        design_study,
+        parse_world_sizes,
+        price_design,
+        run_scale,
+        training_size,
+        trim_to_budget,
+    )
+    from lbtrain.studies.scale.study import design_configs
+    from lbtrain.studies.sweep import storage_url
+
+    sizes = parse_world_sizes(args.world_sizes) if args.world_sizes else None
+    experiment = load_experiment(args.experiment, args.set)
+    if sizes is None and len(experiment.grid.get("world_sizes", [])) > 1:
+        sizes = parse_world_sizes(",".join(map(str, experiment.grid["world_sizes"])))
+    design = design_study(experiment, training_size(experiment), sizes, min_updates=args.min_updates or MIN_UPDATES)
+    probe = probe_costs(design_configs(design).values())
+    if args.budget is not None:
+        design, price = trim_to_budget(design, args.budget, probe)
+    else:
+        price = price_design(design, probe)
+    print("\n".join(describe_design(design)))
+    print(price.describe())
+    if args.dry_run:
+        return 0
+    storage = args.storage or storage_url(design.protocol_experiment())
+    run_scale(design, storage=storage, config_file=str(Path(args.experiment).resolve()), price=price)
+    folder = design.protocol_experiment().results_dir
+    print((folder / ANSWER_REPORT).read_text(), end="")
+    print(f"wrote {folder / ANSWER_REPORT} and {folder / ANSWER_FILE}")
+    return 0

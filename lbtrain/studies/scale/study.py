@@ -1,0 +1,223 @@
+"""``lbtrain scale``: design -> price -> run -> answer, for the user's own experiment.
+
+1. **Design** (``lbtrain.studies.scale.design``): world sizes, arms, LR grids, seeds, an update
+   floor and convergence controls, from the experiment and its training set's size.
+2. **Price** (``lbtrain.studies.price``): a short measured probe at each global batch prices
+   every tuning trial, final run and control; ``budget_hours`` trims the design in a stated order
+   (``TRIM_ORDER``) until it fits, saying what each step gave up and what it costs, and refuses a
+   budget below the smallest design.
+3. **Run**: the design is an experiment with a ``protocol`` section, run by the tuning protocol
+   (``lbtrain.studies.protocol.run_protocol``: every run through the runner, resumable, in the
+   experiment's mode and storage).
+4. **Answer** (``lbtrain.reports.answer``): ``answer.json``, ``answer.md`` and two figures in the
+   experiment's results folder, from the runs only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any, Callable
+
+from lbtrain.config import ConfigError, ExperimentConfig, RunConfig, run_config_from_dict, with_overrides
+from lbtrain.files import write_atomic, write_json_atomic
+from lbtrain.reports.answer import ArmSpec, StudyFacts, answer_data, answer_markdown, write_answer_figures
+from lbtrain.results import ANSWER_FILE, ANSWER_REPORT, FIGURES_FOLDER
+from lbtrain.studies.price import Probe, estimate_seconds
+from lbtrain.studies.scale.design import (
+    CONTROL_FACTOR,
+    GRID_POINTS,
+    MIN_FINAL_SEEDS,
+    ScaleDesign,
+    describe_design,
+    final_arms,
+    seed_interval_widening,
+)
+
+__all__ = ["TRIM_ORDER", "Price", "answer_from_results", "design_configs", "price_design", "scale_arms",
+           "run_scale", "training_size", "trim_to_budget"]
+
+logger = logging.getLogger(__name__)
+
+# What a budget gives up, in this order (``trim_to_budget``).
+TRIM_ORDER = ("final seeds 5 -> 3", "the convergence control at the reference world size", "the layer-wise optimizer's arm",
+              "world sizes between the reference and the largest, from the largest down",
+              "the convergence control at the largest world size")
+
+
+@dataclasses.dataclass(frozen=True)
+class Price:
+    """A design's priced seconds, by part, run one after another on this machine."""
+
+    trials: float
+    finals: float
+    controls: float
+
+    @property
+    def total(self) -> float:
+        return self.trials + self.finals + self.controls
+
+    def describe(self) -> str:
+        return (f"estimated machine time {self.total / 3600:.2f} h (tuning {self.trials / 3600:.2f} h, finals "
+                f"{self.finals / 3600:.2f} h, controls {self.controls / 3600:.2f} h; runs one after another on this machine, "
+                "from a measured probe)")
+
+
+def training_size(experiment: ExperimentConfig) -> int:
+    """The number of training samples of the experiment's base run (its data loaded once: a
+    dataset reference is called, as a run would)."""
+    from lbtrain.data import DatasetError, load_dataset
+
+    config = run_config_from_dict(experiment.base_run())
+    try:
+        data = load_dataset(config.data.dataset, train_subset=config.data.train_subset, validation_split=config.data.validation_split,
+                            task=config.data.task, test_split=config.data.test_split, **config.data.options)
+    except DatasetError as error:
+        raise ConfigError(str(error)) from None
+    return len(data.x_train)
+
+
+def design_configs(design: ScaleDesign) -> dict[int, RunConfig]:
+    """The base run of the design at each world size (what the probe measures and prices)."""
+    base = design.protocol_experiment().base_run()
+    return {size: run_config_from_dict(with_overrides(base, {"training.world_size": size})) for size in design.world_sizes}
+
+
+def price_design(design: ScaleDesign, probe: Probe) -> Price:
+    """The design's priced seconds (``lbtrain.studies.price``): ``GRID_POINTS`` + 1 trials per
+    tuned study, every arm's final seeds, and each control's seeds at ``CONTROL_FACTOR`` x the
+    updates."""
+    configs = design_configs(design)
+    recipes = 1 + (design.layerwise is not None)
+    trials = sum(recipes * (GRID_POINTS + 1) * estimate_seconds([config], probe) for config in configs.values())
+    arms = final_arms(design)
+    finals = sum(arms[size] * len(design.seeds) * estimate_seconds([config], probe) for size, config in configs.items())
+    controls = 0.0
+    for size in design.controls:
+        world = next(world for world in design.worlds if world.world_size == size)
+        longer = run_config_from_dict(with_overrides(configs[size].to_dict(), {
+            "training.epochs": None, "training.min_steps": None, "training.steps": CONTROL_FACTOR * world.updates}))
+        controls += len(design.seeds) * estimate_seconds([longer], probe)
+    return Price(trials, finals, controls)
+
+
+def _trim_steps(design: ScaleDesign) -> list[tuple[str, Callable[[ScaleDesign], ScaleDesign | None]]]:
+    widening = seed_interval_widening(len(design.seeds), MIN_FINAL_SEEDS)
+
+    def fewer_seeds(d: ScaleDesign) -> ScaleDesign | None:
+        return None if len(d.seeds) <= MIN_FINAL_SEEDS else d.replace(
+            seeds=d.seeds[:MIN_FINAL_SEEDS],
+            trimmed=d.trimmed + (f"final seeds {len(d.seeds)} -> {MIN_FINAL_SEEDS}: every interval about {widening:.1f}x wider",))
+
+    def reference_control(d: ScaleDesign) -> ScaleDesign | None:
+        if d.reference not in d.controls or len(d.controls) < 2:
+            return None
+        return d.replace(controls=tuple(size for size in d.controls if size != d.reference),
+                         trimmed=d.trimmed + (f"the convergence control at world {d.reference}: whether the reference's budget "
+                                              "has converged is not measured",))
+
+    def layerwise(d: ScaleDesign) -> ScaleDesign | None:
+        return None if d.layerwise is None else d.replace(
+            layerwise=None, trimmed=d.trimmed + (f"the {d.layerwise} arm: the layer-wise optimizer is not compared",))
+
+    def middle_world(d: ScaleDesign) -> ScaleDesign | None:
+        if len(d.worlds) <= 2:
+            return None
+        dropped = d.worlds[-2]
+        return d.replace(worlds=d.worlds[:-2] + d.worlds[-1:],
+                         trimmed=d.trimmed + (f"world size {dropped.world_size}: where scaling stops is bracketed more coarsely",))
+
+    def last_control(d: ScaleDesign) -> ScaleDesign | None:
+        return None if not d.controls else d.replace(
+            controls=(), trimmed=d.trimmed + ("the convergence control at the largest world size: whether its budget has "
+                                              "converged is not measured",))
+
+    return [("seeds", fewer_seeds), ("reference control", reference_control), ("layerwise", layerwise),
+            ("middle world", middle_world), ("last control", last_control)]
+
+
+def trim_to_budget(design: ScaleDesign, hours: float, probe: Probe) -> tuple[ScaleDesign, Price]:
+    """The design trimmed in ``TRIM_ORDER`` until its price fits ``hours`` (each step once;
+    world sizes one at a time); a ``ConfigError`` when even the smallest design does not fit."""
+    price = price_design(design, probe)
+    for _, step in _trim_steps(design):
+        while price.total > hours * 3600:
+            smaller = step(design)
+            if smaller is None:
+                break
+            design, price = smaller, price_design(smaller, probe)
+    if price.total > hours * 3600:
+        raise ConfigError(f"--budget {hours:g} h is too small for one run per arm: the smallest design (world sizes "
+                          f"{', '.join(map(str, design.world_sizes))}, {len(design.seeds)} seeds, no controls) needs about "
+                          f"{price.total / 3600:.2f} h on this machine")
+    return design, price
+
+
+def scale_arms(experiment: ExperimentConfig, summary: list[dict[str, Any]]) -> list[ArmSpec]:
+    """The protocol's arms and convergence controls as the answer reads them."""
+    from lbtrain.studies.protocol import protocol_arms, train_longer_arms, train_longer_label
+
+    arms = protocol_arms(experiment)
+    specs = [ArmSpec(arm.label, arm.world_size, arm.kind, arm.recipe, None if arm.kind == "tuned" else str(arm.rule))
+             for arm in arms]
+    specs += [ArmSpec(train_longer_label(arm, factor), arm.world_size, "control", arm.recipe, control_of=arm.label, factor=factor)
+              for arm, factor in train_longer_arms(experiment, arms, summary)]
+    return specs
+
+
+def _tuning_seconds(experiment: ExperimentConfig, storage: str) -> tuple[float, dict[str, bool]]:
+    """Seconds the tuning trials took, and per tuned study whether its best is interior."""
+    from lbtrain.studies.protocol import protocol_arms, search_summary, tuned_studies
+    from lbtrain.studies.sweep import FINISHED, open_study
+
+    studies = tuned_studies(protocol_arms(experiment))
+    seconds = 0.0
+    for spec in studies:
+        for trial in open_study(experiment, spec, storage).get_trials(deepcopy=False, states=FINISHED):
+            if trial.datetime_start and trial.datetime_complete:
+                seconds += (trial.datetime_complete - trial.datetime_start).total_seconds()
+    interior = {name: bool(entry["interior"]) for name, entry in search_summary(experiment, studies, storage).items()}
+    return seconds, interior
+
+
+def answer_from_results(design: ScaleDesign, storage: str) -> dict[str, Any]:
+    """Reads the study's runs and writes ``answer.json``, ``answer.md`` and its figures; returns the answer."""
+    from lbtrain.reports.tables import load_records
+
+    experiment = design.protocol_experiment()
+    folder = experiment.results_dir
+    records = load_records(folder, on_damaged=logger.warning)
+    summary = [record.row for record in records]
+    histories = {str(record.row["run_id"]): [row.get("noise_scale") for row in record.result.history] for record in records}
+    arms = scale_arms(experiment, summary)
+    seconds, interior = _tuning_seconds(experiment, storage)
+    base = run_config_from_dict(experiment.base_run())
+    facts = StudyFacts(experiment.name, str(base.model.name), str(base.data.dataset), design.train_size, design.reference,
+                       {world.world_size: world.updates for world in design.worlds}, describe_design(design), interior, seconds)
+    answer = answer_data(summary, arms, facts, histories=histories)
+    write_json_atomic(folder / ANSWER_FILE, answer)
+    write_answer_figures(answer, summary, arms, folder / FIGURES_FOLDER)
+    write_atomic(folder / ANSWER_REPORT, answer_markdown(answer))
+    return answer
+
+
+def run_scale(design: ScaleDesign, *, storage: str, config_file: str | None, price: Price | None = None,
+              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Runs the design's protocol (resumable) and writes its answer; a progress line per finished
+    run carries the time left against the price."""
+    from lbtrain.studies.protocol import run_protocol
+    from lbtrain.studies.runner import log_progress
+
+    started = time.monotonic()
+    report = progress or log_progress
+
+    def with_time_left(line: str) -> None:
+        if price is None:
+            report(line)
+            return
+        left = max(price.total - (time.monotonic() - started), 0.0)
+        report(f"{line} (study: about {left / 60:.0f} min left of {price.total / 60:.0f} priced)")
+
+    run_protocol(design.protocol_experiment(), storage=storage, config_file=config_file, progress=with_time_left)
+    return answer_from_results(design, storage)
