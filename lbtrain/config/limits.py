@@ -11,6 +11,11 @@ a traceback.
   tighter natural bounds carry them in the schema: seeds (``MAX_SEED``), world sizes, batches
   and budgets (``MAX_WORLD_SIZE``, ...), heartbeats.
 - Quoting (``quote``): an error quotes at most ``QUOTE_LIMIT`` characters of what it was given.
+- Files (``lbtrain.config.loading``): an experiment file, or one it ``extends``, is a regular file
+  (not a FIFO, ``/dev/zero`` or a folder) of at most ``MAX_CONFIG_BYTES``; composing its YAML stops
+  at ``MAX_YAML_NODES`` nodes, before they are built into Python values.
+- Grids (``check_grid_size``): at most ``MAX_GRID_RUNS`` runs, counted from the sizes of the
+  grid's lists before any run is expanded.
 """
 
 from __future__ import annotations
@@ -23,11 +28,14 @@ import yaml
 
 from lbtrain.errors import ConfigError
 
-__all__ = ["MAX_BATCH", "MAX_EPOCHS", "MAX_EXTENDS_DEPTH", "MAX_INTEGER", "MAX_SAMPLES", "MAX_SEED", "MAX_STEPS", "MAX_WORLD_SIZE",
-           "MAX_YAML_DEPTH", "MAX_YAML_NODES", "QUOTE_LIMIT", "check_numbers",
+__all__ = ["MAX_BATCH", "MAX_CONFIG_BYTES", "MAX_EPOCHS", "MAX_EXTENDS_DEPTH", "MAX_GRID_RUNS", "MAX_INTEGER", "MAX_SAMPLES", "MAX_SEED", "MAX_STEPS", "MAX_WORLD_SIZE",
+           "MAX_YAML_DEPTH", "MAX_YAML_NODES", "QUOTE_LIMIT", "check_grid_size", "check_numbers",
            "check_yaml_node", "clip", "quote"]
 
 MAX_YAML_NODES = 100_000
+# The committed experiments are a few kB; an experiment of a megabyte is a generated list.
+MAX_CONFIG_BYTES = 1 << 20
+MAX_GRID_RUNS = 10_000
 MAX_YAML_DEPTH = 64
 MAX_EXTENDS_DEPTH = 32
 MAX_INTEGER = 2**53
@@ -130,3 +138,26 @@ def check_numbers(value: Any, path: str = "") -> None:
             stack.extend((f"{where}.{key}" if where else str(key), child) for key, child in item.items())
         elif isinstance(item, (list, tuple)):
             stack.extend((f"{where}[{index}]", child) for index, child in enumerate(item))
+
+
+def check_grid_size(grid: Any) -> None:
+    """``ConfigError`` when ``grid`` would expand to more than ``MAX_GRID_RUNS`` runs: the product
+    of its lists' lengths times its number of variants, counted without expanding anything
+    (what is not a list is left to the schema).
+
+    >>> check_grid_size({"world_sizes": [1, 2], "seeds": list(range(10))})
+    >>> check_grid_size({f"axis{i}": list(range(10)) for i in range(5)})
+    Traceback (most recent call last):
+      ...
+    lbtrain.errors.ConfigError: grid: expands to 100000 runs (axis0 10 x axis1 10 x axis2 10 x axis3 10 x axis4 10), more than 10000; split the study into experiments
+    """
+    if not isinstance(grid, dict):
+        return
+    sizes = [(str(key), len(values)) for key, values in grid.items() if isinstance(values, list)]
+    runs = math.prod(size for _, size in sizes)
+    if runs > MAX_GRID_RUNS:
+        factors = " x ".join(f"{key} {size}" for key, size in sizes)
+        factors = factors if len(factors) <= 120 else factors[:117] + "..."
+        shown = str(runs) if runs < 10**12 else f"{float(runs):.1e}"
+        raise ConfigError(f"grid: expands to {shown} runs ({factors}), more than {MAX_GRID_RUNS}; "
+                          "split the study into experiments")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -11,14 +12,40 @@ from pydantic import ValidationError
 
 from lbtrain.config.errors import ConfigError, format_validation_error
 from lbtrain.config.experiment import RUN_SECTIONS, ExperimentConfig, known_field_path
-from lbtrain.config.limits import MAX_EXTENDS_DEPTH, MAX_YAML_DEPTH, check_numbers, check_yaml_node, clip, quote
+from lbtrain.config.limits import (
+    MAX_CONFIG_BYTES,
+    MAX_EXTENDS_DEPTH,
+    MAX_YAML_DEPTH,
+    MAX_YAML_NODES,
+    check_grid_size,
+    check_numbers,
+    check_yaml_node,
+    clip,
+    quote,
+)
 from lbtrain.config.run import RunConfig, run_config_from_dict
 
 
 class _StrictLoader(yaml.SafeLoader):
     """PyYAML's safe loader, stricter where users get bitten: a key given twice in one mapping
     is an error (not "the later wins"), and ``1e-1`` is a float as users write it (YAML 1.2;
-    YAML 1.1 wants ``1.0e-1`` and reads ``1e-1`` as a string)."""
+    YAML 1.1 wants ``1.0e-1`` and reads ``1e-1`` as a string); composing stops at
+    ``MAX_YAML_NODES`` nodes."""
+
+    def __init__(self, stream: str, where: str = "YAML"):
+        super().__init__(stream)
+        self.where, self.composed_nodes = where, 0
+
+    def compose_node(self, parent: Any, index: Any) -> yaml.Node:
+        """PyYAML's, counting the nodes composed: more than ``MAX_YAML_NODES`` is a
+        ``ConfigError`` while composing (a list of millions of items is refused in the time of
+        its first hundred thousand, before any Python value is built; what aliases expand to is
+        ``check_yaml_node``'s)."""
+        self.composed_nodes += 1
+        if self.composed_nodes > MAX_YAML_NODES:
+            raise ConfigError(f"{self.where}: holds more than {MAX_YAML_NODES} values; an experiment is a few settings "
+                              "and lists (split a study that large into experiments)")
+        return super().compose_node(parent, index)
 
 
 def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
@@ -44,7 +71,7 @@ def parse_yaml(text: str, where: str = "YAML") -> Any:
     >>> parse_yaml("lr: 1e-1")
     {'lr': 0.1}
     """
-    loader = _StrictLoader(text)
+    loader = _StrictLoader(text, where)
     try:
         node = loader.get_single_node()
         if node is None:
@@ -57,18 +84,40 @@ def parse_yaml(text: str, where: str = "YAML") -> Any:
         loader.dispose()
 
 
+def _read_config_bytes(path: Path) -> bytes:
+    """The bytes of a config file that is a regular file of at most ``MAX_CONFIG_BYTES``, else a
+    one-line ``ConfigError``: a FIFO would block the read and ``/dev/zero`` never end, so the kind
+    is decided from ``stat`` before the file is opened, and no more than the limit is read (a file
+    that grows meanwhile is still refused)."""
+    status = path.stat()
+    if stat.S_ISDIR(status.st_mode):
+        raise IsADirectoryError(path)
+    if not stat.S_ISREG(status.st_mode):
+        raise ConfigError(f"{path}: not a regular file (a FIFO, a device or a socket); an experiment is a YAML file")
+    too_large = ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES // 1024} KiB; an experiment is a few settings and lists")
+    if status.st_size > MAX_CONFIG_BYTES:
+        raise too_large
+    with path.open("rb") as handle:
+        content = handle.read(MAX_CONFIG_BYTES + 1)
+    if len(content) > MAX_CONFIG_BYTES:
+        raise too_large
+    return content
+
+
 def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
     """The mapping a YAML file holds; anything else (no file, a folder, binary or non-UTF-8
     bytes, invalid YAML, a duplicate key, an empty file, a list) is a one-line ``ConfigError``."""
     path = Path(path)
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = _read_config_bytes(path).decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
     except IsADirectoryError:
         raise ConfigError(f"{path}: is a folder, not a YAML file") from None
     except PermissionError:
         raise ConfigError(f"{path}: not readable (permission denied)") from None
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot be read ({error.strerror or error})") from None
     except UnicodeDecodeError as error:
         raise ConfigError(f"{path}: not UTF-8 text (byte {error.start}); expected a YAML file") from None
     if "\x00" in text:
@@ -166,6 +215,7 @@ def load_experiment(path: str | Path, overrides: list[str] = ()) -> ExperimentCo
     data = apply_overrides(_resolve_extends(Path(path)), list(overrides))
     data.setdefault("name", Path(path).stem)
     check_numbers(data)
+    check_grid_size(data.get("grid"))
     try:
         return ExperimentConfig.model_validate(data)
     except ValidationError as error:
