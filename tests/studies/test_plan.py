@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from lbtrain.config import ConfigError, ExperimentConfig
-from lbtrain.launch import Footprint, run_fresh_process, run_footprint
+from lbtrain.launch import Footprint, run_footprint, run_fresh_process
 from lbtrain.studies.plan import Placement, expand, place_runs, visible_gpus
 from lbtrain.studies.runner import default_workers, placement
 

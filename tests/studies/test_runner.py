@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -421,3 +422,56 @@ def test_a_copy_replaces_what_an_interrupted_attempt_left_and_a_damaged_twin_is_
     lines = []
     run_experiment(experiment(tmp_path, grid={"world_sizes": [1], "variants": variants[1:]}), progress=lines.append)
     assert "copied" not in lines[0] and (runs / first["run_id"] / "metrics.json").read_text() == "{truncated"
+
+
+TIMINGS = ("samples_per_second", "wall_time_seconds")
+
+
+def test_runs_side_by_side_give_the_summary_of_runs_one_after_another(tmp_path):
+    """Two runs at once (a thread each) and one at a time (every core): the same rows, but for
+    the timings; each run's history too."""
+    def summary(workers):
+        exp = experiment(tmp_path / f"workers-{workers}", grid={"world_sizes": [1, 2], "variants": [
+            {"label": "none", "lr.rule": "none"}, {"label": "linear", "lr.rule": "linear"}]})
+        rows = run_experiment(exp, progress=lambda line: None, workers=workers)
+        histories = [[{key: value for key, value in epoch.items() if key not in TIMINGS}
+                      for epoch in read_run(exp.results_dir / "runs" / row["run_id"]).history] for row in rows]
+        return [{key: value for key, value in row.items() if key not in TIMINGS} for row in rows], histories
+
+    serial, parallel = summary(1), summary(2)
+    assert [row["status"] for row in serial[0]] == ["ok"] * 4
+    assert parallel == serial
+
+
+def _children() -> set[int]:
+    """This process's child processes (Linux: every thread's ``children`` list)."""
+    return {int(pid) for task in Path("/proc/self/task").iterdir() for pid in (task / "children").read_text().split()}
+
+
+@pytest.mark.slow
+def test_an_interrupt_ends_every_run_side_by_side_records_none_and_the_rerun_resumes_them(tmp_path):
+    """Ctrl-C while two runs train at once: both run processes end, neither run is recorded
+    (no metrics.json, no failed run), and the rerun resumes each from its checkpoint."""
+    exp = experiment(tmp_path, grid={"world_sizes": [1, 2]}, training={"per_worker_batch": 16, "epochs": 150})
+    runs = tmp_path / "results" / "tiny" / "runs"
+    before = _children()
+
+    def interrupt_when_both_checkpointed():
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and len(list(runs.glob("*/checkpoints/checkpoint"))) < 2:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)  # pytest in the background ignores SIGINT
+    try:
+        threading.Thread(target=interrupt_when_both_checkpointed, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            run_experiment(exp, progress=lambda line: None, workers=2)
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    assert _children() == before  # the run processes were ended, not left training
+    assert not list(runs.glob("*/metrics.json")) and not list(runs.glob("*/.*.partial"))
+    lines = []
+    rows = run_experiment(exp, progress=lines.append, workers=2)
+    assert all(row["status"].startswith("ok") for row in rows)  # 150 epochs at this LR: ok or ok-unstable
+    assert [len(read_run(runs / row["run_id"]).history) for row in rows] == [150, 150]
