@@ -1,16 +1,18 @@
 """Which Keras lbtrain runs on, and the few places where the two Keras lines differ.
 
 lbtrain supports TensorFlow 2.15 to 2.21. TensorFlow 2.15's ``tf.keras`` is Keras 2.15; from
-TensorFlow 2.16 on it is Keras 3. Everything else in lbtrain writes ``tf.keras`` and goes
-through this module where the lines differ, so this is the only module that asks which Keras is
-present (``KERAS_3``) and on which backend (``BACKEND``):
+TensorFlow 2.16 on it is Keras 3. Everything else in lbtrain goes through this module where the
+lines differ, so this is the only module that asks which Keras is present (``KERAS_3``) and on
+which backend (``BACKEND``):
 
-- the backend: LARS and LAMB (``lbtrain.optimizers``) run on every Keras 3 backend (TensorFlow,
-  JAX, PyTorch), since their formulas are written in ``ops``; the rest of lbtrain (the trainer,
-  the worlds and Horovod, the callbacks, the layers, the measures) is TensorFlow code, and the
-  names it imports from here (``TENSORFLOW_ONLY``) refuse any other backend with a one-line
-  ImportError;
-- ``ops``, the operations the update formulas are written in, once for both lines:
+- the backend: the library layer (``lbtrain.optimizers``' LARS and LAMB, ``lbtrain.schedules``)
+  runs on every Keras 3 backend (TensorFlow, JAX, PyTorch), since its formulas are written in
+  ``ops`` and its classes subclass ``keras`` (``tf.keras`` on TensorFlow, Keras 3 itself on
+  another backend, where TensorFlow is then not imported and need not be installed); the rest
+  of lbtrain (the trainer, the worlds and Horovod, the callbacks, the layers, the measures) is
+  TensorFlow code, and the names it imports from here (``TENSORFLOW_ONLY``) refuse any other
+  backend with a one-line ImportError;
+- ``ops``, the operations the update formulas and schedules are written in, once for both lines:
   ``keras.ops`` on Keras 3 (any backend), the same functions in TensorFlow on tf.keras 2;
 - optimizers: ``Optimizer`` gives LARS and LAMB one interface over both base classes
   (``build_slots``, ``apply_update(gradient, variable, learning_rate)``, ``slot_index``, and
@@ -32,11 +34,10 @@ present (``KERAS_3``) and on which backend (``BACKEND``):
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import warnings
 from typing import Any
-
-import tensorflow as tf
 
 from lbtrain._registration import register_keras_objects
 
@@ -44,6 +45,8 @@ from lbtrain._registration import register_keras_objects
 # 2.16 to 2.21 (Keras 3).
 SUPPORTED_TENSORFLOW = ((2, 15), (2, 21))
 INSTALL_HINT = "pip install 'lbtrain[cpu]' (tensorflow-cpu), 'lbtrain[tensorflow]' or 'lbtrain[gpu]'"
+TENSORFLOW_MISSING = (f"lbtrain needs TensorFlow, which is not installed: {INSTALL_HINT}; without it only "
+                      "lbtrain.optimizers and lbtrain.schedules run, on Keras 3 with KERAS_BACKEND=jax or torch")
 
 
 def _release(version: str) -> tuple[int, int]:
@@ -51,7 +54,25 @@ def _release(version: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def _keras_version() -> str:
+def _keras_without_tensorflow():
+    """Keras 3 itself when its backend is not TensorFlow (``KERAS_BACKEND=jax`` or ``torch``):
+    lbtrain's library layer then imports no TensorFlow (a JAX user need not install it); else
+    None. Under ``TF_USE_LEGACY_KERAS`` lbtrain's Keras is ``tf.keras`` (tf_keras), whatever
+    ``keras`` is."""
+    if os.environ.get("TF_USE_LEGACY_KERAS") in ("true", "True", "1"):
+        return None
+    try:
+        import keras
+    except ImportError as error:
+        if getattr(error, "name", None) == "tensorflow":  # Keras 3 on its default backend, or Keras 2
+            raise ImportError(TENSORFLOW_MISSING) from None
+        raise
+    if _release(keras.__version__) >= (3, 0) and keras.backend.backend() != "tensorflow":
+        return keras
+    return None
+
+
+def _keras_version(tf) -> str:
     version = getattr(tf.keras, "__version__", None)
     if version is None:  # TensorFlow 2.15: tf.keras is the keras 2.15 package's API
         import keras
@@ -60,37 +81,51 @@ def _keras_version() -> str:
     return version
 
 
-TENSORFLOW_RELEASE = _release(tf.__version__)
-if TENSORFLOW_RELEASE < SUPPORTED_TENSORFLOW[0]:
-    raise ImportError(f"lbtrain needs TensorFlow 2.15 to 2.21, found {tf.__version__}: {INSTALL_HINT}")
-if TENSORFLOW_RELEASE > SUPPORTED_TENSORFLOW[1]:
-    warnings.warn(f"lbtrain is tested on TensorFlow 2.15 to 2.21, found {tf.__version__}", stacklevel=2)
-
-KERAS_VERSION = _keras_version()
+keras = _keras_without_tensorflow()
+if keras is not None:
+    tf = None
+    TENSORFLOW_RELEASE = None
+    KERAS_VERSION = keras.__version__
+else:
+    try:
+        import tensorflow as tf
+    except ImportError:
+        raise ImportError(TENSORFLOW_MISSING) from None
+    TENSORFLOW_RELEASE = _release(tf.__version__)
+    if TENSORFLOW_RELEASE < SUPPORTED_TENSORFLOW[0]:
+        raise ImportError(f"lbtrain needs TensorFlow 2.15 to 2.21, found {tf.__version__}: {INSTALL_HINT}")
+    if TENSORFLOW_RELEASE > SUPPORTED_TENSORFLOW[1]:
+        warnings.warn(f"lbtrain is tested on TensorFlow 2.15 to 2.21, found {tf.__version__}", stacklevel=2)
+    keras = tf.keras
+    KERAS_VERSION = _keras_version(tf)
 KERAS_3 = _release(KERAS_VERSION) >= (3, 0)
 
 # Keras 3's backend (KERAS_BACKEND); tf.keras 2 has only TensorFlow.
-BACKEND = tf.keras.backend.backend() if KERAS_3 else "tensorflow"
+BACKEND = keras.backend.backend() if KERAS_3 else "tensorflow"
 BACKEND_ERROR = (f"lbtrain runs Keras 3 on the TensorFlow backend, but KERAS_BACKEND is {BACKEND!r}: unset it or set it to "
-                 f"'tensorflow' (only lbtrain.optimizers' LARS and LAMB run on every backend)")
+                 f"'tensorflow' (only lbtrain.optimizers and lbtrain.schedules run on every backend)")
+LearningRateSchedule = keras.optimizers.schedules.LearningRateSchedule
 
 
 class _Ops:
-    """The operations LARS's and LAMB's formulas are written in, each the same function on both
-    Keras lines: ``keras.ops``'s on Keras 3 (whatever the backend), TensorFlow's on tf.keras 2
-    (``tf.pow`` for ``power``), so a formula is written once and tf.keras 2 runs the TensorFlow
-    ops it always ran. Two are lbtrain's own, for what the two differ in: ``norm`` is the
-    Euclidean norm of all of a tensor's elements, in its dtype (``tf.norm``'s default on
-    tf.keras 2; ``keras.ops.norm`` takes only vectors and matrices, and on JAX returns float32
-    for float64), ``dense`` a gradient as a dense tensor (TensorFlow hands an embedding's as
+    """The operations lbtrain's update formulas (LARS, LAMB) and schedules (``Warmup``,
+    ``PerUpdate``, ...) are written in, each the same function on both Keras lines:
+    ``keras.ops``'s on Keras 3 (whatever the backend, so they run inside JAX's compiled step),
+    TensorFlow's on tf.keras 2 (``tf.pow`` for ``power``, ``tf.math.floordiv`` for
+    ``floor_divide``), so a formula is written once and tf.keras 2 runs the TensorFlow ops it
+    always ran. Two are lbtrain's own, for what the two differ in: ``norm`` is the Euclidean norm
+    of all of a tensor's elements, in its dtype (``tf.norm``'s default on tf.keras 2;
+    ``keras.ops.norm`` takes only vectors and matrices, and on JAX returns float32 for float64),
+    ``dense`` a gradient as a dense tensor (TensorFlow hands an embedding's as
     ``tf.IndexedSlices``, which ``keras.ops`` leaves as they are)."""
 
-    NAMES = ("cast", "convert_to_tensor", "logical_and", "ones_like", "power", "sqrt", "square", "where")
+    NAMES = ("cast", "convert_to_tensor", "floor_divide", "is_tensor", "logical_and", "maximum", "ones_like", "power", "sqrt",
+             "square", "where")
 
     def __init__(self, module, **renamed):
         self._module = module
         for name in self.NAMES:
-            setattr(self, name, getattr(module, renamed.get(name, name)))
+            setattr(self, name, getattr(module, name) if name not in renamed else renamed[name])
 
     def norm(self, tensor):
         if KERAS_3:
@@ -98,12 +133,12 @@ class _Ops:
         return tf.norm(tensor)
 
     def dense(self, gradient):
-        if isinstance(gradient, tf.IndexedSlices):
+        if tf is not None and isinstance(gradient, tf.IndexedSlices):
             return tf.convert_to_tensor(gradient)
         return self.convert_to_tensor(gradient)
 
 
-ops = _Ops(tf.keras.ops) if KERAS_3 else _Ops(tf, power="pow")
+ops = _Ops(keras.ops) if KERAS_3 else _Ops(tf, power=tf.pow, floor_divide=tf.math.floordiv)
 
 # What the base optimizer's ``__init__`` takes besides ``learning_rate`` and ``weight_decay``
 # (which LARS and LAMB take themselves). Keras 2 also writes ``is_legacy_optimizer`` into every
@@ -154,7 +189,7 @@ def learning_rate_config_for_this_line(value: Any) -> Any:
         return value
     value = {key: learning_rate_config_for_this_line(item) for key, item in value.items()}
     inner, class_name = value.get("config"), value.get("class_name")
-    keras_schedule = (isinstance(class_name, str) and hasattr(tf.keras.optimizers.schedules, class_name)
+    keras_schedule = (isinstance(class_name, str) and hasattr(keras.optimizers.schedules, class_name)
               and str(value.get("module") or "keras").startswith("keras"))
     if KERAS_3 and keras_schedule and isinstance(inner, dict) and "name" in inner and inner["name"] is None:
         value["config"] = {key: item for key, item in inner.items() if key != "name"}
@@ -239,7 +274,7 @@ def default_training() -> Any:
     return False if KERAS_3 else tf.keras.backend.learning_phase()
 
 
-class Optimizer(tf.keras.optimizers.Optimizer):
+class Optimizer(keras.optimizers.Optimizer):
     """tf.keras's base optimizer, the same on Keras 2 and Keras 3.
 
     A subclass implements ``build_slots(var_list)`` (its slot variables, made with
@@ -252,10 +287,10 @@ class Optimizer(tf.keras.optimizers.Optimizer):
 
     def __init__(self, learning_rate, name: str, **kwargs):
         if KERAS_3:
-            if tf.is_tensor(learning_rate):
+            if ops.is_tensor(learning_rate):
                 # Keras 2 copies a tensor or variable's value into its own variable; Keras 3
                 # takes only floats, schedules and callables: copy the value the same way.
-                learning_rate = float(learning_rate.numpy())
+                learning_rate = float(keras.ops.convert_to_numpy(learning_rate))
             super().__init__(learning_rate, name=name, **kwargs)
         else:
             super().__init__(name=name, **kwargs)
@@ -291,7 +326,7 @@ class Optimizer(tf.keras.optimizers.Optimizer):
             is the fix for those): a warmup of n steps lasts n updates whatever the accumulation.
             (Keras 3 has no public hook for the step a schedule is given.)"""
             schedule = self._learning_rate
-            if self.gradient_accumulation_steps and isinstance(schedule, tf.keras.optimizers.schedules.LearningRateSchedule):
+            if self.gradient_accumulation_steps and isinstance(schedule, LearningRateSchedule):
                 return schedule(self.iterations)
             return super()._get_current_learning_rate()
 
@@ -354,6 +389,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-# Imported first, this module's ``import tensorflow`` set off lbtrain's registration, which
-# waits for this module (``lbtrain._registration.register_keras_objects``).
+# Imported first, this module's ``import tensorflow`` (or ``import keras``) set off lbtrain's
+# registration, which waits for this module (``lbtrain._registration.register_keras_objects``).
 register_keras_objects(keras_module_loaded=True)

@@ -1,13 +1,13 @@
 """Registers lbtrain's Keras objects (schedules, LARS/LAMB, ghost batch norm) as soon as
-TensorFlow is imported, without importing TensorFlow itself.
+TensorFlow or Keras is imported, without importing either itself.
 
 A model saved with an lbtrain schedule or optimizer loads after a plain ``import lbtrain``,
 with no ``custom_objects``: Keras finds the classes in its registry, which the modules below
 fill when they are imported. ``import lbtrain`` must stay free of TensorFlow (reports and
 result files are read without it), so instead of importing those modules it waits for
-TensorFlow: if it is already loaded they are imported at once, else a finder on
+TensorFlow: if it (or Keras) is already loaded they are imported at once, else a finder on
 ``sys.meta_path`` imports them right after ``tensorflow`` finishes loading, or after ``keras``
-(or ``tf_keras``) when that is what loads TensorFlow: ``import lbtrain; import keras`` must not
+(or ``tf_keras``) when that is what loads TensorFlow, or is loaded without it (Keras 3 on JAX): ``import lbtrain; import keras`` must not
 register while Keras is half-loaded, since the classes subclass Keras's.
 
 Each class is registered twice (``keras_serializable``): as ``lbtrain>Name``, the name Keras
@@ -22,8 +22,8 @@ Registering never makes ``import tensorflow`` (or ``import keras``) raise, whate
 backend (``KERAS_BACKEND``):
 
 - on another backend than TensorFlow (``jax``, ``torch``), the registering modules that refuse
-  it (``TENSORFLOW_BACKEND_ONLY``: ghost batch norm's) are not imported: the schedules, LARS and
-  LAMB are registered, and ``import lbtrain.layers`` (like the trainer, the worlds, ...) gives
+  it (``TENSORFLOW_BACKEND_ONLY``: ghost batch norm's, the elastic schedule's) are not imported:
+  the schedules, LARS and LAMB are registered, with or without TensorFlow installed, and ``import lbtrain.layers`` (like the trainer, the worlds, ...) gives
   the one-line error of ``lbtrain._keras`` when the user imports it;
 - when Keras itself cannot load (``KERAS_BACKEND=jax`` without JAX installed: ``import keras``
   fails in Keras, ``import tensorflow`` alone works), nothing is registered, since lbtrain's
@@ -42,7 +42,7 @@ from typing import Callable, TypeVar
 REGISTERING_MODULES = ("lbtrain.schedules", "lbtrain.optimizers", "lbtrain.layers", "lbtrain.elastic")
 # Those of them that refuse another Keras 3 backend than TensorFlow (``lbtrain._keras.BACKEND_ERROR``):
 # not imported there, so their classes are registered on the TensorFlow backend only.
-TENSORFLOW_BACKEND_ONLY = ("lbtrain.layers",)
+TENSORFLOW_BACKEND_ONLY = ("lbtrain.layers", "lbtrain.elastic")
 
 # Every class registered by ``keras_serializable``, by bare name.
 KERAS_CLASSES: dict[str, type] = {}
@@ -55,10 +55,10 @@ def keras_serializable(name: str | None = None) -> Callable[[_Class], _Class]:
     class name) and under its bare class name (see the module docstring for why both)."""
 
     def register(cls: _Class) -> _Class:
-        import tensorflow as tf
+        from lbtrain._keras import keras
 
-        tf.keras.utils.register_keras_serializable(package="lbtrain", name=name)(cls)
-        tf.keras.utils.get_custom_objects()[cls.__name__] = cls
+        keras.utils.register_keras_serializable(package="lbtrain", name=name)(cls)
+        keras.utils.get_custom_objects()[cls.__name__] = cls
         KERAS_CLASSES[cls.__name__] = cls
         return cls
 
@@ -119,7 +119,7 @@ class _ThenRegister(importlib.abc.Loader):
 
     def exec_module(self, module) -> None:
         self.loader.exec_module(module)
-        if "tensorflow" in sys.modules and not any(_loading(other) for other in WATCHED if other != self.name):
+        if _keras_present() and not any(_loading(other) for other in WATCHED if other != self.name):
             _remove_watcher()
             register_keras_objects()
 
@@ -146,14 +146,19 @@ class _ImportWatcher(importlib.abc.MetaPathFinder):
         return None
 
 
+def _keras_present() -> bool:
+    """Whether TensorFlow is loaded, or Keras (which on JAX or PyTorch loads no TensorFlow)."""
+    return "tensorflow" in sys.modules or "keras" in sys.modules
+
+
 def _remove_watcher() -> None:
     sys.meta_path[:] = [finder for finder in sys.meta_path if not isinstance(finder, _ImportWatcher)]
 
 
 def register_when_tensorflow_loads() -> None:
-    """Registers now if TensorFlow is loaded (and Keras is not half-loaded), else right after
-    the outermost of TensorFlow and Keras has finished loading."""
-    if "tensorflow" in sys.modules and not any(_loading(name) for name in WATCHED):
+    """Registers now if TensorFlow or Keras is loaded (and neither is half-loaded), else right
+    after the outermost of TensorFlow and Keras has finished loading."""
+    if _keras_present() and not any(_loading(name) for name in WATCHED):
         register_keras_objects()
     elif not any(isinstance(finder, _ImportWatcher) for finder in sys.meta_path):
         sys.meta_path.insert(0, _ImportWatcher())

@@ -2,7 +2,11 @@
 
 ``Warmup`` is the one place warmup lives; decays are Keras's own ``ExponentialDecay``,
 ``PiecewiseConstantDecay``, ``CosineDecay`` and ``PolynomialDecay``, built by
-``build_schedule`` from a config mapping with epochs converted to steps exactly once. Every
+``build_schedule`` from a config mapping with epochs converted to steps exactly once. lbtrain's
+own schedules are written in ``lbtrain._keras.ops`` (``keras.ops`` on Keras 3, TensorFlow's ops
+on tf.keras 2), as Keras 3's decays are, so every schedule here runs inside a compiled train
+step on TensorFlow, JAX or PyTorch, and this module imports no TensorFlow on Keras 3's JAX or
+PyTorch backend. Every
 class here is registered with Keras (``lbtrain._registration.keras_serializable``), so a model
 saved with one (SavedModel, ``.keras`` or H5) loads in a fresh process after ``import lbtrain``
 with no ``custom_objects``, and ``hvd.DistributedOptimizer`` (which rebuilds the optimizer
@@ -30,13 +34,11 @@ import numbers
 from typing import Any, Mapping
 
 import numpy as np
-import tensorflow as tf
 
+from lbtrain._keras import BACKEND, LearningRateSchedule, keras, ops, tf
 from lbtrain._registration import keras_serializable
 from lbtrain.recipe import DECAY_CLOCKS, SCHEDULE_KEYS, WARMUP_TYPES
 from lbtrain.scaling import scale_learning_rate, scaling_exponent
-
-LearningRateSchedule = tf.keras.optimizers.schedules.LearningRateSchedule
 
 
 class ScheduleError(ValueError):
@@ -69,7 +71,7 @@ class ConstantLearningRate(LearningRateSchedule):
         self.name = name
 
     def __call__(self, step):
-        return tf.constant(self.learning_rate, tf.float32)
+        return ops.convert_to_tensor(self.learning_rate, "float32")
 
     def get_config(self) -> dict:
         return {"learning_rate": self.learning_rate, "name": self.name}
@@ -85,8 +87,8 @@ def warmup_lr(step, warmup_steps, start_lr, target_lr):
         lr(step) = start_lr + (target_lr - start_lr) * (step + 1) / warmup_steps
 
     so ``lr(0)`` is one step above ``start_lr`` and ``lr(warmup_steps - 1) = target_lr``. Plain
-    arithmetic: works on Python floats, NumPy arrays and float tensors alike (cast an integer
-    step tensor to float first). Only meaningful for ``0 <= step < warmup_steps``.
+    arithmetic: works on Python floats, NumPy arrays and float tensors of any backend alike
+    (cast an integer step tensor to float first). Only meaningful for ``0 <= step < warmup_steps``.
 
     Horovod's ``LearningRateWarmupCallback`` is this line with ``start_lr = initial_lr /
     world_size``, ``target_lr = initial_lr``, ``step = epoch * steps_per_epoch + batch`` and
@@ -173,26 +175,25 @@ class Warmup(LearningRateSchedule):
         self.name = name
 
     def __call__(self, step):
-        with tf.name_scope(self.name or "Warmup"):
-            step = tf.convert_to_tensor(step)
-            if self.after is None:
-                after = tf.constant(self.target_lr, tf.float32)
-            else:
-                after_step = tf.maximum(step - self.warmup_steps, 0) if self.offset_after else step
-                after = tf.cast(self.after(after_step), tf.float32)
-            if self.warmup_steps == 0:
-                return after
-            if self.warmup_type == "constant":
-                warm = tf.constant(self.start_lr, tf.float32)
-            else:
-                warm = warmup_lr(tf.cast(step, tf.float32), self.warmup_steps, self.start_lr, self.target_lr)
-            return tf.where(step < self.warmup_steps, warm, after)
+        step = ops.convert_to_tensor(step)
+        if self.after is None:
+            after = ops.convert_to_tensor(self.target_lr, "float32")
+        else:
+            after_step = ops.maximum(step - self.warmup_steps, 0) if self.offset_after else step
+            after = ops.cast(self.after(after_step), "float32")
+        if self.warmup_steps == 0:
+            return after
+        if self.warmup_type == "constant":
+            warm = ops.convert_to_tensor(self.start_lr, "float32")
+        else:
+            warm = warmup_lr(ops.cast(step, "float32"), self.warmup_steps, self.start_lr, self.target_lr)
+        return ops.where(step < self.warmup_steps, warm, after)
 
     def get_config(self) -> dict:
         return {
             "target_lr": self.target_lr,
             "warmup_steps": self.warmup_steps,
-            "after": None if self.after is None else tf.keras.optimizers.schedules.serialize(self.after),
+            "after": None if self.after is None else keras.optimizers.schedules.serialize(self.after),
             "start_lr": self.start_lr,
             "offset_after": self.offset_after,
             "name": self.name,
@@ -203,7 +204,7 @@ class Warmup(LearningRateSchedule):
     def from_config(cls, config: dict) -> "Warmup":
         config = dict(config)
         if config.get("after") is not None:
-            config["after"] = tf.keras.optimizers.schedules.deserialize(config["after"])
+            config["after"] = keras.optimizers.schedules.deserialize(config["after"])
         return cls(**config)
 
 
@@ -231,16 +232,15 @@ class PerUpdate(LearningRateSchedule):
         self.schedule, self.gradient_accumulation_steps, self.name = schedule, int(steps), name
 
     def __call__(self, step):
-        step = tf.convert_to_tensor(step)
-        return self.schedule(tf.math.floordiv(step, tf.cast(self.gradient_accumulation_steps, step.dtype)))
+        return self.schedule(ops.floor_divide(ops.convert_to_tensor(step), self.gradient_accumulation_steps))
 
     def get_config(self) -> dict:
-        return {"schedule": tf.keras.optimizers.schedules.serialize(self.schedule),
+        return {"schedule": keras.optimizers.schedules.serialize(self.schedule),
                 "gradient_accumulation_steps": self.gradient_accumulation_steps, "name": self.name}
 
     @classmethod
     def from_config(cls, config: dict) -> "PerUpdate":
-        return cls(**{**config, "schedule": tf.keras.optimizers.schedules.deserialize(config["schedule"])})
+        return cls(**{**config, "schedule": keras.optimizers.schedules.deserialize(config["schedule"])})
 
 
 # ---------------------------------------------------------------- building from a config
@@ -256,7 +256,7 @@ def _exponential(lr, spec, steps_per_epoch, decay_epochs, path):
     period = epochs_to_steps(_check_positive(f"{path}.period_epochs", spec["period_epochs"]), steps_per_epoch)
     if period < 1:
         raise ScheduleError(f"{path}.period_epochs is shorter than one step ({spec['period_epochs']} epochs)")
-    return tf.keras.optimizers.schedules.ExponentialDecay(lr, period, rate, staircase=bool(spec["staircase"]))
+    return keras.optimizers.schedules.ExponentialDecay(lr, period, rate, staircase=bool(spec["staircase"]))
 
 
 def _step(lr, spec, steps_per_epoch, decay_epochs, path):
@@ -278,7 +278,7 @@ def _step(lr, spec, steps_per_epoch, decay_epochs, path):
             f"{path}.multipliers must be a list of len(boundaries) + 1 = {len(steps) + 1} numbers, got {multipliers!r}"
         )
     values = [lr * _check_positive(f"{path}.multipliers", m) for m in multipliers]
-    return tf.keras.optimizers.schedules.PiecewiseConstantDecay(steps, values)
+    return keras.optimizers.schedules.PiecewiseConstantDecay(steps, values)
 
 
 def _decay_length(spec, steps_per_epoch, decay_epochs, path) -> int:
@@ -298,7 +298,7 @@ def _cosine(lr, spec, steps_per_epoch, decay_epochs, path):
     if not _is_number(alpha) or not 0 <= alpha <= 1:
         raise ScheduleError(f"{path}.alpha must be a number in [0, 1], got {alpha!r}")
     steps = _decay_length(spec, steps_per_epoch, decay_epochs, path)
-    return tf.keras.optimizers.schedules.CosineDecay(lr, steps, alpha=float(alpha))
+    return keras.optimizers.schedules.CosineDecay(lr, steps, alpha=float(alpha))
 
 
 def _polynomial(lr, spec, steps_per_epoch, decay_epochs, path):
@@ -307,7 +307,7 @@ def _polynomial(lr, spec, steps_per_epoch, decay_epochs, path):
         raise ScheduleError(f"{path}.end_factor must be a number in [0, 1], got {end_factor!r}")
     steps = _decay_length(spec, steps_per_epoch, decay_epochs, path)
     power = _check_positive(f"{path}.power", spec["power"])
-    return tf.keras.optimizers.schedules.PolynomialDecay(lr, steps, lr * end_factor, power=power)
+    return keras.optimizers.schedules.PolynomialDecay(lr, steps, lr * end_factor, power=power)
 
 
 # Each decay: its builder and its keys with defaults (None-valued keys are optional, a
@@ -418,11 +418,15 @@ def build_schedule(
 
 
 def schedule_values(schedule: LearningRateSchedule | float, steps: int) -> np.ndarray:
-    """``[lr(0), ..., lr(steps - 1)]`` as float64, evaluated in one graph (fast for long runs)."""
+    """``[lr(0), ..., lr(steps - 1)]`` as float64, evaluated in one graph on TensorFlow (fast for
+    long runs), in one vectorized call (``keras.ops.vectorized_map``, JAX's ``vmap``) elsewhere."""
     if not isinstance(schedule, LearningRateSchedule):
         return np.full(steps, float(schedule))
-    values = tf.function(lambda s: tf.map_fn(lambda i: tf.cast(schedule(i), tf.float32), s, fn_output_signature=tf.float32))
-    return values(tf.range(steps, dtype=tf.int64)).numpy().astype(np.float64)
+    if BACKEND == "tensorflow":
+        values = tf.function(lambda s: tf.map_fn(lambda i: tf.cast(schedule(i), tf.float32), s, fn_output_signature=tf.float32))
+        return values(tf.range(steps, dtype=tf.int64)).numpy().astype(np.float64)
+    values = keras.ops.vectorized_map(lambda step: ops.cast(schedule(step), "float32"), keras.ops.arange(steps))
+    return keras.ops.convert_to_numpy(values).astype(np.float64)
 
 
 __all__ = [

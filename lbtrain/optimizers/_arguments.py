@@ -11,9 +11,7 @@ import math
 import numbers
 from typing import Any, Callable, Iterable
 
-import tensorflow as tf
-
-from lbtrain._keras import BASE_OPTIMIZER_ARGUMENTS, CONFIG_ONLY_ARGUMENTS
+from lbtrain._keras import BASE_OPTIMIZER_ARGUMENTS, CONFIG_ONLY_ARGUMENTS, ops
 
 # The names other implementations give an argument of lbtrain's optimizers:
 # their name -> (lbtrain's name, a note on where theirs comes from).
@@ -102,7 +100,7 @@ def check_learning_rate(owner: str, value: Any) -> Any:
     """A learning rate as Keras takes it: a positive finite number (returned as a float), or a
     ``LearningRateSchedule``, a callable or a tensor/variable (returned unchanged); anything
     else, or a number that is not > 0 (NaN included), is a ValueError naming the argument."""
-    if callable(value) or tf.is_tensor(value):
+    if callable(value) or ops.is_tensor(value):
         return value
     if not is_number(value) or not math.isfinite(value) or value <= 0:
         raise ValueError(

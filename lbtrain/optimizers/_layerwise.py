@@ -10,9 +10,16 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-import tensorflow as tf
-
-from lbtrain._keras import BACKEND, KERAS_3, OTHER_LINE_CONFIG, Optimizer, learning_rate_config_for_this_line, ops, variable_name
+from lbtrain._keras import (
+    BACKEND,
+    KERAS_3,
+    OTHER_LINE_CONFIG,
+    Optimizer,
+    learning_rate_config_for_this_line,
+    ops,
+    tf,
+    variable_name,
+)
 from lbtrain.optimizers._arguments import accepted_arguments, check_arguments, check_learning_rate, check_number
 
 DEFAULT_EXCLUDE = (r"bias", r"batch_norm", r"gamma", r"beta")

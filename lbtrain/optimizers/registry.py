@@ -5,22 +5,21 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-import tensorflow as tf
-
+from lbtrain._keras import keras
 from lbtrain.optimizers._arguments import accepted_arguments, check_arguments, check_learning_rate
 from lbtrain.optimizers.lamb import LAMB
 from lbtrain.optimizers.lars import LARS
 
-OPTIMIZERS: dict[str, Callable[..., tf.keras.optimizers.Optimizer]] = {
-    "sgd": tf.keras.optimizers.SGD,
-    "momentum": functools.partial(tf.keras.optimizers.SGD, momentum=0.9),
-    "adam": tf.keras.optimizers.Adam,
+OPTIMIZERS: dict[str, Callable[..., keras.optimizers.Optimizer]] = {
+    "sgd": keras.optimizers.SGD,
+    "momentum": functools.partial(keras.optimizers.SGD, momentum=0.9),
+    "adam": keras.optimizers.Adam,
     "lars": LARS,
     "lamb": LAMB,
 }
 
 
-def build_optimizer(name: str, learning_rate: Any, /, **params) -> tf.keras.optimizers.Optimizer:
+def build_optimizer(name: str, learning_rate: Any, /, **params) -> keras.optimizers.Optimizer:
     """``OPTIMIZERS[name](learning_rate, **params)``: ``sgd`` is plain SGD, ``momentum`` SGD with
     momentum 0.9 unless ``params`` say otherwise, ``adam``, ``lars``, ``lamb`` (lbtrain's own).
     ``name`` and ``learning_rate`` are positional-only, so ``params`` may hold the optimizer's

@@ -296,4 +296,4 @@ REFUSALS = """
 def test_the_tensorflow_only_parts_refuse_jax_with_one_line():
     for module, error in run_jax(REFUSALS).items():
         assert error == ("lbtrain runs Keras 3 on the TensorFlow backend, but KERAS_BACKEND is 'jax': unset it or set it "
-                         "to 'tensorflow' (only lbtrain.optimizers' LARS and LAMB run on every backend)"), module
+                         "to 'tensorflow' (only lbtrain.optimizers and lbtrain.schedules run on every backend)"), module
