@@ -16,11 +16,14 @@ a traceback.
   at ``MAX_YAML_NODES`` nodes, before they are built into Python values.
 - Grids (``check_grid_size``): at most ``MAX_GRID_RUNS`` runs, counted from the sizes of the
   grid's lists before any run is expanded.
+- Memory (``memory_problem``): data lbtrain generates and models of its zoo are sized before
+  they are allocated, against the memory this machine (or its cgroup) has available.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import reprlib
 from typing import Any
 
@@ -29,8 +32,8 @@ import yaml
 from lbtrain.errors import ConfigError
 
 __all__ = ["MAX_BATCH", "MAX_CONFIG_BYTES", "MAX_EPOCHS", "MAX_EXTENDS_DEPTH", "MAX_GRID_RUNS", "MAX_INTEGER", "MAX_SAMPLES", "MAX_SEED", "MAX_STEPS", "MAX_WORLD_SIZE",
-           "MAX_YAML_DEPTH", "MAX_YAML_NODES", "QUOTE_LIMIT", "check_grid_size", "check_numbers",
-           "check_yaml_node", "clip", "quote"]
+           "MAX_YAML_DEPTH", "MAX_YAML_NODES", "QUOTE_LIMIT", "available_memory", "check_grid_size", "check_numbers",
+           "check_yaml_node", "clip", "memory_problem", "quote"]
 
 MAX_YAML_NODES = 100_000
 # The committed experiments are a few kB; an experiment of a megabyte is a generated list.
@@ -161,3 +164,39 @@ def check_grid_size(grid: Any) -> None:
         shown = str(runs) if runs < 10**12 else f"{float(runs):.1e}"
         raise ConfigError(f"grid: expands to {shown} runs ({factors}), more than {MAX_GRID_RUNS}; "
                           "split the study into experiments")
+
+
+def available_memory() -> int:
+    """Bytes this process can still allocate: the smaller of Linux's ``MemAvailable`` and what
+    the cgroup (a container's limit) leaves; the physical memory where neither can be read."""
+    found = []
+    try:
+        with open("/proc/meminfo") as meminfo:
+            found += [int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable:")]
+    except OSError:
+        pass
+    try:
+        with open("/sys/fs/cgroup/memory.max") as limit, open("/sys/fs/cgroup/memory.current") as current:
+            text = limit.read().strip()
+            if text.isdigit():
+                found.append(int(text) - int(current.read().strip()))
+    except (OSError, ValueError):
+        pass
+    if not found:
+        found.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    return max(0, min(found))
+
+
+def memory_problem(needed: float, what: str) -> str | None:
+    """Why ``needed`` bytes for ``what`` cannot be allocated here, or None when they fit.
+
+    >>> memory_problem(1e18, "the model's 2.5e17 parameters").startswith("the model's 2.5e17 parameters need about 931322574.6 GiB")
+    True
+    >>> memory_problem(1024, "a tiny array") is None
+    True
+    """
+    available = available_memory()
+    if needed <= available:
+        return None
+    return (f"{what} need about {needed / 2**30:.1f} GiB of memory, more than the {available / 2**30:.1f} GiB "
+            "available here")

@@ -12,12 +12,14 @@ import dataclasses
 import functools
 import inspect
 import io
+import math
 import os
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
+from lbtrain.config.limits import MAX_SEED, memory_problem, quote
 from lbtrain.data.errors import DatasetError
 from lbtrain.data.formats import find_idx_directory, idx_search_path, read_idx_directory
 from lbtrain.data.sources import check_source_options, is_user_dataset, load_user_data
@@ -74,6 +76,7 @@ class DatasetInfo:
     num_classes: int
     load: Callable[..., RawData]
     locate: Callable[[], str]
+    check: Callable[..., None] = lambda: None  # the options' values, before anything loads
 
 
 # ---------------------------------------------------------------- Fashion-MNIST, MNIST
@@ -136,13 +139,38 @@ def _mnist1d_cache_file(num_samples: int, generator_seed: int) -> Path:
     return cache_dir() / f"mnist1d-n{num_samples}-seed{generator_seed}.npz"
 
 
+# Generated data is sized before it is made: MNIST-1D's generator makes samples one by one in
+# Python (a million takes minutes); the arrays a run holds are about COPIES times the generated ones
+# (the loaded arrays, the split, the input pipeline's).
+MAX_MNIST1D_SAMPLES = 1_000_000
+COPIES = 3
+
+
+def _check_seed(dataset: str, generator_seed: Any) -> None:
+    if not isinstance(generator_seed, int) or isinstance(generator_seed, bool) or not 0 <= generator_seed <= MAX_SEED:
+        raise DatasetError(f"{dataset}: generator_seed must be an integer from 0 to {MAX_SEED}, got {quote(generator_seed)}")
+
+
+def _check_fits(dataset: str, values: int, bytes_per_value: int) -> None:
+    problem = memory_problem(values * bytes_per_value * COPIES, f"{values:.3g} generated values")
+    if problem is not None:
+        raise DatasetError(f"{dataset}: {problem}; ask for fewer samples")
+
+
+def _check_mnist1d(num_samples: int = 5000, generator_seed: int = 42) -> None:
+    """``DatasetError`` for MNIST-1D options it cannot generate, before anything is made."""
+    if not isinstance(num_samples, int) or isinstance(num_samples, bool) or not 10 <= num_samples <= MAX_MNIST1D_SAMPLES:
+        raise DatasetError(f"mnist1d: num_samples must be an integer from 10 to {MAX_MNIST1D_SAMPLES}, got {quote(num_samples)}")
+    _check_seed("mnist1d", generator_seed)
+    _check_fits("mnist1d", num_samples * 40, 8)
+
+
 def _load_mnist1d(num_samples: int = 5000, generator_seed: int = 42) -> RawData:
     """MNIST-1D (Greydanus 2020), generated offline by ``mnist1d.data.make_dataset``.
 
     The package's default split (80% train) is kept; the arrays are cached as .npz.
     """
-    if not isinstance(num_samples, int) or num_samples < 10:
-        raise DatasetError(f"mnist1d: num_samples must be an integer >= 10, got {num_samples!r}")
+    _check_mnist1d(num_samples, generator_seed)
     path = _mnist1d_cache_file(num_samples, generator_seed)
     if not path.is_file():
         _generate_mnist1d(num_samples, generator_seed, path)
@@ -181,6 +209,24 @@ def _locate_mnist1d() -> str:
 # ---------------------------------------------------------------- synthetic
 
 
+def _check_synthetic(
+    input_shape: tuple[int, ...] | list[int] = (28, 28, 1),
+    num_classes: int = 10,
+    train_size: int = 4096,
+    test_size: int = 1024,
+    generator_seed: int = 0,
+) -> None:
+    """``DatasetError`` for synthetic options it cannot generate, before anything is made."""
+    if (not isinstance(input_shape, (list, tuple)) or not input_shape
+            or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in input_shape)):
+        raise DatasetError(f"synthetic: input_shape must be a list of positive integers, got {quote(input_shape)}")
+    for option, value, low in (("num_classes", num_classes, 2), ("train_size", train_size, 1), ("test_size", test_size, 1)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise DatasetError(f"synthetic: {option} must be an integer >= {low}, got {quote(value)}")
+    _check_seed("synthetic", generator_seed)
+    _check_fits("synthetic", (train_size + test_size) * math.prod(input_shape), 4)
+
+
 def _load_synthetic(
     input_shape: tuple[int, ...] | list[int] = (28, 28, 1),
     num_classes: int = 10,
@@ -189,12 +235,8 @@ def _load_synthetic(
     generator_seed: int = 0,
 ) -> RawData:
     """Standard-normal inputs with uniform random labels, like tf_cnn_benchmarks' synthetic data."""
-    shape = tuple(int(d) for d in input_shape)
-    if not shape or min(shape) < 1:
-        raise DatasetError(f"synthetic: input_shape must be positive integers, got {input_shape!r}")
-    for option, value, low in (("num_classes", num_classes, 2), ("train_size", train_size, 1), ("test_size", test_size, 1)):
-        if not isinstance(value, int) or value < low:
-            raise DatasetError(f"synthetic: {option} must be an integer >= {low}, got {value!r}")
+    _check_synthetic(input_shape, num_classes, train_size, test_size, generator_seed)
+    shape = tuple(input_shape)
     rng = np.random.default_rng(generator_seed)
     return RawData(
         rng.standard_normal((train_size, *shape), dtype=np.float32),
@@ -224,11 +266,11 @@ DATASETS: dict[str, DatasetInfo] = {
         ),
         DatasetInfo(
             "mnist1d", "MNIST-1D (Greydanus 2020): length-40 signals, 10 classes; options num_samples, generator_seed",
-            4000, 1000, (40,), 10, _load_mnist1d, _locate_mnist1d,
+            4000, 1000, (40,), 10, _load_mnist1d, _locate_mnist1d, _check_mnist1d,
         ),
         DatasetInfo(
             "synthetic", "random normal inputs, random labels; options input_shape, num_classes, train_size, test_size",
-            4096, 1024, (28, 28, 1), 10, _load_synthetic, lambda: "generated in memory",
+            4096, 1024, (28, 28, 1), 10, _load_synthetic, lambda: "generated in memory", _check_synthetic,
         ),
     )
 }
@@ -271,7 +313,8 @@ def dataset_options(name: str) -> tuple[str, ...]:
 
 def check_dataset_options(name: str, options: dict[str, Any]) -> None:
     """Raises ``DatasetError`` for an option dataset ``name`` does not take, naming the closest
-    allowed one (the values are checked by the loader).
+    allowed one, or for a value it cannot load (generated data too large for this machine's
+    memory, a seed out of range): checked without loading anything.
 
     >>> check_dataset_options("mnist1d", {"num_sample": 500})
     Traceback (most recent call last):
@@ -283,6 +326,7 @@ def check_dataset_options(name: str, options: dict[str, Any]) -> None:
         if key not in allowed:
             listed = ", ".join(allowed) or "none"
             raise DatasetError(f"unknown option {key!r} for dataset {name!r} ({did_you_mean(key, allowed)}allowed: {listed})")
+    dataset_info(name).check(**options)
 
 
 @functools.lru_cache(maxsize=8)

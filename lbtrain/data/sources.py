@@ -32,12 +32,15 @@ seed (0) whatever the run's seed, is held out as the test set.
 from __future__ import annotations
 
 import logging
+import math
 import os
+import zipfile
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from lbtrain.config.limits import memory_problem, quote
 from lbtrain.data.errors import DatasetError
 from lbtrain.registry import DATASET_REGISTRY, ReferenceError_, check_options, import_reference, is_reference, process_local
 
@@ -93,10 +96,54 @@ def check_source_options(name: str, options: dict[str, Any]) -> None:
 # ---------------------------------------------------------------- reading each kind of source
 
 
+# Deflate shrinks data at most about 1032:1; a member claiming more than this is not a real .npz.
+MAX_COMPRESSION_RATIO = 1100
+# More classes than any dataset lbtrain trains has; a label beyond it is an id, not a class index.
+MAX_CLASSES = 1_000_000
+
+
+def _check_npz_headers(path: Path, name: str) -> None:
+    """``DatasetError`` unless every array of the ``.npz`` at ``path`` holds what its header
+    promises: its shape times its item size within the member's size, a member no larger than
+    its compressed bytes can hold, and all of them within memory. Read from the headers alone
+    (NumPy allocates the promised array before reading a member: a 400-byte file promising
+    10^12 values would ask for terabytes)."""
+    try:
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError, EOFError) as error:
+        raise DatasetError(f"dataset {name!r}: not a readable .npz file ({type(error).__name__}: {error})") from None
+    total = 0
+    with archive:
+        for member in archive.infolist():
+            if not member.filename.endswith(".npy"):
+                continue
+            key = member.filename.removesuffix(".npy")
+            if member.compress_type != zipfile.ZIP_STORED and member.file_size > MAX_COMPRESSION_RATIO * member.compress_size + 4096:
+                raise DatasetError(f"dataset {name!r}: {key} claims {member.file_size} bytes from {member.compress_size} "
+                                   "compressed ones; the file is damaged or not a .npz of NumPy's")
+            try:
+                with archive.open(member) as handle:
+                    version = np.lib.format.read_magic(handle)
+                    read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                    shape, _, dtype = read_header(handle)
+            except (ValueError, OSError, EOFError, zipfile.BadZipFile) as error:
+                raise DatasetError(f"dataset {name!r}: {key} is not a readable array ({type(error).__name__}: "
+                                   f"{' '.join(str(error).split())[:120]})") from None
+            promised = math.prod(shape) * dtype.itemsize
+            if promised > member.file_size:
+                raise DatasetError(f"dataset {name!r}: {key}'s header promises shape {quote(shape)} of {dtype} "
+                                   f"({promised} bytes) but it holds {member.file_size}; the file is damaged")
+            total += promised
+    problem = memory_problem(2 * total, f"its arrays ({total} bytes, read and converted)")
+    if problem is not None:
+        raise DatasetError(f"dataset {name!r}: {problem}")
+
+
 def _read_npz(name: str) -> dict[str, Any]:
     path = Path(name)
     if not path.is_file():
         raise DatasetError(f"dataset {name!r}: no such file (relative paths are read from {os.getcwd()})")
+    _check_npz_headers(path, name)
     try:
         with np.load(path, allow_pickle=False) as archive:
             arrays = {key: archive[key] for key in archive.files}
@@ -219,6 +266,9 @@ def _class_labels(name: str, key: str, values: np.ndarray) -> np.ndarray:
     labels = values.argmax(axis=1) if values.ndim == 2 and values.shape[1] > 1 else values.reshape(len(values))
     if labels.min() < 0:
         raise DatasetError(f"dataset {name!r}: {key} holds the label {labels.min():g}; class labels are 0 to num_classes - 1")
+    if labels.max() >= MAX_CLASSES:
+        raise DatasetError(f"dataset {name!r}: {key} holds the label {int(labels.max())}; class labels are 0 to num_classes - 1, "
+                           f"at most {MAX_CLASSES} classes (relabel ids with np.unique(y, return_inverse=True))")
     return labels.astype(np.int32)
 
 

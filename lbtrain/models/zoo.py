@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 from typing import Any, Callable, Sequence
 
 import tensorflow as tf
 
+from lbtrain.config.limits import memory_problem, quote
 from lbtrain.layers import GhostBatchNormalization
 from lbtrain.models.errors import ModelError
 from lbtrain.spelling import did_you_mean
@@ -203,9 +205,60 @@ def check_model_options(name: str, options: dict[str, Any]) -> None:
             raise ModelError(f"unknown option {key!r} for model {name!r} ({did_you_mean(key, allowed)}allowed: {', '.join(allowed)})")
         what, valid = OPTION_RULES[key]
         if not valid(value):
-            raise ModelError(f"{key} must be {what}, got {value!r}")
+            raise ModelError(f"{key} must be {what}, got {quote(value)}")
     if name == "resnet" and not options.get("widths", (16,)):
         raise ModelError("widths must name at least one stage for model 'resnet', got []")
+
+
+def parameter_count(name: str, input_shape: Sequence[int], num_classes: int, options: dict[str, Any]) -> int:
+    """The number of weights zoo model ``name`` would have, counted from its options without
+    building it (convolutions and dense layers with their biases; batch norms left out).
+
+    >>> parameter_count("mlp", (40,), 10, {"widths": [16]}), parameter_count("cnn", (28, 28, 1), 10, {})
+    (826, 857738)
+    """
+    defaults = {key: parameter.default for key, parameter in inspect.signature(model_info(name).build_body).parameters.items()}
+    settings = {**defaults, **options}
+    rank = 1 if len(input_shape) == 1 else 2
+    channels = int(input_shape[-1]) if len(input_shape) == 3 else 1
+    spatial = [int(d) for d in (input_shape[:2] if len(input_shape) == 3 else input_shape)]
+    if name == "mlp":
+        width, count = math.prod(int(d) for d in input_shape), 0
+        for layer in settings["widths"]:
+            width, count = layer, count + width * layer + layer
+    elif name == "cnn":
+        count = 0
+        for layer in settings["filters"]:
+            count += settings["kernel_size"] ** rank * channels * layer + layer
+            channels, spatial = layer, [-(-d // 2) for d in spatial]
+        width = math.prod(spatial) * channels
+        for layer in settings["dense"]:
+            width, count = layer, count + width * layer + layer
+    else:
+        widths, kernel = settings["widths"], 3 ** rank
+        count, previous = kernel * channels * widths[0], widths[0]
+        for stage, width in enumerate(widths):
+            for block in range(settings["blocks_per_stage"]):
+                entering = previous if block == 0 else width
+                count += kernel * entering * width + kernel * width * width
+                if block == 0 and (stage > 0 or entering != width):
+                    count += entering * width
+            previous = width
+        width = widths[-1]
+    return count + width * num_classes + num_classes
+
+
+# Bytes a weight takes while training: float32 weights, their gradients and two optimizer slots (Adam's, LAMB's).
+TRAINING_BYTES_PER_WEIGHT = 16
+
+
+def check_model_fits(name: str, input_shape: Sequence[int], num_classes: int, options: dict[str, Any]) -> None:
+    """``ModelError`` when zoo model ``name`` could not be trained in this machine's memory
+    (``parameter_count`` weights of ``TRAINING_BYTES_PER_WEIGHT`` bytes), before it is built."""
+    count = parameter_count(name, input_shape, num_classes, options)
+    problem = memory_problem(count * TRAINING_BYTES_PER_WEIGHT, f"model {name!r}: its {count:.3g} weights (with gradients and optimizer state)")
+    if problem is not None:
+        raise ModelError(f"{problem}; make it smaller (model.options) or check the number of classes ({num_classes})")
 
 
 def model_info(name: str) -> ModelInfo:
@@ -225,6 +278,7 @@ def build_zoo_model(
     """Zoo model ``name`` (a key of ``MODELS``) ending in a Dense layer of ``num_classes`` logits;
     ``virtual_batch_size`` in ``options`` makes every batch norm a ghost batch norm."""
     check_model_options(name, options)
+    check_model_fits(name, input_shape, num_classes, options)
     inputs = tf.keras.Input(shape=input_shape, name="inputs")
     body = model_info(name).build_body(inputs, input_shape, num_classes, **options)
     logits = tf.keras.layers.Dense(num_classes, name="logits")(body)
