@@ -114,7 +114,8 @@ lint: $(VENV)/.lbtrain-installed
 # norm in a simulated world of 64 against one worker (trainer.json's part c), throughput (lbtrain
 # bench: CSV, JSON and plot in results/benchmarks/bench/), Horovod against the independent pair
 # (results/benchmarks/horovod.json), the input pipeline with and without tf.data's autotuning model
-# (pipeline.json), then README's performance table from the JSON.
+# (pipeline.json), a 12-run grid one run at a time and side by side with its busy share and price
+# (parallel.json), then README's performance table from the JSON.
 bench: setup
 	$(BIN)/python benchmarks/bench_optimizers.py
 	$(BIN)/python benchmarks/bench_jit.py
@@ -122,6 +123,7 @@ bench: setup
 	$(BIN)/lbtrain bench
 	$(BIN)/python benchmarks/bench_horovod.py
 	$(BIN)/python benchmarks/bench_pipeline.py
+	$(BIN)/python benchmarks/bench_parallel.py
 	$(BIN)/python scripts/render_benchmarks.py --write
 
 clean-venv:

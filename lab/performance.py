@@ -226,6 +226,29 @@ def sweep_rows(data: dict) -> list[Row]:
     return rows
 
 
+def parallel_rows(data: dict) -> list[Row]:
+    """benchmarks/bench_parallel.py: a grid trained one run at a time against side by side
+    (``lbtrain run --workers auto``), the machine's busy share meanwhile, and the price against
+    the measured time."""
+    targets, setup, load = data["targets"], data["setup"], data["machine"]["load_average_before"][0]
+    side = f"{data['workers']} at once x {data['threads']} thread{'s' * (data['threads'] != 1)}"
+    noise = f"the machine's other load (load average {load:g} on {data['machine']['cpus']} cores at the start)"
+    rows = [Row(f"`lbtrain run` of a {setup['runs']}-run grid one run at a time / side by side ({side}), wall time "
+                f"({setup['grid']}, {setup['epochs']} epochs)", f"{data['speedup']:.2f}", *_at_least(data["speedup"], targets["speedup"]),
+                f"each run process imports TensorFlow once; {noise}; equal results: {'yes' if data['equal_results'] else 'NO'}",
+                "parallel.json"),
+            Row("CPU time of the runs side by side / (wall time x cores)", f"{data['busy_share']:.3f}",
+                *_at_least(data["busy_share"], targets["busy_share"]), f"the parent's checks and each run's start; {noise}",
+                "parallel.json")]
+    if data.get("price_error") is not None:
+        error = data["price_error"]
+        rows.append(Row("the price of that grid (a probe of a few steps at each global batch) / its measured time one run at a time",
+                        f"{1 + error:.3f}", f"within +-{targets['price_error']:.0%}", abs(error) <= targets["price_error"],
+                        "the probe's steps against a whole run's; process start-up and the parent's checks are not priced",
+                        "parallel.json"))
+    return rows
+
+
 SOURCES: dict[str, Callable[[dict], list[Row]]] = {
     "jit.json": jit_rows,
     "trainer.json": trainer_rows,
@@ -236,6 +259,7 @@ SOURCES: dict[str, Callable[[dict], list[Row]]] = {
     "import.json": import_rows,
     "sweep.json": sweep_rows,
     "pipeline.json": pipeline_rows,
+    "parallel.json": parallel_rows,
 }
 
 

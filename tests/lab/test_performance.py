@@ -4,7 +4,7 @@ and the committed table equal to what the committed JSON renders."""
 import os
 
 from conftest import REPO_ROOT
-from lab.performance import bench_bound_rows, jit_rows, load_results, pipeline_rows, render_table, table_in
+from lab.performance import bench_bound_rows, jit_rows, load_results, parallel_rows, pipeline_rows, render_table, table_in
 
 
 def test_the_performance_table_shows_pipeline_and_fed_over_step_per_model_and_nothing_for_an_older_bench():
@@ -48,6 +48,18 @@ def test_the_performance_table_shows_the_pipeline_without_over_with_the_autotuni
     assert [(row.ratio, row.target, row.met) for row in rows] == [("0.861", ">= 0.9", False), ("1.166", ">= 0.9", True)]
     assert rows[1].comparison.endswith("samples/s at batch 4096")
     assert rows[0].limit.endswith("waited at most 0.00 s without the model, 1.25 s with it")
+
+
+def test_the_performance_table_shows_runs_side_by_side_their_busy_share_and_the_price_error():
+    data = {"targets": {"speedup": 1.7, "busy_share": 0.85, "price_error": 0.25}, "workers": 2, "threads": 1,
+            "setup": {"runs": 12, "epochs": 6, "grid": "a grid"}, "speedup": 1.84, "busy_share": 0.8, "equal_results": True,
+            "price_error": -0.3, "machine": {"cpus": 2, "load_average_before": [3.5, 3.0, 2.0]}}
+    speedup, busy, price = parallel_rows(data)
+    assert [(row.ratio, row.target, row.met) for row in (speedup, busy, price)] == [
+        ("1.84", ">= 1.7", True), ("0.800", ">= 0.85", False), ("0.700", "within +-25%", False)]
+    assert speedup.comparison.startswith("`lbtrain run` of a 12-run grid one run at a time / side by side (2 at once x 1 thread)")
+    assert "load average 3.5 on 2 cores" in speedup.limit and speedup.limit.endswith("equal results: yes")
+    assert len(parallel_rows({**data, "price_error": None})) == 2
 
 
 def test_the_readme_performance_table_is_the_one_rendered_from_the_committed_json():
