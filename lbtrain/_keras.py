@@ -40,13 +40,11 @@ import warnings
 from typing import Any
 
 from lbtrain._registration import register_keras_objects
+from lbtrain.errors import INSTALL_HINT, TENSORFLOW_MISSING, tensorflow_missing
 
 # The TensorFlow releases lbtrain is tested on: 2.15 (tf.keras 2.15, the Horovod stack) and
 # 2.16 to 2.21 (Keras 3).
 SUPPORTED_TENSORFLOW = ((2, 15), (2, 21))
-INSTALL_HINT = "pip install 'lbtrain[cpu]' (tensorflow-cpu), 'lbtrain[tensorflow]' or 'lbtrain[gpu]'"
-TENSORFLOW_MISSING = (f"lbtrain needs TensorFlow, which is not installed: {INSTALL_HINT}; without it only "
-                      "lbtrain.optimizers and lbtrain.schedules run, on Keras 3 with KERAS_BACKEND=jax or torch")
 
 
 def _release(version: str) -> tuple[int, int]:
@@ -64,7 +62,7 @@ def _keras_without_tensorflow():
     try:
         import keras
     except ImportError as error:
-        if getattr(error, "name", None) == "tensorflow":  # Keras 3 on its default backend, or Keras 2
+        if tensorflow_missing(error):  # Keras 3 on its default backend, or Keras 2
             raise ImportError(TENSORFLOW_MISSING) from None
         raise
     if _release(keras.__version__) >= (3, 0) and keras.backend.backend() != "tensorflow":
@@ -89,8 +87,10 @@ if keras is not None:
 else:
     try:
         import tensorflow as tf
-    except ImportError:
-        raise ImportError(TENSORFLOW_MISSING) from None
+    except ModuleNotFoundError as error:
+        if tensorflow_missing(error):
+            raise ImportError(TENSORFLOW_MISSING) from None
+        raise
     TENSORFLOW_RELEASE = _release(tf.__version__)
     if TENSORFLOW_RELEASE < SUPPORTED_TENSORFLOW[0]:
         raise ImportError(f"lbtrain needs TensorFlow 2.15 to 2.21, found {tf.__version__}: {INSTALL_HINT}")
