@@ -10,7 +10,7 @@ over the rounds. Reported, per side: the wall time, the CPU time of this process
 processes (``getrusage``), and the machine's busy share, CPU time / (wall x cores); the speedup
 serial / parallel wall time (target >= 1.7 on 2 cores, the median over rounds), the busy share
 of the parallel side (target >= 0.85), whether the summaries are equal (timings aside), and
-the price (``lbtrain.studies.price``: a probe of a few steps at each global batch, in this
+the price (``lbtrain run --price``: a probe of a few steps at each global batch, in this
 process) against the measured serial time (target within +-25%).
 
 On a machine other processes share, the busy share counts only this benchmark's CPU time, and
@@ -35,7 +35,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from lbtrain.config import ExperimentConfig  # noqa: E402
 from lbtrain.files import write_json_atomic  # noqa: E402
 from lbtrain.studies.plan import expand  # noqa: E402
-from lbtrain.studies.runner import placement, run_planned  # noqa: E402
+from lbtrain.studies.runner import placement, price_runs, run_planned  # noqa: E402
 
 TARGETS = {"speedup": 1.7, "busy_share": 0.85, "price_error": 0.25}
 TIMINGS = ("samples_per_second", "wall_time_seconds")
@@ -78,15 +78,11 @@ def measure(workers: int | None, epochs: int, cores: int) -> dict:
             "rows": [{key: value for key, value in row.items() if key not in TIMINGS} for row in rows]}
 
 
-def price_seconds(epochs: int) -> float | None:
-    """The price of the grid run one after another (``lbtrain.studies.price``), or None where
-    this lbtrain has no price."""
-    try:
-        from lbtrain.studies.price import estimate_seconds, probe_costs
-    except ImportError:
-        return None
-    configs = [run.config for run in expand(experiment(tempfile.gettempdir(), epochs))]
-    return estimate_seconds(configs, probe_costs(configs))
+def price_seconds(epochs: int) -> float:
+    """The grid's price, one run after another, as ``lbtrain run --price`` gives it."""
+    with tempfile.TemporaryDirectory(prefix="bench-parallel-") as folder:
+        exp = experiment(folder, epochs)
+        return price_runs(exp, expand(exp)).seconds
 
 
 def _load() -> list[float]:
@@ -116,12 +112,11 @@ def main() -> None:
     speedup = serial / parallel
     busy = statistics.median(result["busy_share"] for result in sides["parallel"])
     equal = all(result["rows"] == sides["serial"][0]["rows"] for results in sides.values() for result in results)
-    price_error = None if price is None else price / serial - 1
+    price_error = price / serial - 1
     print(f"serial / parallel wall time: {speedup:.2f}x (target >= {TARGETS['speedup']} on 2 cores), "
           f"busy share {busy:.3f} (target >= {TARGETS['busy_share']}), equal results: {equal}")
-    if price is not None:
-        print(f"price {price:.1f} s against {serial:.1f} s measured one run at a time: {price_error:+.1%} "
-              f"(target within +-{TARGETS['price_error']:.0%})")
+    print(f"price {price:.1f} s against {serial:.1f} s measured one run at a time: {price_error:+.1%} "
+          f"(target within +-{TARGETS['price_error']:.0%})")
     print(f"load average before {load_before}, after {load_after} ({cores} cores)")
     write_json_atomic(Path(args.output), {
         "benchmark": "runs side by side", "targets": TARGETS,

@@ -17,7 +17,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("run", help="run an experiment YAML: every grid point, resumable; results in results/<name>/")
     parser.add_argument("experiment", help="an experiment YAML, e.g. experiments/quickstart.yaml")
     parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", help="override a field, e.g. --set training.epochs=1")
-    parser.add_argument("--dry-run", action="store_true", help="list the runs without training")
+    parser.add_argument("--dry-run", action="store_true", help="list the runs without training (no model or loader of yours runs)")
+    parser.add_argument("--price", action="store_true",
+                        help="list the runs and price those left to train, training nothing: a probe trains a few steps at each "
+                             "global batch here (your model and loader run, as in a run)")
     parser.add_argument("--fresh", action="store_true", help="delete this experiment's previous runs and start over")
     parser.add_argument("--workers", type=arguments.workers, default=None, metavar="auto|N",
                         help="runs trained at once (default auto: as many as the cores allow with a core per process, "
@@ -28,16 +31,18 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from lbtrain.config import load_experiment
     from lbtrain.studies.plan import expand
-    from lbtrain.studies.runner import run_experiment, summary_table
+    from lbtrain.studies.runner import price_runs, run_experiment, summary_table
 
     experiment = load_experiment(args.experiment, args.set)
     planned = expand(experiment)
-    if args.dry_run:
+    if args.dry_run or args.price:
         print(f"{experiment.name}: {len(planned)} runs ({experiment.mode}) -> {experiment.results_dir}")
         for run in planned:
             settings = run.config.training
             print(f"  {run.run_id}  {run.label}  {settings.world_text}  "
                   f"{run.config.optimizer.name}  rule {run.config.lr.rule}  seed {settings.seed}")
+        if args.price:
+            print(price_runs(experiment, planned, args.workers).describe())
         return 0
     rows = run_experiment(experiment, config_file=str(Path(args.experiment).resolve()), fresh=args.fresh, workers=args.workers)
     print(summary_table(rows))

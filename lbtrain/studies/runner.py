@@ -15,6 +15,7 @@ unless the caller takes them (``progress``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -49,6 +50,7 @@ from lbtrain.results import (
     write_run,
 )
 from lbtrain.studies.plan import Placement, PlannedRun, check_mode, check_runs, expand, place_runs, visible_gpus
+from lbtrain.verdict import is_ok
 
 logger = logging.getLogger(__name__)
 
@@ -165,9 +167,15 @@ def _remove_partial_files(folder: Path) -> None:
             stale.unlink(missing_ok=True)
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
+    """Seconds as ``1h02m``, ``3m05s`` or ``42s``.
+
+    >>> duration(3725), duration(185), duration(42.4)
+    ('1h02m', '3m05s', '42s')
+    """
     minutes, seconds = divmod(int(round(seconds)), 60)
-    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
 
 
 def log_progress(line: str) -> None:
@@ -355,6 +363,46 @@ def placement(experiment: ExperimentConfig, planned: list[PlannedRun], workers: 
                       workers=workers)
 
 
+@dataclasses.dataclass(frozen=True)
+class GridPrice:
+    """The price of a grid's runs left to train (``price_runs``): their ``seconds`` one after
+    another on this machine, from a probe of ``batches`` global batches, and how ``lbtrain run``
+    would place them (``placed``)."""
+
+    seconds: float
+    runs: int
+    batches: int
+    placed: Placement
+
+    def describe(self) -> str:
+        """One line: the machine time, what it counts, and how the runs would share the machine."""
+        from lbtrain.studies.price import PROBE_STEPS
+
+        if not self.runs:
+            return "price: every run is finished, nothing to train"
+        threads = f"{self.placed.threads} TensorFlow thread{'s' * (self.placed.threads != 1)} per process"
+        side = (f"{self.placed.workers} at a time here ({threads}): a wall time from about {duration(self.seconds / self.placed.workers)} "
+                "(where one core steps as fast as all) to that" if self.placed.workers > 1 else f"one at a time here ({threads})")
+        return (f"price: about {duration(self.seconds)} of machine time for {self.runs} run{'s' * (self.runs != 1)} left to train, "
+                f"one after another on this machine (from a probe of {PROBE_STEPS} steps at each of {self.batches} global "
+                f"batch{'es' * (self.batches != 1)}; process starts and checkpoints are not priced); {side}")
+
+
+def price_runs(experiment: ExperimentConfig, planned: list[PlannedRun], workers: int | None = None) -> GridPrice:
+    """The price of ``planned``'s runs that have not finished (``lbtrain.studies.price``: a probe
+    trains each distinct global batch a few steps in this process, so it runs the model and
+    data loader as a run does), checked first as ``run_planned`` checks them."""
+    from lbtrain.studies.price import estimate_seconds, probe_costs
+
+    left = [run for run in planned if not is_finished(experiment.results_dir / RUNS_FOLDER / run.run_id)]
+    workers = default_workers() if workers is None else workers
+    check_mode(experiment, left)
+    check_runs(left, get_mode(experiment.mode))
+    configs = [run.config for run in left]
+    probe = probe_costs(configs)
+    return GridPrice(estimate_seconds(configs, probe), len(left), len(probe.costs), placement(experiment, left, workers))
+
+
 def _gpus() -> list:
     """The GPUs TensorFlow sees in this process."""
     import tensorflow as tf
@@ -465,14 +513,14 @@ class _EtaClock:
     def note(self, seconds: float, started: float) -> str:
         self.seconds, self.trained, self.left = self.seconds + seconds, self.trained + 1, self.left - 1
         eta = self.left * self.seconds / self.trained / self.workers
-        return f"{_duration(seconds)}, elapsed {_duration(time.perf_counter() - started)}, ETA {_duration(eta)}"
+        return f"{duration(seconds)}, elapsed {duration(time.perf_counter() - started)}, ETA {duration(eta)}"
 
 
 def _report(run: PlannedRun, result: RunResult, index: int, count: int, note: str, progress: Callable[[str], None]) -> dict[str, Any]:
     """The run's summary row, after one progress line about it."""
     row = summary_row(run, result)
     outcome = f"test acc {_number(row['test_accuracy'])}, gap {_number(row['gap_accuracy'], 3)}"
-    if result.status != "ok":
+    if not is_ok(result.status):
         outcome = f"{outcome}: {result.reason}"
     progress(f"[{index}/{count}] {run.label} w{row['world_size']} x {row['per_worker_batch']} seed {row['seed']}: "
              f"{result.status}, {outcome} ({note})")
