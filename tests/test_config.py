@@ -78,7 +78,7 @@ def test_known_field_paths():
     [
         ("name: [unclosed", r"invalid YAML"),
         ("- a\n- b\n", r"expected a mapping at the top level, got list"),
-        ({"name": "e", "epochs": 3}, r"^epochs: unknown key$"),
+        ({"name": "e", "epochs": 3}, r"^epochs: unknown key \(did you mean 'training.epochs'\?\)$"),
         ({"name": "e", "mode": "mpi"}, r"^mode: Input should be 'simulated', 'horovod', 'mirrored', 'multiworker' or 'parameter_server' \(got 'mpi'\)$"),
         ({"name": "e", "extends": "missing.yaml"}, r"missing.yaml: file not found"),
         ({"name": "bad name!"}, r"^name: String should match pattern"),

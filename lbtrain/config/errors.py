@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import typing
+from typing import Any
+
 from pydantic import BaseModel, ValidationError
 
 from lbtrain.config.limits import quote
 from lbtrain.errors import ConfigError
+from lbtrain.spelling import did_you_mean
 
 __all__ = ["ConfigError", "format_validation_error"]
 
@@ -20,9 +24,100 @@ def format_validation_error(error: ValidationError, prefix: str = "") -> str:
     path = ".".join(part for part in parts if part not in _TYPE_TAGS and "[" not in part)
     kind, message = first["type"], first["msg"]
     if kind == "extra_forbidden":
-        return f"{path}: unknown key"
+        key, where = str(first["loc"][-1]), first["loc"][:-1]
+        home = _nested_home(error.title, where, key)
+        return f"{path}: unknown key" + (f" (did you mean {home!r}?)" if home else _suggestion(key, _allowed_keys(error.title, where)))
     message = message.removeprefix("Value error, ")
     got = first.get("input")
     shown = "" if kind == "value_error" or isinstance(got, (dict, BaseModel)) else f" (got {quote(got)})"
     return f"{path}: {message}{shown}" if path else f"{message}{shown}"
 
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model an annotation holds (itself, or inside ``X | None``, ``list[X]``...)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for argument in typing.get_args(annotation):
+        found = _model_of(argument)
+        if found is not None:
+            return found
+    return None
+
+
+def _allowed_keys(title: str, location: tuple[Any, ...]) -> list[str]:
+    """The keys the model at ``location`` below the schema named ``title`` takes (empty when it
+    cannot be told): what an unknown key's "did you mean" is drawn from."""
+    model = _schema(title)
+    for part in location:
+        if model is None:
+            return []
+        if not isinstance(part, int):
+            model = _child(model, str(part))
+    return list(model.model_fields) if model is not None else []
+
+
+def _schema(title: str) -> type[BaseModel] | None:
+    from lbtrain.config.experiment import ExperimentConfig
+    from lbtrain.config.run import RunConfig
+
+    return {schema.__name__: schema for schema in (ExperimentConfig, RunConfig)}.get(title)
+
+
+def _child(model: type[BaseModel], key: str) -> type[BaseModel] | None:
+    """The model of field ``key`` of ``model`` (an experiment's run sections are validated by
+    their own schemas, ``RUN_SECTION_SCHEMAS``)."""
+    from lbtrain.config.experiment import RUN_SECTION_SCHEMAS, ExperimentConfig
+
+    if model is ExperimentConfig and key in RUN_SECTION_SCHEMAS:
+        return RUN_SECTION_SCHEMAS[key]
+    field = model.model_fields.get(key)
+    return None if field is None else _model_of(field.annotation)
+
+
+def _nested_home(title: str, location: tuple[Any, ...], key: str) -> str | None:
+    """``section.key`` when ``key`` is not a field where it was written but is one of a section
+    just below (``epochs`` at the top of an experiment: ``training.epochs``)."""
+    model = _schema(title)
+    for part in location:
+        if model is None:
+            return None
+        if not isinstance(part, int):
+            model = _child(model, str(part))
+    for name in model.model_fields if model is not None else ():
+        child = _child(model, name)
+        if child is not None and key in child.model_fields:
+            return f"{name}.{key}"
+    return None
+
+
+def _suggestion(key: str, allowed: list[str]) -> str:
+    """`` (did you mean 'x'?)`` for the allowed key closest to ``key``, else `` (allowed: ...)``
+    (cut to about 150 characters); empty when nothing is known.
+
+    >>> _suggestion("epoch", ["epochs", "steps"]), _suggestion("zzz", ["epochs", "steps"])
+    (" (did you mean 'epochs'?)", ' (allowed: epochs, steps)')
+    """
+    hint = did_you_mean(key, allowed)
+    if hint:
+        return f" ({hint.strip()})"
+    listed = ", ".join(allowed)
+    return f" (allowed: {listed if len(listed) <= 150 else listed[:147] + '...'})" if allowed else ""
+
+
+def unknown_path_hint(dotted: str) -> str:
+    """The suggestion (``_suggestion``) for the first part of the field path ``dotted`` that the
+    experiment schema does not have.
+
+    >>> unknown_path_hint("training.epoch"), unknown_path_hint("trainig.epochs")
+    (" (did you mean 'epochs'?)", " (did you mean 'training'?)")
+    """
+    parts = dotted.split(".")
+    for depth, part in enumerate(parts):
+        allowed = _allowed_keys("ExperimentConfig", tuple(parts[:depth]))
+        if not allowed:
+            return ""
+        if part not in allowed:
+            home = _nested_home("ExperimentConfig", tuple(parts[:depth]), part)
+            return f" (did you mean {'.'.join([*parts[:depth], home, *parts[depth + 1:]])!r}?)" if home else _suggestion(part, allowed)
+    return ""

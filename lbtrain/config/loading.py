@@ -10,8 +10,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from lbtrain.config.errors import ConfigError, format_validation_error
-from lbtrain.config.experiment import RUN_SECTIONS, ExperimentConfig, known_field_path
+from lbtrain.config.errors import ConfigError, format_validation_error, unknown_path_hint
+from lbtrain.config.experiment import ExperimentConfig, known_field_path
 from lbtrain.config.limits import (
     MAX_CONFIG_BYTES,
     MAX_EXTENDS_DEPTH,
@@ -200,7 +200,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         if not separator or not path:
             raise ConfigError(f"--set {override!r}: expected PATH=VALUE, e.g. lr.base_lr=0.2")
         if not known_field_path(path):
-            raise ConfigError(f"--set {path}: no such field (sections: name, mode, output_dir, horovod, multiworker, parameter_server, grid, {', '.join(RUN_SECTIONS)})")
+            raise ConfigError(f"--set {quote(path)[1:-1]}: no such field{unknown_path_hint(path)}")
         try:
             value = parse_yaml(raw, f"--set {path}")
         except yaml.YAMLError:
