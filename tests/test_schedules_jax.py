@@ -256,3 +256,10 @@ def test_the_tensorflow_parts_say_in_one_line_that_tensorflow_is_missing(without
     assert (kind, name) == ("ModuleNotFoundError", "tensorflow") and "\n" not in message
     assert results == dict.fromkeys(("lbtrain.train", "lbtrain.LearningRateWarmup", "lbtrain.SimulatedWorld"), TENSORFLOW_MISSING)
     assert "\n" not in TENSORFLOW_MISSING and "pip install" in TENSORFLOW_MISSING
+
+
+def test_the_command_line_says_in_one_line_that_tensorflow_is_missing(without_tensorflow):
+    env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": os.pathsep.join([without_tensorflow, REPO_ROOT])}
+    completed = subprocess.run([sys.executable, "-m", "lbtrain.cli", "run", "experiments/adam_scaling.yaml", "--dry-run"],
+                               capture_output=True, text=True, cwd=REPO_ROOT, timeout=120, env=env)
+    assert (completed.returncode, completed.stderr, completed.stdout) == (2, f"lbtrain: error: {TENSORFLOW_MISSING}\n", "")

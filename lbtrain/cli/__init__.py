@@ -19,7 +19,7 @@ import threading
 from typing import Sequence
 
 from lbtrain.cli import advise, bench, compare, datasets, report, run, scale, sweep, train
-from lbtrain.errors import WorkersFailed
+from lbtrain.errors import TENSORFLOW_MISSING, WorkersFailed, tensorflow_missing
 
 USAGE_ERROR = 2
 # A command ended by Ctrl-C (SIGINT) exits as a shell reports a process SIGINT killed: 128 + 2.
@@ -179,6 +179,12 @@ def _run(args: argparse.Namespace) -> int:
         if getattr(args, "worker", None) is None:
             print(INTERRUPTED_LINE, file=sys.stderr)
         return INTERRUPTED
+    except ModuleNotFoundError as error:
+        # Before user_errors(), whose modules import TensorFlow.
+        if not tensorflow_missing(error):
+            raise
+        print(f"lbtrain: error: {TENSORFLOW_MISSING}", file=sys.stderr)
+        return USAGE_ERROR
     except user_errors() as error:
         print(f"lbtrain: error: {one_line(str(error))}", file=sys.stderr)
         return USAGE_ERROR
