@@ -40,6 +40,7 @@ from lbtrain.results import (
     METRICS_FILE,
     SUMMARY_FILE,
 )
+from lbtrain.rounding import ceil_tolerant
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +120,7 @@ def tracking(root: Path, run_dir: str, target: float, metric: str, b_crit: float
     target_step = steps_to_target(rows, steps_per_epoch, target, metric)
     at_target = None
     if target_step is not None:
-        epoch = math.ceil(target_step / steps_per_epoch - 1e-9)
+        epoch = ceil_tolerant(target_step / steps_per_epoch)
         row = next(e for e in epochs if e["epoch"] == epoch)
         at_target = {"epoch": epoch, "step": target_step, "noise_scale": row["noise_scale"],
                      "ratio_to_b_crit": row["ratio_to_b_crit"]}

@@ -9,7 +9,7 @@ record, ``report.json``'s ``elasticity``) with, per arm: its world-size schedule
 the updates and samples it trained, its test accuracy (mean over ok seeds, Student-t interval,
 ``lbtrain.reports.statistics.mean_interval``), the difference from ``fixed 4`` (Welch's interval,
 ``difference_interval``) with the decision rule's claim (``lbtrain.reports.decisions.claim`` at
-``DEFAULT_MARGIN``), the runs excluded by status; what the naive policy (``lr: keep``) loses
+``DEFAULT_CLAIM_MARGIN``), the runs excluded by status; what the naive policy (``lr: keep``) loses
 against the rule-following one (``lr: follow``) on each schedule, keep − follow by the same
 interval and rule, and why (the samples from which its schedule, clocked in steps, has run out,
 and its rate over the rule's after the first change); and the world changes the runs recorded.
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from lbtrain.files import write_atomic, write_json_atomic
-from lbtrain.reports.decisions import DEFAULT_MARGIN, claim, contains_zero
+from lbtrain.reports.decisions import DEFAULT_CLAIM_MARGIN, claim, contains_zero
 from lbtrain.reports.plots import Line, Mark, plot_panels, recipe_colors
 from lbtrain.reports.report import write_report
 from lbtrain.reports.statistics import DEFAULT_LEVEL, Estimate, difference_interval
@@ -136,7 +136,7 @@ def comparison(records: Sequence[RunRecord], train_size: int, reference: str = R
     samples = sorted({value for arm in arms for value in arm["samples"]})
     budget = config["training"].get("samples") or reference_arm["samples"][0]
     return {
-        "reference": reference, "margin": DEFAULT_MARGIN, "confidence_level": DEFAULT_LEVEL, "train_size": train_size,
+        "reference": reference, "margin": DEFAULT_CLAIM_MARGIN, "confidence_level": DEFAULT_LEVEL, "train_size": train_size,
         "recipe": {"base_lr": config["lr"]["base_lr"], "base_batch": config["lr"]["base_batch"], "rule": config["lr"]["rule"],
                    "warmup_epochs": config["lr"]["warmup_epochs"], "decay": config["lr"]["decay"]["type"],
                    "optimizer": config["optimizer"]["name"], "per_worker_batch": config["training"]["per_worker_batch"]},

@@ -22,7 +22,7 @@ import tensorflow as tf
 from lbtrain._keras import applied_learning_rate, optimizer_step, set_learning_rate
 from lbtrain.measures.noise_scale import simple_noise_scale, two_batch_estimates
 from lbtrain.schedules import epochs_to_steps, warmup_lr
-from lbtrain.verdict import DEFAULT_FACTOR, step_divergence
+from lbtrain.verdict import DEFAULT_DIVERGENCE_FACTOR, step_divergence
 
 logger = logging.getLogger(__name__)
 
@@ -276,7 +276,7 @@ class DivergenceGuard(tf.keras.callbacks.Callback):
       initial_loss: the step-0 loss of a resumed run; measured at the first step otherwise.
     """
 
-    def __init__(self, factor: float = DEFAULT_FACTOR, world=None, initial_loss: float | None = None):
+    def __init__(self, factor: float = DEFAULT_DIVERGENCE_FACTOR, world=None, initial_loss: float | None = None):
         super().__init__()
         if not factor > 1:
             raise ValueError(f"factor must be > 1, got {factor!r}")

@@ -32,9 +32,14 @@ from typing import Iterable, Sequence
 
 from lbtrain.results import STATUSES, RunResult
 
-DEFAULT_FACTOR = 10.0
-DEFAULT_MARGIN = 0.1
+# The judging defaults, here and nowhere else (``lbtrain.config``'s ``training.divergence_factor``,
+# ``collapse_margin`` and ``instability_factor`` default to them): a step above 10 x the step-0
+# loss diverged; a final train accuracy within 0.1 of chance collapsed; an epoch mean above 2 x
+# the lowest before it is unstable.
+DEFAULT_DIVERGENCE_FACTOR = 10.0
+DEFAULT_COLLAPSE_MARGIN = 0.1
 DEFAULT_INSTABILITY_FACTOR = 2.0
+OK = "ok"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +54,16 @@ class Verdict:
             raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {self.status!r}")
 
 
+def is_ok(status: str | None) -> bool:
+    """Whether a run judged ``status`` enters a mean, a fit or a "best": only ``ok`` does;
+    ``ok-unstable``, ``diverged``, ``collapsed`` and ``failed`` runs are counted beside it.
+
+    >>> is_ok("ok"), is_ok("ok-unstable"), is_ok(None)
+    (True, False, False)
+    """
+    return status == OK
+
+
 def chance_accuracy(labels: Sequence[int]) -> float:
     """The accuracy of always predicting the most frequent label: ``max_c n_c / n``.
 
@@ -61,7 +76,7 @@ def chance_accuracy(labels: Sequence[int]) -> float:
     return max(counts.values()) / len(labels) if counts else 0.0
 
 
-def step_divergence(loss: float, initial_loss: float | None, factor: float = DEFAULT_FACTOR) -> str | None:
+def step_divergence(loss: float, initial_loss: float | None, factor: float = DEFAULT_DIVERGENCE_FACTOR) -> str | None:
     """Why a step's ``loss`` means divergence, or None: non-finite, or above ``factor *
     initial_loss`` (no such check while the step-0 loss is unknown).
 
@@ -77,7 +92,7 @@ def step_divergence(loss: float, initial_loss: float | None, factor: float = DEF
     return None
 
 
-def first_divergence(losses: Iterable[float], initial_loss: float | None, factor: float = DEFAULT_FACTOR) -> tuple[int, str] | None:
+def first_divergence(losses: Iterable[float], initial_loss: float | None, factor: float = DEFAULT_DIVERGENCE_FACTOR) -> tuple[int, str] | None:
     """``(index, reason)`` of the first loss of a trace that diverged, or None."""
     for index, loss in enumerate(losses):
         reason = step_divergence(float(loss), initial_loss, factor)
@@ -87,7 +102,7 @@ def first_divergence(losses: Iterable[float], initial_loss: float | None, factor
 
 
 def collapse(
-    final_train_loss: float, final_train_accuracy: float, initial_loss: float | None, chance: float, margin: float = DEFAULT_MARGIN
+    final_train_loss: float, final_train_accuracy: float, initial_loss: float | None, chance: float, margin: float = DEFAULT_COLLAPSE_MARGIN
 ) -> str | None:
     """Why a finished run learned nothing, or None (see the module docstring).
 
@@ -131,8 +146,8 @@ def judge(
     epoch_losses: Sequence[float] = (),
     divergence: str | None = None,
     error: str | None = None,
-    factor: float = DEFAULT_FACTOR,
-    margin: float = DEFAULT_MARGIN,
+    factor: float = DEFAULT_DIVERGENCE_FACTOR,
+    margin: float = DEFAULT_COLLAPSE_MARGIN,
     instability_factor: float = DEFAULT_INSTABILITY_FACTOR,
 ) -> Verdict:
     """The verdict on one run, in order of precedence: ``error`` (failed); ``divergence`` (a
@@ -159,7 +174,7 @@ def judge(
     if reason:
         return Verdict("collapsed", reason)
     reason = instability(epoch_losses, instability_factor)
-    return Verdict("ok-unstable", reason) if reason else Verdict("ok")
+    return Verdict("ok-unstable", reason) if reason else Verdict(OK)
 
 
 def judge_recorded(result: RunResult, chance: float, num_classes: int) -> Verdict:
@@ -173,7 +188,7 @@ def judge_recorded(result: RunResult, chance: float, num_classes: int) -> Verdic
     if result.status == "failed":
         return Verdict("failed", result.reason)
     training = result.config.get("training", {})
-    factor = training.get("divergence_factor", DEFAULT_FACTOR)
+    factor = training.get("divergence_factor", DEFAULT_DIVERGENCE_FACTOR)
     initial_loss = result.initial_loss if result.initial_loss is not None else math.log(num_classes)
     divergence = result.reason if result.status == "diverged" else None
     epoch_means = [math.nan if row.get("loss") is None else row["loss"] for row in result.history]
@@ -184,9 +199,10 @@ def judge_recorded(result: RunResult, chance: float, num_classes: int) -> Verdic
     return judge(
         initial_loss=initial_loss, final_train_loss=result.metrics.get("train_loss"),
         final_train_accuracy=result.metrics.get("train_accuracy"), chance=chance, divergence=divergence,
-        epoch_losses=epoch_means, factor=factor, margin=training.get("collapse_margin", DEFAULT_MARGIN),
+        epoch_losses=epoch_means, factor=factor, margin=training.get("collapse_margin", DEFAULT_COLLAPSE_MARGIN),
         instability_factor=training.get("instability_factor", DEFAULT_INSTABILITY_FACTOR),
     )
 
 
-__all__ = ["DEFAULT_FACTOR", "DEFAULT_INSTABILITY_FACTOR", "DEFAULT_MARGIN", "Verdict", "chance_accuracy", "collapse", "first_divergence", "instability", "judge", "judge_recorded", "step_divergence"]
+__all__ = ["DEFAULT_COLLAPSE_MARGIN", "DEFAULT_DIVERGENCE_FACTOR", "DEFAULT_INSTABILITY_FACTOR", "OK", "Verdict", "chance_accuracy", "collapse",
+           "first_divergence", "instability", "is_ok", "judge", "judge_recorded", "step_divergence"]

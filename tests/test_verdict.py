@@ -3,14 +3,38 @@ from pathlib import Path
 
 import pytest
 
-from lbtrain.results import RunResult
-from lbtrain.verdict import Verdict, chance_accuracy, collapse, first_divergence, judge, judge_recorded, step_divergence
+from lbtrain.config.run import TrainingConfig
+from lbtrain.results import STATUSES, RunResult
+from lbtrain.verdict import (
+    DEFAULT_COLLAPSE_MARGIN,
+    DEFAULT_DIVERGENCE_FACTOR,
+    DEFAULT_INSTABILITY_FACTOR,
+    Verdict,
+    chance_accuracy,
+    collapse,
+    first_divergence,
+    is_ok,
+    judge,
+    judge_recorded,
+    step_divergence,
+)
 
 # Recorded in results/goyal_scaling (run linear-w32-s1, mlp at global batch 4096, linear rule,
 # no warmup): epoch-mean training losses. It blew up inside epoch 1 and settled at chance, and
 # was once recorded "ok" because epoch 1 was its own reference.
 GOYAL_W32_EPOCH_LOSSES = [3.98e23, 8.064, 4.465, 2.792, 2.461, 2.351, 2.317, 2.308, 2.304, 2.304]
 LN10 = math.log(10)
+
+
+def test_the_configs_judging_defaults_are_the_verdicts():
+    fields = TrainingConfig.model_fields
+    assert (fields["divergence_factor"].default, fields["collapse_margin"].default, fields["instability_factor"].default) == (
+        DEFAULT_DIVERGENCE_FACTOR, DEFAULT_COLLAPSE_MARGIN, DEFAULT_INSTABILITY_FACTOR) == (10.0, 0.1, 2.0)
+
+
+def test_only_ok_enters_a_mean():
+    assert [status for status in STATUSES if is_ok(status)] == ["ok"]
+    assert is_ok(judge(initial_loss=2.3, final_train_loss=0.4, final_train_accuracy=0.86, chance=0.1).status)
 
 
 def test_chance_is_the_most_frequent_class():

@@ -10,7 +10,7 @@ For every study folder given (default: every folder of ``results/`` with an ``ex
   its step-0 loss or ln(classes), its final train loss and accuracy against chance) under
   today's rules, and rewritten, and ``summary.csv`` is rebuilt with the current columns. A run
   recorded with the collapse margin that was the default before issue 35 (``OLD_COLLAPSE_MARGIN``,
-  0.05) is judged with today's default (``lbtrain.verdict.DEFAULT_MARGIN``, 0.1), and one
+  0.05) is judged with today's default (``lbtrain.verdict.DEFAULT_COLLAPSE_MARGIN``, 0.1), and one
   recorded before the instability rule with its default factor: neither was the user's choice,
   and run ids hash the judging fields at fixed values (``lbtrain.config.JUDGING_FIELDS``), so
   the runs keep their ids;
@@ -42,7 +42,7 @@ from lbtrain.results import EXPERIMENT_FILE, METRICS_FILE, PROTOCOL_FILE, RUNS_F
 from lbtrain.storage_urls import JOURNAL, sqlalchemy_url
 from lbtrain.studies.plan import PlannedRun
 from lbtrain.studies.runner import summary_csv, summary_row
-from lbtrain.verdict import DEFAULT_INSTABILITY_FACTOR, DEFAULT_MARGIN, chance_accuracy, judge_recorded
+from lbtrain.verdict import DEFAULT_COLLAPSE_MARGIN, DEFAULT_INSTABILITY_FACTOR, chance_accuracy, judge_recorded
 
 OLD_CLOCK = {True: "after_warmup", False: "from_step_0"}
 OLD_COLLAPSE_MARGIN = 0.05
@@ -53,7 +53,7 @@ def today_judging(training: dict) -> dict:
     today's (module doc)."""
     training = dict(training)
     if training.get("collapse_margin", OLD_COLLAPSE_MARGIN) == OLD_COLLAPSE_MARGIN:
-        training["collapse_margin"] = DEFAULT_MARGIN
+        training["collapse_margin"] = DEFAULT_COLLAPSE_MARGIN
     training.setdefault("instability_factor", DEFAULT_INSTABILITY_FACTOR)
     return training
 
@@ -154,9 +154,9 @@ def rejudge_sweep(folder: Path) -> None:
                 attrs["status"] = "diverged" if trial.user_attrs.get("reason", "").startswith("loss") else "ok"
             elif trial.state == optuna.trial.TrialState.COMPLETE:
                 chance, _ = dataset_facts(trial_run(experiment, world_size, trial.params), cache)
-                attrs["status"] = "collapsed" if trial.value <= chance + DEFAULT_MARGIN else "ok"
+                attrs["status"] = "collapsed" if trial.value <= chance + DEFAULT_COLLAPSE_MARGIN else "ok"
                 if attrs["status"] == "collapsed":
-                    attrs["reason"] = f"validation accuracy {trial.value:.3g} is within {DEFAULT_MARGIN:g} of chance ({chance:.3g})"
+                    attrs["reason"] = f"validation accuracy {trial.value:.3g} is within {DEFAULT_COLLAPSE_MARGIN:g} of chance ({chance:.3g})"
             if attrs and trial.user_attrs.get("status") != attrs["status"]:
                 print(f"{study.study_name} trial {trial.number}: {trial.user_attrs.get('status', 'unjudged')} -> {attrs['status']}")
                 set_user_attrs(storage, study.study_name, trial.number, attrs)

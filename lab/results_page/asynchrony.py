@@ -5,7 +5,6 @@ LR by the staleness) and Mitliagkas et al. 2016 (asynchrony as implicit momentum
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,8 @@ from lbtrain.reports.decisions import BETTER, INCONCLUSIVE, MATCHES, WORSE
 from lbtrain.reports.statistics import difference_interval, mean_interval
 from lbtrain.reports.tables import markdown_table
 from lbtrain.results import COMPARE_JSON, FIGURE_ACCURACY_VS_LR, REPORT_JSON
+from lbtrain.rounding import is_close
+from lbtrain.verdict import is_ok
 
 STALENESS_DAMPINGS = ("none", "sqrt", "linear")
 STALENESS_LABELS = {"none": "LR undamped", "sqrt": "LR / sqrt(tau + 1)", "linear": "LR / (tau + 1)"}
@@ -43,7 +44,7 @@ def staleness_cells(results: Path) -> tuple[list[int], dict[tuple[int, str], lis
         key = (int(tau_text[3:]), damping or "none")
         statuses.setdefault(key, {})
         statuses[key][row["status"]] = statuses[key].get(row["status"], 0) + 1
-        if row["status"] == "ok" and row["test_accuracy"] is not None:
+        if is_ok(row["status"]) and row["test_accuracy"] is not None:
             accuracies.setdefault(key, []).append(float(row["test_accuracy"]))
     return sorted({tau for tau, _ in statuses}), accuracies, statuses
 
@@ -207,9 +208,9 @@ def section_sync_vs_async(results: Path) -> list[str]:
 def _validation_seeds(runs: list[dict[str, Any]], world: int, learning_rate: float) -> tuple[list[float], int, int]:
     """The ok runs' validation accuracies at ``world`` and ``learning_rate``, and how many runs
     were ok of how many."""
-    mine = [row for row in runs if int(row["world_size"]) == world and math.isclose(float(row["learning_rate"]), learning_rate, rel_tol=1e-9)]
-    ok = [float(row["validation_accuracy"]) for row in mine if row["status"] == "ok" and row.get("validation_accuracy") is not None]
-    return ok, sum(1 for row in mine if row["status"] == "ok"), len(mine)
+    mine = [row for row in runs if int(row["world_size"]) == world and is_close(float(row["learning_rate"]), learning_rate)]
+    ok = [float(row["validation_accuracy"]) for row in mine if is_ok(row["status"]) and row.get("validation_accuracy") is not None]
+    return ok, sum(1 for row in mine if is_ok(row["status"])), len(mine)
 
 
 def anchor_async_lr(results: Path) -> tuple[str, str]:
@@ -237,10 +238,10 @@ def anchor_async_lr(results: Path) -> tuple[str, str]:
             continue
         per_sample = best["learning_rate"] / world
         grid = sorted({float(row["learning_rate"]) for row in runs if int(row["world_size"]) == world})
-        smaller = [lr for lr in grid if lr < per_sample and not math.isclose(lr, per_sample, rel_tol=1e-9)]
+        smaller = [lr for lr in grid if lr < per_sample and not is_close(lr, per_sample)]
         edge = f" ({first}'s best is the grid's largest LR: its best may be larger)" if by_side["first"]["edge"] == "largest" else ""
         head = f"W={world}: {first} best {best['learning_rate']:.4g} / {world} = {per_sample:.4g}{edge}"
-        if not smaller or not any(math.isclose(lr, per_sample, rel_tol=1e-9) for lr in grid):
+        if not smaller or not any(is_close(lr, per_sample) for lr in grid):
             claims.append(INCONCLUSIVE)
             texts.append(f"{head}; {second} was not run at it and a smaller LR")
         else:

@@ -25,7 +25,7 @@ import yaml
 from lbtrain.reports.decisions import (
     BEST,
     BETTER,
-    DEFAULT_MARGIN,
+    DEFAULT_CLAIM_MARGIN,
     INCONCLUSIVE,
     TIED_WITH_THE_BEST,
     WORSE,
@@ -37,9 +37,10 @@ from lbtrain.reports.report import machine_minutes as folder_minutes
 from lbtrain.reports.statistics import Estimate
 from lbtrain.reports.tables import markdown_table, read_summary
 from lbtrain.results import COMPARE_JSON, EXPERIMENT_FILE, SUMMARY_FILE
+from lbtrain.verdict import is_ok
 
 # The margin of every claim on the page (``lbtrain.reports.decisions``): 1 point of accuracy.
-MARGIN = DEFAULT_MARGIN
+MARGIN = DEFAULT_CLAIM_MARGIN
 # Fewer points than this are shown, never fitted.
 MIN_FIT_POINTS = 4
 # Steps to target "follow" Shallue's curve when the fit's relative rms error is at most this.
@@ -97,7 +98,7 @@ def seed_accuracies(results: Path, study: str, metric: str = "test_accuracy") ->
     """Per (label, global batch): ``metric`` (test accuracy unless said) of the ok runs of ``summary.csv``."""
     groups: dict[tuple[str, int], list[float]] = {}
     for row in study_runs(results, study):
-        if row["status"] == "ok" and row.get(metric) is not None:
+        if is_ok(row["status"]) and row.get(metric) is not None:
             groups.setdefault((row["label"], int(row["global_batch"])), []).append(float(row[metric]))
     return groups
 
@@ -105,7 +106,7 @@ def seed_accuracies(results: Path, study: str, metric: str = "test_accuracy") ->
 def ok_accuracies(runs: list[dict[str, Any]], label: str, world_size: int) -> list[float]:
     """The test accuracies of the ok summary rows ``runs`` labelled ``label`` at ``world_size``."""
     return [float(r["test_accuracy"]) for r in runs
-            if r["label"] == label and int(r["world_size"]) == world_size and r["status"] == "ok" and r["test_accuracy"] is not None]
+            if r["label"] == label and int(r["world_size"]) == world_size and is_ok(r["status"]) and r["test_accuracy"] is not None]
 
 
 def status_counts(runs: list[dict[str, Any]], labels: tuple[str, ...]) -> dict[tuple[int, str], int]:
@@ -141,7 +142,7 @@ def validation_choice(groups: Mapping[str, Sequence[dict[str, Any]]]) -> tuple[s
     ('a', {'a': 'best', 'b': 'below the best'})
     """
     eligible = {name: [float(row["validation_accuracy"]) for row in rows] for name, rows in groups.items()
-                if rows and all(row["status"] == "ok" and row.get("validation_accuracy") is not None for row in rows)}
+                if rows and all(is_ok(row["status"]) and row.get("validation_accuracy") is not None for row in rows)}
     if not eligible:
         return None, {}
     chosen = max(eligible, key=lambda name: math.fsum(eligible[name]) / len(eligible[name]))
@@ -251,7 +252,7 @@ def judged_points(record: dict[str, Any] | Estimate | None) -> str:
 
 def failed_text(counts: dict[str, int]) -> str:
     """Runs by status, those that were not ok: ``1 collapsed, 2 diverged``."""
-    return ", ".join(f"{count} {status}" for status, count in sorted(counts.items()) if status != "ok")
+    return ", ".join(f"{count} {status}" for status, count in sorted(counts.items()) if not is_ok(status))
 
 
 def _failures(row: dict[str, Any]) -> str:

@@ -35,6 +35,7 @@ from lbtrain.reports.decisions import BEST, TIED_WITH_THE_BEST
 from lbtrain.reports.statistics import Estimate, difference_interval, mean_interval
 from lbtrain.reports.tables import markdown_table
 from lbtrain.results import FIGURE_ACCURACY_VS_BATCH, PROTOCOL_FILE, REPORT_JSON
+from lbtrain.verdict import is_ok
 
 # Goyal et al. 2017, Table 1: ResNet-50 on ImageNet, top-1 error (%) at kn = 256 and at kn = 8k = 32x.
 GOYAL_2017_BASE_ERROR = 23.60
@@ -294,7 +295,7 @@ def goyal_figure_items(protocol: dict[str, Any], runs: list[dict[str, Any]]) -> 
                           [None if e.low is None else 100 * e.low for _, e in measured],
                           [None if e.high is None else 100 * e.high for _, e in measured])]
         items += [Mark(status, f"here: {label}", size, count=count)
-                  for (size, status), count in status_counts(runs, (f"{recipe} linear rule", f"{recipe} rule")).items() if status != "ok"]
+                  for (size, status), count in status_counts(runs, (f"{recipe} linear rule", f"{recipe} rule")).items() if not is_ok(status)]
         items.append(Line(f"Goyal et al. 2017: {label}", [32], [GOYAL_2017_BASE_ERROR - GOYAL_2017_ERROR_AT_32X[label]]))
     longer = sorted(protocol.get("equal_steps", []), key=lambda row: row["world_size"])
     if longer:

@@ -26,15 +26,16 @@ from lbtrain.reports.decisions import BETTER, INCONCLUSIVE, MATCHES, WORSE
 from lbtrain.reports.statistics import Estimate, difference_interval
 from lbtrain.reports.tables import markdown_table
 from lbtrain.results import FIGURE_SHARPNESS_VS_BATCH, METRICS_FILE, PROTOCOL_FILE, REPORT_JSON, RUNS_FOLDER
+from lbtrain.verdict import is_ok
 
 
 def keskar_v2_differences(results: Path, study: str = "keskar_v2") -> dict[str, Estimate]:
     """keskar_v2 (or keskar_v3, labelled alike): each large-batch arm's test accuracy minus the
     small batch's (label ``SB``; Welch intervals)."""
     runs = study_runs(results, study)
-    small = [float(r["test_accuracy"]) for r in runs if r["label"] == "SB" and r["status"] == "ok"]
+    small = [float(r["test_accuracy"]) for r in runs if r["label"] == "SB" and is_ok(r["status"])]
     labels = dict.fromkeys(r["label"] for r in runs if r["label"] != "SB")
-    return {label: difference_interval([float(r["test_accuracy"]) for r in runs if r["label"] == label and r["status"] == "ok"], small)
+    return {label: difference_interval([float(r["test_accuracy"]) for r in runs if r["label"] == label and is_ok(r["status"])], small)
             for label in labels}
 
 
@@ -56,7 +57,7 @@ def _run_flatness(results: Path, study: str, run: dict[str, Any], key: str) -> f
 def flatness_differences(results: Path, study: str, large: str) -> dict[str, Estimate]:
     """Each ``FLATNESS`` measure of arm ``large`` minus the small batch's (``SB``), over their ok
     runs, with Welch's interval (``difference_interval``); a measure no run has is left out."""
-    runs = [run for run in study_runs(results, study) if run["status"] == "ok"]
+    runs = [run for run in study_runs(results, study) if is_ok(run["status"])]
     differences = {}
     for key in FLATNESS:
         values = {label: [value for run in runs if run["label"] == label
@@ -92,7 +93,7 @@ def remaining_gap(difference: Estimate | None) -> str:
 
 
 def _mean_of(runs: list[dict[str, Any]], label: str, key: str, digits: int) -> str:
-    values = [float(r[key]) for r in runs if r["label"] == label and r["status"] == "ok" and r[key] is not None]
+    values = [float(r[key]) for r in runs if r["label"] == label and is_ok(r["status"]) and r[key] is not None]
     return "-" if not values else f"{sum(values) / len(values):.{digits}f}"
 
 
@@ -270,7 +271,7 @@ def anchor_keskar_v3(results: Path) -> tuple[str, str]:
         return INCONCLUSIVE, f"keskar_v3 lacks an ok small batch or large batch at equal loss with its sharpness ({counts or 'no runs'})"
     loss = differences["LB equal loss"]
     verdict = judge(loss)
-    runs = [row for row in study_runs(results, "keskar_v3") if row["label"] == "LB equal loss" and row["status"] == "ok"]
+    runs = [row for row in study_runs(results, "keskar_v3") if row["label"] == "LB equal loss" and is_ok(row["status"])]
     reached = sum(1 for row in runs if row.get("target_reached_step") not in (None, ""))
     flatness = flatness_differences(results, "keskar_v3", "LB equal loss")
     if flatness:

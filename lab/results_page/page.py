@@ -20,6 +20,7 @@ from lbtrain.reports.report import ReportError
 from lbtrain.reports.tables import markdown_table, read_summary
 from lbtrain.results import RESULTS_PAGE as PAGE_FILE
 from lbtrain.results import SUMMARY_FILE
+from lbtrain.verdict import is_ok
 
 logger = logging.getLogger(__name__)
 
@@ -98,12 +99,12 @@ def render_quickstart(results: Path) -> str:
     def accuracy(row: dict[str, Any] | None) -> str:
         if row is None:
             return "-"
-        return f"{row['test_accuracy']:.3f}" if row["status"] == "ok" else str(row["status"])
+        return f"{row['test_accuracy']:.3f}" if is_ok(row["status"]) else str(row["status"])
 
     table = markdown_table([f"world x {rows[0]['per_worker_batch']}", "global batch", *labels],
                            [[world, batch[world], *[accuracy(cell.get((label, world))) for label in labels]] for world in worlds])
     failed = [f"{row['label']} {row['status']} at {row['world_size']} workers (LR {row['learning_rate']:.4g}: {row['reason']})"
-              for row in rows if row["status"] != "ok"]
+              for row in rows if not is_ok(row["status"])]
     return "\n".join([
         QUICKSTART_BEGIN, table, "",
         f"(test accuracy after {rows[0]['budget']}, one seed: a first look, not a comparison; `lbtrain sweep` with a `protocol` "

@@ -46,7 +46,7 @@ import yaml
 
 from lbtrain.files import write_atomic, write_json_atomic
 from lbtrain.measures.steps_to_target import steps_to_target
-from lbtrain.reports.decisions import BEST, DEFAULT_MARGIN, TIED_WITH_THE_BEST, claim, standing
+from lbtrain.reports.decisions import BEST, DEFAULT_CLAIM_MARGIN, TIED_WITH_THE_BEST, claim, standing
 from lbtrain.reports.plots import Line, Mark, plot_panels, recipe_colors
 from lbtrain.reports.report import ReportError, budgets_text
 from lbtrain.reports.scaling_laws import reachable_target
@@ -236,7 +236,7 @@ def compare(first: Side, second: Side, target: float | None = None) -> dict[str,
     return {
         **{key: {"name": side.name, "mode": side.mode, "label": side.label, "budget": budgets_text(side.records)}
            for key, side in zip(SIDES, (first, second))},
-        "confidence_level": DEFAULT_LEVEL, "margin": DEFAULT_MARGIN, "metric": METRIC, "target": target, "rows": rows, "lr_that_works": works,
+        "confidence_level": DEFAULT_LEVEL, "margin": DEFAULT_CLAIM_MARGIN, "metric": METRIC, "target": target, "rows": rows, "lr_that_works": works,
     }
 
 

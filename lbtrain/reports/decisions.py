@@ -1,7 +1,8 @@
 """Claims from intervals: the one decision rule every report, table and anchor uses.
 
-Accuracies are fractions in [0, 1] throughout lbtrain, so the default margin ``DEFAULT_MARGIN =
-0.01`` is 1 point of accuracy. Let ``[low, high]`` be the interval (95% by default:
+Accuracies are fractions in [0, 1] throughout lbtrain, so the default margin ``DEFAULT_CLAIM_MARGIN
+= 0.01`` is 1 point of accuracy (a claim's margin; a run's collapse margin is another fact,
+``lbtrain.verdict.DEFAULT_COLLAPSE_MARGIN``). Let ``[low, high]`` be the interval (95% by default:
 ``lbtrain.reports.statistics.difference_interval``, Welch 1947) of the difference *arm −
 reference* and ``m >= 0`` the margin. The claim is
 
@@ -35,7 +36,8 @@ from typing import Mapping, Sequence
 
 from lbtrain.reports.statistics import DEFAULT_LEVEL, Estimate, difference_interval
 
-DEFAULT_MARGIN = 0.01
+DEFAULT_CLAIM_MARGIN = 0.01
+DEFAULT_MARGIN = DEFAULT_CLAIM_MARGIN  # its name before DEFAULT_CLAIM_MARGIN, kept importable
 
 BETTER = "better"
 MATCHES = "matches"
@@ -48,7 +50,7 @@ TIED_WITH_THE_BEST = "tied with the best"
 BELOW_THE_BEST = "below the best"
 
 
-def claim_from_interval(low: float | None, high: float | None, margin: float = DEFAULT_MARGIN) -> str:
+def claim_from_interval(low: float | None, high: float | None, margin: float = DEFAULT_CLAIM_MARGIN) -> str:
     """The claim (module doc) on the interval ``[low, high]`` of arm − reference.
 
     >>> claim_from_interval(-0.025, -0.004)
@@ -74,7 +76,7 @@ def claim_from_interval(low: float | None, high: float | None, margin: float = D
     return INCONCLUSIVE
 
 
-def claim(difference: Estimate | None, margin: float = DEFAULT_MARGIN) -> str:
+def claim(difference: Estimate | None, margin: float = DEFAULT_CLAIM_MARGIN) -> str:
     """``claim_from_interval`` on an estimate of arm − reference; ``inconclusive`` for no estimate."""
     if difference is None or difference.mean is None:
         return INCONCLUSIVE
@@ -111,5 +113,5 @@ def standing(groups: Mapping[str, Sequence[float]], *, level: float = DEFAULT_LE
     return {name: result[name] for name in measured}
 
 
-__all__ = ["BELOW_THE_BEST", "BEST", "BETTER", "CLAIMS", "DEFAULT_MARGIN", "INCONCLUSIVE", "MATCHES", "TIED_WITH_THE_BEST", "WORSE",
+__all__ = ["BELOW_THE_BEST", "BEST", "BETTER", "CLAIMS", "DEFAULT_CLAIM_MARGIN", "DEFAULT_MARGIN", "INCONCLUSIVE", "MATCHES", "TIED_WITH_THE_BEST", "WORSE",
            "claim", "claim_from_interval", "contains_zero", "standing"]

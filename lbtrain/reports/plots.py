@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from lbtrain.files import write_atomic
+from lbtrain.rounding import floor_tolerant
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -198,7 +199,7 @@ def _log_label(value: float, _position: int) -> str:
     between (they would crowd)."""
     if value <= 0:
         return ""
-    mantissa = value / 10 ** math.floor(math.log10(value) + 1e-9)
+    mantissa = value / 10 ** floor_tolerant(math.log10(value))
     return f"{value:g}" if any(abs(mantissa - m) < 1e-6 for m in (1, 2, 3, 5)) else ""
 
 

@@ -22,6 +22,8 @@ import math
 import re
 from typing import Any, Iterable
 
+from lbtrain.rounding import ROUNDING_TOLERANCE
+
 NUMBER = re.compile(r"(?<![\w.])[-+−]?\d+(?:\.\d+)?(?:e[-+]?\d+)?(?![\w])")
 CODE = re.compile(r"`[^`]*`")
 CITATION = re.compile(r"\bet al\. \d{4}\b")
@@ -79,7 +81,7 @@ def supported(token: str, sources: Iterable[float], percent: bool = False) -> bo
         tolerance = 0.5 * 10.0 ** (math.floor(math.log10(abs(stated))) - _decimals(token)) if stated else 0.0
     else:
         tolerance = 0.5 * 10.0 ** -_decimals(token)
-    tolerance += 1e-9 * max(1.0, abs(stated))
+    tolerance += ROUNDING_TOLERANCE * max(1.0, abs(stated))
     return any(abs(value - stated) <= tolerance or (percent and abs(100 * value - stated) <= tolerance) for value in sources)
 
 

@@ -33,7 +33,7 @@ import yaml
 from lbtrain.files import write_atomic, write_json_atomic
 from lbtrain.measures.noise_scale import simple_noise_scale
 from lbtrain.measures.steps_to_target import steps_to_target
-from lbtrain.reports.decisions import DEFAULT_MARGIN, WORSE, claim
+from lbtrain.reports.decisions import DEFAULT_CLAIM_MARGIN, WORSE, claim
 from lbtrain.reports.plots import Line, Mark, plot_panels, recipe_colors
 from lbtrain.reports.scaling_laws import SEED_RULE, CriticalBatchFit, counts_in_fit, critical_batch, reachable_target
 from lbtrain.reports.statistics import DEFAULT_LEVEL, Estimate
@@ -369,7 +369,7 @@ def noise_scale_sentence(summary: dict[str, Any]) -> str:
 def failures(records: Sequence[RunRecord], test_accuracy: Sequence[Aggregate]) -> list[dict[str, Any]]:
     """Records: every run that was not ok (``kind`` "status", with its reason), then every recipe
     and batch whose test accuracy is ``worse`` than the table's reference by the decision rule
-    (``kind`` "worse": the whole Welch interval of arm − reference lies below −``DEFAULT_MARGIN``;
+    (``kind`` "worse": the whole Welch interval of arm − reference lies below −``DEFAULT_CLAIM_MARGIN``;
     the ``differences_from_reference`` estimate, and the reference's recipe and batch)."""
     found = [{"kind": "status", "recipe": r.recipe, "global_batch": r.global_batch, "world_size": r.row["world_size"],
               "seed": r.row["seed"], "learning_rate": float(r.row["learning_rate"]), "status": r.row["status"],
@@ -443,7 +443,7 @@ class _Report:
         self.figures = results_dir / FIGURES_FOLDER
         self.colors = colors
         self.sections: list[str] = []
-        self.summary: dict[str, Any] = {"confidence_level": DEFAULT_LEVEL, "margin": DEFAULT_MARGIN}
+        self.summary: dict[str, Any] = {"confidence_level": DEFAULT_LEVEL, "margin": DEFAULT_CLAIM_MARGIN}
 
     def figure(self, name: str, panels: dict[str, list[Line | Mark]], caption: str, **options) -> None:
         if any(panels.values()):
@@ -511,7 +511,7 @@ def _accuracy_section(report: _Report, records: Sequence[RunRecord]) -> list[Agg
                f"{' and on the held-out validation split' if has_validation else ''}: mean [{100 * DEFAULT_LEVEL:.0f}% Student-t "
                "confidence interval] (n, df) over the seeds whose run was "
                "judged ok (runs that were not ok are counted in *runs*, never averaged in). *gap* = train − test accuracy. "
-               + reference_sentence(report.summary["reference"], DEFAULT_MARGIN) + standing_text,
+               + reference_sentence(report.summary["reference"], DEFAULT_CLAIM_MARGIN) + standing_text,
                markdown_table(["recipe", "world", "global batch", "lr", "train acc", *(["validation acc"] if has_validation else []),
                                "test acc", "gap", "test − reference", "claim",
                                *(["standing at its batch (validation)"] if has_validation else []), "runs"], rows))
@@ -703,7 +703,7 @@ def _runs_section(report: _Report, records: Sequence[RunRecord], metric: str, ta
     report.summary["failures"] = broken
     report.add("## Where a recipe fails", "\n".join(f"- {failure_sentence(f)}" for f in broken) if broken else
                f"Every run was ok and no recipe is worse than the table's reference (by the decision rule at a margin of "
-               f"{100 * DEFAULT_MARGIN:.0f} point).")
+               f"{100 * DEFAULT_CLAIM_MARGIN:.0f} point).")
 
 
 def _model_and_data_sentence(report: _Report, records: list) -> str:

@@ -32,6 +32,8 @@ import numpy as np
 import scipy.optimize
 
 from lbtrain.reports.statistics import DEFAULT_LEVEL, DEFAULT_RESAMPLES
+from lbtrain.rounding import floor_tolerant
+from lbtrain.verdict import OK, is_ok
 
 
 def reachable_target(best_by_batch: Iterable[float], step: float = 0.005) -> float:
@@ -40,7 +42,7 @@ def reachable_target(best_by_batch: Iterable[float], step: float = 0.005) -> flo
     values = [float(value) for value in best_by_batch]
     if not values:
         raise ValueError("no runs to choose a target from")
-    return math.floor(min(values) / step + 1e-9) * step
+    return floor_tolerant(min(values) / step) * step
 
 
 MIN_FIT_BATCHES = 4
@@ -411,7 +413,7 @@ class LrExponentFit:
 def _top_k_batch(global_batch: int, trials: Sequence[Mapping[str, Any]], top_k: int) -> tuple[dict[str, Any], np.ndarray]:
     """The batch's record and the log learning rates of its ok trials, best validation accuracy
     first (the earlier trial first among equals)."""
-    ok = [trial for trial in trials if trial.get("status", "ok") == "ok"
+    ok = [trial for trial in trials if is_ok(trial.get("status", OK))
           and math.isfinite(float(trial["validation_accuracy"])) and float(trial["learning_rate"]) > 0]
     ranked = sorted(ok, key=lambda trial: -float(trial["validation_accuracy"]))
     log_rates = np.log([float(trial["learning_rate"]) for trial in ranked])

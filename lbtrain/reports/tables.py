@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable, Sequence
 from lbtrain.reports.decisions import standing
 from lbtrain.reports.statistics import Estimate, difference_interval, mean_interval
 from lbtrain.results import RUNS_FOLDER, STATUSES, SUMMARY_FILE, ResultsError, RunResult, is_finished, read_run, run_hash
+from lbtrain.verdict import is_ok
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +44,7 @@ class RunRecord:
 
     @property
     def ok(self) -> bool:
-        return self.row["status"] == "ok"
+        return is_ok(self.row["status"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,7 +164,7 @@ def aggregate(records: Sequence[RunRecord], value_of) -> list[Aggregate]:
             mean=statistics.fmean(values) if values else None,
             std=statistics.stdev(values) if len(values) > 1 else 0.0,
             runs=len(values),
-            excluded={status: statuses.count(status) for status in STATUSES if status != "ok" and status in statuses},
+            excluded={status: statuses.count(status) for status in STATUSES if not is_ok(status) and status in statuses},
             ok_runs=statuses.count("ok"),
             values=tuple(values),
         ))

@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import statistics
 import time
 from pathlib import Path
@@ -64,6 +63,7 @@ from optuna.trial import TrialState
 from lbtrain.config import ConfigError, ExperimentConfig, SearchParam, run_config_from_dict, with_overrides
 from lbtrain.files import write_atomic, write_json_atomic
 from lbtrain.results import PROTOCOL_FILE, PROTOCOL_REPORT, claim_folder
+from lbtrain.rounding import is_close
 from lbtrain.studies.plan import PlannedRun, grid_axes, label_slug, run_id
 from lbtrain.studies.runner import log_progress, run_planned
 from lbtrain.studies.search import check_tpe_budget, describe_search, edge_extensions, grid_points
@@ -77,6 +77,7 @@ from lbtrain.studies.sweep import (
     optimize,
     world_sizes,
 )
+from lbtrain.verdict import is_ok
 
 logger = logging.getLogger(__name__)
 
@@ -210,7 +211,7 @@ def untaken_points(study: optuna.Study, points: list[dict[str, Any]]) -> list[di
 
 def _same_point(point: dict[str, Any], other: dict[str, Any]) -> bool:
     return point.keys() == other.keys() and all(
-        math.isclose(value, other[path], rel_tol=1e-9) if isinstance(value, (int, float)) and isinstance(other[path], (int, float))
+        is_close(value, other[path]) if isinstance(value, (int, float)) and isinstance(other[path], (int, float))
         else value == other[path] for path, value in point.items())
 
 
@@ -285,7 +286,7 @@ def best_arm(arms: list[Arm], summary: list[dict[str, Any]], world_size: int) ->
     scores = {}
     for arm in (arm for arm in arms if arm.world_size == world_size):
         runs = [row for row in summary if row["label"] == arm.label and row["world_size"] == world_size]
-        if runs and all(row["status"] == "ok" for row in runs):
+        if runs and all(is_ok(row["status"]) for row in runs):
             scores[arm.label] = (statistics.fmean(row["validation_accuracy"] for row in runs), arm)
     return max(scores.values(), key=lambda score: score[0])[1] if scores else None
 
@@ -298,7 +299,7 @@ def reference_steps(summary: list[dict[str, Any]], recipe: str, reference: int) 
 
 def _ok_steps(summary: list[dict[str, Any]], label: str, world_size: int) -> int | None:
     """The most updates an ok final run labelled ``label`` took at ``world_size``, or None."""
-    steps = [row["total_steps"] for row in summary if row["label"] == label and row["world_size"] == world_size and row["status"] == "ok"]
+    steps = [row["total_steps"] for row in summary if row["label"] == label and row["world_size"] == world_size and is_ok(row["status"])]
     return max(steps) if steps else None
 
 
@@ -418,7 +419,7 @@ def recipe_lr_fits(experiment: ExperimentConfig, arms: list[Arm], storage: str) 
 def _test_accuracies(summary: list[dict[str, Any]], label: str, world_size: int) -> tuple[list[float], int]:
     """The test accuracies of the ok final runs of one arm, and how many final runs it had."""
     runs = [row for row in summary if row["label"] == label and row["world_size"] == world_size]
-    return [row["test_accuracy"] for row in runs if row["status"] == "ok"], len(runs)
+    return [row["test_accuracy"] for row in runs if is_ok(row["status"])], len(runs)
 
 
 def comparison_rows(arms: list[Arm], summary: list[dict[str, Any]], trials: dict[str, int], reference: int) -> list[dict[str, Any]]:

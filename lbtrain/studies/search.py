@@ -28,6 +28,7 @@ import math
 from typing import Any, Iterable
 
 from lbtrain.config import ConfigError, SearchParam
+from lbtrain.rounding import floor_tolerant
 
 __all__ = ["MIN_STARTUP_TRIALS", "STARTUP_MULTIPLE", "check_tpe_budget", "describe_search", "edge_extensions", "grid_points",
            "grid_values"]
@@ -51,9 +52,9 @@ def grid_values(param: SearchParam) -> list[Any]:
         return list(param.choices)
     low, high = float(param.low), float(param.high)
     if param.log:
-        values = [low * 2.0 ** k for k in range(int(math.floor(math.log2(high / low) + 1e-9)) + 1)]
+        values = [low * 2.0 ** k for k in range(floor_tolerant(math.log2(high / low)) + 1)]
     elif param.step:
-        values = [low + k * float(param.step) for k in range(int(math.floor((high - low) / float(param.step) + 1e-9)) + 1)]
+        values = [low + k * float(param.step) for k in range(floor_tolerant((high - low) / float(param.step)) + 1)]
     else:
         values = [low + (high - low) * k / (LINEAR_POINTS - 1) for k in range(LINEAR_POINTS)]
     if param.type == "int":

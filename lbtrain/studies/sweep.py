@@ -42,6 +42,7 @@ from lbtrain.storage_urls import STORAGE_VARIABLE, local_path
 from lbtrain.studies.plan import PlannedRun, check_runs, process_local_problem
 from lbtrain.studies.storages import claim_trial, open_storage, run_claimed
 from lbtrain.trainer import train
+from lbtrain.verdict import OK, is_ok
 from lbtrain.worlds.base import World
 from lbtrain.worlds.simulated import SimulatedWorld
 
@@ -196,7 +197,7 @@ def _record_result(trial: optuna.trial.Trial, result, pruning: _PruningCallback,
     if pruning.pruned_at is not None and result.status != "diverged":
         trial.set_user_attr("reason", f"pruned by the {pruner} pruner after epoch {pruning.pruned_at}")
         return None
-    if result.status != "ok":
+    if not is_ok(result.status):
         trial.set_user_attr("reason", result.reason)
     return None if result.status == "diverged" else float(result.metrics[OBJECTIVE])
 
@@ -414,7 +415,7 @@ def ok_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     """The complete trials whose run was judged ok (trials recorded before verdicts existed
     count as ok only if they carry no ``status``)."""
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    return [trial for trial in complete if trial.user_attrs.get("status", "ok") == "ok"]
+    return [trial for trial in complete if is_ok(trial.user_attrs.get("status", OK))]
 
 
 def best_ok_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
@@ -461,7 +462,7 @@ def lr_points(study: optuna.Study) -> list[dict[str, Any]]:
     """The ok complete trials of a study as ``lr_exponent`` takes them: the learning rate each
     trained with, its validation accuracy and its verdict."""
     return [{"learning_rate": trial.user_attrs["learning_rate"], "validation_accuracy": trial.value,
-             "status": trial.user_attrs.get("status", "ok")} for trial in ok_trials(study)]
+             "status": trial.user_attrs.get("status", OK)} for trial in ok_trials(study)]
 
 
 def lr_fit(experiment: ExperimentConfig, storage: str | None = None, top_k: int = 3) -> LrExponentFit:
