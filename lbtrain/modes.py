@@ -99,7 +99,7 @@ class Mode:
 
 # The world of a worker of an elastic job (``training.elastic`` with ``discovery``), which Horovod's
 # elastic launcher marks by setting ``HOROVOD_ELASTIC=1`` in its workers' environment.
-ELASTIC_WORLD_MODULE = "lbtrain.worlds.elastic"
+ELASTIC_WORLD_MODULE = "lbtrain.worlds.horovod_elastic"
 ELASTIC_JOB_VARIABLE = "HOROVOD_ELASTIC"
 
 # Why a mode refuses each kind of ``training.elastic`` it does not train.

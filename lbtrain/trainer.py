@@ -444,7 +444,7 @@ class _ElasticProgress(tf.keras.callbacks.Callback):
 
 
 def _fit_elastic_job(config: RunConfig, built: _Built, world: World, callbacks: _Callbacks, verbose: int) -> list[dict[str, float]]:
-    """A Horovod elastic job's ``fit`` (``lbtrain.worlds.elastic``): training runs in Horovod's
+    """A Horovod elastic job's ``fit`` (``lbtrain.worlds.horovod_elastic``): training runs in Horovod's
     elastic protocol from a state that every (re)start synchronizes from rank 0 (model,
     optimizer, samples seen, epoch, history, step-0 loss, the LR's segment, the changes so far).
     At each (re)start, in a world of another size than the LR's, the LR moves to it

@@ -46,7 +46,7 @@ class World(abc.ABC):
     # allreduce), what ``prepare_model(..., jit_compile=True)`` compiles of it.
     jit_compile_problem: str | None = None
     compiles_whole_step: bool = True
-    # An elastic job's world (``lbtrain.worlds.elastic``): its size changes at every reset, and
+    # An elastic job's world (``lbtrain.worlds.horovod_elastic``): its size changes at every reset, and
     # nothing before its elastic run may be a collective.
     elastic: bool = False
 
