@@ -20,6 +20,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                         help="machine hours the study may take: the design is trimmed in a stated order to fit")
     parser.add_argument("--min-updates", type=arguments.positive_int, metavar="N",
                         help="the floor of updates every run trains (default 300)")
+    parser.add_argument("--seeds", type=arguments.positive_int, metavar="N",
+                        help="fresh final seeds per arm (default 5, at least 3)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the design and its price (the probe trains a few steps at each global batch), run nothing")
     parser.add_argument("--storage", help="an SQLAlchemy URL for the tuning studies (default sqlite:///results/<name>/optuna.db)")
@@ -28,7 +30,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lbtrain.config import load_experiment
+    from lbtrain.config import ConfigError, load_experiment
     from lbtrain.reports.regime import MIN_UPDATES
     from lbtrain.results import ANSWER_FILE, ANSWER_REPORT
     from lbtrain.studies.price import probe_costs
@@ -41,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
         training_size,
         trim_to_budget,
     )
+    from lbtrain.studies.scale.design import MIN_FINAL_SEEDS
     from lbtrain.studies.scale.study import design_configs
     from lbtrain.studies.sweep import storage_url
 
@@ -48,7 +51,10 @@ def run(args: argparse.Namespace) -> int:
     experiment = load_experiment(args.experiment, args.set)
     if sizes is None and len(experiment.grid.get("world_sizes", [])) > 1:
         sizes = parse_world_sizes(",".join(map(str, experiment.grid["world_sizes"])))
-    design = design_study(experiment, training_size(experiment), sizes, min_updates=args.min_updates or MIN_UPDATES)
+    if args.seeds is not None and args.seeds < MIN_FINAL_SEEDS:
+        raise ConfigError(f"--seeds {args.seeds}: the protocol's finals need at least {MIN_FINAL_SEEDS} fresh seeds per arm")
+    design = design_study(experiment, training_size(experiment), sizes, min_updates=args.min_updates or MIN_UPDATES,
+                          seeds=args.seeds)
     probe = probe_costs(design_configs(design).values())
     if args.budget is not None:
         design, price = trim_to_budget(design, args.budget, probe)

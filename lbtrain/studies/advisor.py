@@ -21,8 +21,12 @@ both steps and samples are twice their minimum. ``S_min`` comes from the experim
 budget, taken as the steps that reach its target at the base batch: ``S(B_base) = budget``.
 The predicted time is ``S(B) x`` the step time of one worker's batch, measured in the probe (the
 time of a probe step scaled to ``b`` samples; communication is not modelled, and step times
-measured under Horovod can be passed instead). The LR recipe comes from lbtrain's own studies
-(``lbtrain.studies.findings``): of the recipes whose every seed was ok at the nearest multiple
+measured under Horovod can be passed instead). The LR recipe comes from the user's own evidence
+first (``own_evidence``): the experiment's ``answer.json`` (``lbtrain scale``) at the world size
+nearest the recommended one, else its own runs (``summary.csv``: of the recipes whose every seed
+was ok at the global batch nearest the recommended one, the highest mean validation accuracy).
+Only without either does it fall back to lbtrain's own studies (``lbtrain.studies.findings``),
+and it says that this is another model's evidence, naming that study's model and data: of the recipes whose every seed was ok at the nearest multiple
 of the base batch, the one with the highest mean validation accuracy (ranked on validation,
 never test; its test accuracy is what is quoted), called *best on validation* only when the
 findings' ``standing`` (``lbtrain.reports.decisions.standing`` over the seeds) separates it from
@@ -37,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -229,8 +234,96 @@ def advise(experiment: ExperimentConfig, steps: int | None = None, *,
         calibrated = estimate.mean * calibration["geometric_mean"]
         probe["calibrated"] = {"b_crit": calibrated, "multiple": calibration["geometric_mean"], "pairs": calibration["pairs"],
                                "report": calibration["report"], "world_size": recommended_world_size(worlds, calibrated)}
-    recipe = recipe_advice(config.model.name, config.data.dataset, best * user.training.per_worker_batch / config.lr.base_batch)
+    recipe = own_evidence(experiment, best) or recipe_advice(
+        config.model.name, config.data.dataset, best * user.training.per_worker_batch / config.lr.base_batch)
     return Advice(experiment.name, probe, estimate, worlds, best, recipe, probe_steps)
+
+
+def _nearest(values: list[int], target: int) -> int:
+    return min(values, key=lambda value: (abs(math.log2(value / target)), value))
+
+
+def _answer_evidence(path: Path, world_size: int) -> dict[str, Any] | None:
+    import json
+
+    try:
+        answer = json.loads(path.read_text())
+        rows = {int(row["world_size"]): row for row in answer["per_world_size"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        logger.warning("%s is damaged: the advice does not use it (rerun lbtrain scale to write it again)", path)
+        return None
+    row = rows[_nearest(list(rows), world_size)]
+    return {"source": "answer", "path": str(path), "world_size": row["world_size"], "global_batch": row["global_batch"],
+            "use": row["use"], "test_accuracy": row["test_accuracy"], "difference": row["difference"], "decision": row["decision"],
+            "linear_rule_holds_up_to": answer.get("linear_rule_holds_up_to"), "first_worse": answer.get("first_worse"),
+            "reference_world_size": answer.get("reference_world_size")}
+
+
+def _runs_evidence(path: Path, global_batch: int) -> dict[str, Any] | None:
+    from lbtrain.reports.statistics import mean_interval
+    from lbtrain.reports.tables import read_summary
+
+    try:
+        rows = read_summary(path)
+    except (OSError, ValueError) as error:
+        logger.warning("%s: %s; the advice does not use it", path, error)
+        return None
+    batches = sorted({int(row["global_batch"]) for row in rows if row.get("global_batch")})
+    if not batches:
+        return None
+    batch = _nearest(batches, global_batch)
+    labels = dict.fromkeys(str(row["label"]) for row in rows if int(row["global_batch"]) == batch)
+    recipes = []
+    for label in labels:
+        runs = [row for row in rows if str(row["label"]) == label and int(row["global_batch"]) == batch]
+        ok = [row for row in runs if row["status"] == "ok"]
+        validation = [float(row["validation_accuracy"]) for row in ok if row.get("validation_accuracy") is not None]
+        test = mean_interval([row.get("test_accuracy") for row in ok])
+        recipes.append({"recipe": label, "runs": len(runs), "ok": len(ok), "test_accuracy": dataclasses.asdict(test),
+                        "validation_accuracy": statistics.fmean(validation) if validation else None})
+    eligible = [recipe for recipe in recipes if recipe["ok"] == recipe["runs"] and recipe["validation_accuracy"] is not None]
+    use = max(eligible, key=lambda recipe: recipe["validation_accuracy"])["recipe"] if eligible else None
+    return {"source": "runs", "path": str(path), "global_batch": batch, "use": use, "recipes": recipes}
+
+
+def own_evidence(experiment: ExperimentConfig, world_size: int) -> dict[str, Any] | None:
+    """The user's own evidence for the recipe at ``world_size`` (module doc): the experiment's
+    ``answer.json``, else its ``summary.csv``, else None."""
+    from lbtrain.results import ANSWER_FILE, SUMMARY_FILE
+
+    folder = experiment.results_dir
+    if (folder / ANSWER_FILE).is_file():
+        return _answer_evidence(folder / ANSWER_FILE, world_size)
+    if (folder / SUMMARY_FILE).is_file():
+        user = run_config_from_dict(experiment.base_run())
+        return _runs_evidence(folder / SUMMARY_FILE, world_size * user.training.update_batch)
+    return None
+
+
+def _own_recipe_line(evidence: dict[str, Any]) -> str:
+    from lbtrain.reports.statistics import Estimate
+
+    def text(record: dict[str, Any], signed: bool = False) -> str:
+        return Estimate(record["mean"], record["low"], record["high"], record["n"], df=record.get("df"),
+                        n_second=record.get("n_second")).describe(signed=signed)
+
+    if evidence["source"] == "answer":
+        if evidence["use"] is None:
+            return (f"LR recipe: from your own scaling study ({evidence['path']}): no recipe had every seed ok at "
+                    f"{evidence['world_size']} workers")
+        holds = evidence["linear_rule_holds_up_to"]
+        worse = evidence["first_worse"]
+        return (f"LR recipe: from your own scaling study ({evidence['path']}) at {evidence['world_size']} workers (global batch "
+                f"{evidence['global_batch']}): {evidence['use']}, test accuracy {text(evidence['test_accuracy'])}, "
+                f"{text(evidence['difference'], True)} against world {evidence['reference_world_size']} ({evidence['decision']}); "
+                f"the linear rule holds up to {holds or 'no larger world size'}, worse from {worse or 'nowhere measured'}")
+    if evidence["use"] is None:
+        return (f"LR recipe: your runs ({evidence['path']}) at global batch {evidence['global_batch']} have no recipe whose every "
+                "seed was ok with a validation accuracy to rank it; run lbtrain scale for a designed answer")
+    chosen = next(recipe for recipe in evidence["recipes"] if recipe["recipe"] == evidence["use"])
+    return (f"LR recipe: from your own runs ({evidence['path']}) at global batch {evidence['global_batch']}: {evidence['use']}, "
+            f"the highest mean validation accuracy ({chosen['validation_accuracy']:.3f}) of {len(evidence['recipes'])} recipes, test "
+            f"accuracy {text(chosen['test_accuracy'])} (not a designed study: lbtrain scale tunes and seeds each arm)")
 
 
 def _number(value: float | None) -> str:
@@ -271,9 +364,11 @@ def describe(advice: Advice) -> str:
 
 def _recipe_line(recipe: dict[str, Any] | None) -> str:
     if recipe is None:
-        return "LR recipe: no study findings shipped with this lbtrain"
-    where = (f"lbtrain's {recipe['study']} study ({recipe['model']} on {recipe['dataset']}, {recipe['budget']}, {recipe['report']}) "
-             f"at {recipe['multiple']}x its base batch")
+        return "LR recipe: no evidence of yours (run lbtrain scale) and no study findings shipped with this lbtrain"
+    if recipe.get("source") in ("answer", "runs"):
+        return _own_recipe_line(recipe)
+    where = (f"lbtrain's {recipe['study']} study ({recipe['model']} on {recipe['dataset']}, {recipe['budget']}, {recipe['report']}; "
+             f"another model's evidence, not yours: lbtrain scale measures your own) at {recipe['multiple']}x its base batch")
     if not recipe["held"]:
         return f"LR recipe: no recipe held in {where} (failed: {', '.join(recipe['failed'])}); train longer or use LARS"
     first = recipe["held"][0]

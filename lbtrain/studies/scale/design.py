@@ -139,7 +139,7 @@ def default_world_sizes(update_batch: int, train_size: int) -> list[int]:
     training set (the largest batch the data allows in the papers' regime); at least ``[1, 4]``.
 
     >>> default_world_sizes(32, 54_000)
-    [1, 4, 16]
+    [1, 4, 16, 64]
     """
     sizes = [1]
     while sizes[-1] * 4 * update_batch <= MAX_BATCH_FRACTION * train_size:
@@ -162,13 +162,14 @@ def _check_sizes(sizes: list[int], update_batch: int, train_size: int) -> None:
 
 
 def design_study(experiment: ExperimentConfig, train_size: int, world_sizes: list[int] | None = None, *,
-                 min_updates: int = MIN_UPDATES) -> ScaleDesign:
+                 min_updates: int = MIN_UPDATES, seeds: int | None = None) -> ScaleDesign:
     """The full design (module doc) for ``experiment`` on a training set of ``train_size``
-    samples at ``world_sizes`` (default ``default_world_sizes``). ``ConfigError`` for a world
-    size the data cannot fill, or an experiment the design cannot take (a grid, a protocol)."""
-    if experiment.protocol is not None or experiment.grid.get("variants") or set(experiment.grid) - {"world_sizes", "seeds"}:
+    samples at ``world_sizes`` (default ``default_world_sizes``), every run at least
+    ``min_updates`` updates, ``seeds`` final seeds (default ``FINAL_SEEDS``). ``ConfigError`` for
+    a world size the data cannot fill, or an experiment the design cannot take (a grid, a protocol)."""
+    if experiment.protocol is not None or set(experiment.grid) - {"world_sizes"}:
         raise ConfigError("lbtrain scale designs the grid and the protocol itself: give an experiment with a base run only "
-                          "(grid.world_sizes may stay; remove grid.variants, other grid axes and protocol)")
+                          "(grid.world_sizes may stay; remove grid.variants, grid.seeds, other grid axes and protocol)")
     base = run_config_from_dict(experiment.base_run())
     update_batch = base.training.update_batch
     sizes = list(world_sizes or default_world_sizes(update_batch, train_size))
@@ -181,7 +182,7 @@ def design_study(experiment: ExperimentConfig, train_size: int, world_sizes: lis
     layerwise = LAYERWISE.get(optimizer, (None,))[0]
     recipe = f"{optimizer}+warmup"
     return ScaleDesign(experiment, train_size, worlds, epochs, min_updates, warmup, recipe, layerwise,
-                       tuple(range(1, FINAL_SEEDS + 1)), 3, (sizes[0], sizes[-1]))
+                       tuple(range(1, (seeds or FINAL_SEEDS) + 1)), 3, (sizes[0], sizes[-1]))
 
 
 def lr_grid(base_lr: float) -> dict[str, Any]:

@@ -1,0 +1,107 @@
+"""lbtrain scale's design and price: the update floor, the grid, fresh seeds, controls, the price
+formula and the budget's trimming order, with exact numbers; no training."""
+
+import math
+
+import pytest
+
+from lbtrain.config import ConfigError, ExperimentConfig, run_config_from_dict
+from lbtrain.studies.price import Probe, StepCost, run_seconds
+from lbtrain.studies.protocol import protocol_arms
+from lbtrain.studies.scale import (
+    default_world_sizes,
+    describe_design,
+    design_study,
+    parse_world_sizes,
+    price_design,
+    trim_to_budget,
+)
+from lbtrain.studies.scale.design import GRID_POINTS, TUNING_SEED
+from lbtrain.studies.search import grid_values
+
+
+def experiment(**training) -> ExperimentConfig:
+    return ExperimentConfig.model_validate({
+        "name": "own", "data": {"dataset": "mnist1d", "validation_split": 0.1}, "model": {"name": "mlp", "options": {"widths": [8]}},
+        "optimizer": {"name": "momentum", "params": {"momentum": 0.9}}, "lr": {"base_lr": 0.05, "base_batch": 32},
+        "training": {"per_worker_batch": 32, "epochs": 3, **training}})
+
+
+def test_default_world_sizes_are_powers_of_4_within_5_percent_of_the_data():
+    assert default_world_sizes(32, 54_000) == [1, 4, 16, 64]  # 64 x 32 = 2,048 <= 5% of 54,000 = 2,700
+    assert default_world_sizes(32, 40_000) == [1, 4, 16]  # 2,048 > 2,000
+    assert default_world_sizes(128, 1_000) == [1, 4]  # nothing fits: the smallest comparison, flagged out of regime
+
+
+@pytest.mark.parametrize("text", ["4,1", "1", "1,1,4", "0,4", "1,x"])
+def test_world_sizes_must_be_at_least_two_increasing_positive_integers(text):
+    with pytest.raises(ConfigError, match="--world-sizes"):
+        parse_world_sizes(text)
+
+
+def test_equal_epochs_with_too_few_updates_get_the_floor_and_say_so():
+    design = design_study(experiment(), 4_000, [1, 4, 16])
+    # 4,000 // 32 = 125 steps an epoch at world 1: 3 epochs = 375 >= 300; world 4: 31 x 3 = 93; world 16: 7 x 3 = 21.
+    assert [(w.epoch_updates, w.updates, w.floored) for w in design.worlds] == [(375, 375, False), (93, 300, True), (21, 300, True)]
+    text = "\n".join(describe_design(design))
+    assert "300 updates (floor: 3 epochs would give 93)" in text and "375 updates (3 epochs)" in text
+    assert "OUT OF REGIME" in text  # 16 x 32 = 512 is 12.8% of 4,000
+    for world in design.worlds:
+        config = run_config_from_dict({**design.protocol_experiment().base_run(),
+                                       "training": {**design.protocol_experiment().training, "world_size": world.world_size}})
+        assert config.total_steps(world.steps_per_epoch) == world.updates
+
+
+def test_a_world_size_the_data_cannot_fill_is_refused():
+    with pytest.raises(ConfigError, match="world size 64 needs a global batch of 2048, more than the 1000 training samples"):
+        design_study(experiment(), 1_000, [1, 64])
+
+
+def test_the_protocol_tunes_4_lrs_around_the_linear_rule_with_fresh_seeds_and_controls():
+    design = design_study(experiment(), 40_000, [1, 4, 16])
+    protocol = design.protocol_experiment()
+    assert grid_values(protocol.search["lr.base_lr"]) == [0.0125, 0.025, 0.05, 0.1]
+    assert len(grid_values(protocol.search["lr.base_lr"])) == GRID_POINTS
+    assert protocol.protocol.seeds == [1, 2, 3, 4, 5] and TUNING_SEED not in protocol.protocol.seeds
+    assert protocol.protocol.rules == {"momentum+warmup": ["linear", "sqrt", "none"]}
+    assert [(c.world_size, c.factor) for c in protocol.protocol.train_longer] == [(1, 3), (16, 3)]
+    labels = {(arm.label, arm.world_size) for arm in protocol_arms(protocol)}
+    assert ("momentum+warmup linear rule", 16) in labels and ("momentum+warmup none rule", 4) in labels
+    assert ("lars+warmup tuned", 16) in labels and ("momentum+warmup tuned", 16) in labels
+    assert protocol.training["min_steps"] == 300 and protocol.analysis["noise_scale"] is True
+
+
+def test_an_experiment_with_its_own_grid_or_protocol_is_refused():
+    with pytest.raises(ConfigError, match="designs the grid and the protocol itself"):
+        design_study(ExperimentConfig.model_validate({**experiment().model_dump(), "grid": {"variants": [{"label": "a"}]}}), 4_000)
+
+
+def probe(step_seconds: dict[int, float]) -> Probe:
+    return Probe({batch: StepCost(batch, seconds, 2.0, 1e-4) for batch, seconds in step_seconds.items()}, 4_000, 400, 1_000)
+
+
+def test_a_run_is_priced_by_build_steps_and_evaluated_samples():
+    config = run_config_from_dict({"data": {"dataset": "mnist1d"}, "training": {"per_worker_batch": 32, "world_size": 4, "epochs": 3,
+                                                                                 "min_steps": 300}})
+    # 4,000 // 128 = 31 steps an epoch; the floor gives 300 steps over ceil(300 / 31) = 10 epochs.
+    expected = 2.0 + 300 * 0.05 + 1e-4 * (10 * 400 + 4_000 + 1_000)
+    assert run_seconds(config, probe({128: 0.05})) == pytest.approx(expected)
+
+
+def test_a_budget_trims_in_the_stated_order_and_refuses_what_cannot_fit():
+    design = design_study(experiment(), 4_000, [1, 4, 16])
+    costs = probe({32: 0.01, 128: 0.02, 512: 0.05})
+    full = price_design(design, costs)
+    trimmed, price = trim_to_budget(design, 0.999 * full.total / 3600, costs)
+    assert len(trimmed.seeds) == 3 and trimmed.trimmed[0].startswith("final seeds 5 -> 3: every interval about 2.0x wider")
+    assert price.total < full.total
+    with pytest.raises(ConfigError, match=r"--budget 1e-06 h is too small for one run per arm: the smallest design \(world sizes 1, 16"):
+        trim_to_budget(design, 1e-6, costs)
+
+
+def test_the_interval_widening_of_fewer_seeds_is_the_t_quantile_ratio():
+    from scipy.stats import t
+
+    from lbtrain.studies.scale.design import seed_interval_widening
+
+    assert seed_interval_widening(5, 3) == pytest.approx((t.ppf(0.975, 2) / math.sqrt(3)) / (t.ppf(0.975, 4) / math.sqrt(5)))
