@@ -38,10 +38,10 @@ from lbtrain.reports.decisions import DEFAULT_MARGIN, TIED_WITH_THE_BEST, WORSE,
 from lbtrain.reports.regime import MAX_BATCH_FRACTION, MIN_UPDATES
 from lbtrain.reports.statistics import Estimate, difference_interval, mean_interval
 from lbtrain.results import ANSWER_FIGURES
+from lbtrain.verdict import is_ok
 
 __all__ = ["ArmSpec", "StudyFacts", "answer_data", "answer_markdown", "write_answer_figures"]
 
-OK = "ok"
 MIN_SEEDS = 3
 NOT_REACHED = "not reached within the budget"
 
@@ -83,7 +83,7 @@ def _rows(summary: Sequence[Mapping[str, Any]], label: str, world_size: int) -> 
 
 
 def _ok_values(rows: Sequence[Mapping[str, Any]], column: str) -> list[float]:
-    return [float(row[column]) for row in rows if row["status"] == OK and row.get(column) not in (None, "")]
+    return [float(row[column]) for row in rows if is_ok(row["status"]) and row.get(column) not in (None, "")]
 
 
 def _estimate(record: Estimate) -> dict[str, Any]:
@@ -99,7 +99,7 @@ def _chosen(summary: Sequence[Mapping[str, Any]], arms: Sequence[ArmSpec], world
     eligible = {}
     for arm in arms:
         rows = _rows(summary, arm.label, world_size)
-        if arm.kind != "control" and arm.world_size == world_size and rows and all(row["status"] == OK for row in rows):
+        if arm.kind != "control" and arm.world_size == world_size and rows and all(is_ok(row["status"]) for row in rows):
             eligible[arm.label] = _ok_values(rows, "validation_accuracy")
     words = standing(eligible)
     if not words:
@@ -124,7 +124,7 @@ def _world_row(summary, arms, facts: StudyFacts, world_size: int, reference_test
         rules[arm.rule] = {"label": arm.label, "test_accuracy": _estimate(mean_interval(rule_tests)),
                            "cost": _difference(difference_interval(tuned_tests, rule_tests)),
                            "difference": _difference(against), "decision": claim(against, margin),
-                           "excluded": sum(row["status"] != OK for row in _rows(summary, arm.label, world_size))}
+                           "excluded": sum(not is_ok(row["status"]) for row in _rows(summary, arm.label, world_size))}
     learning_rate = [float(row["learning_rate"]) for row in _rows(summary, use, world_size)] if use else []
     return {
         "world_size": world_size, "global_batch": batch,
@@ -137,7 +137,7 @@ def _world_row(summary, arms, facts: StudyFacts, world_size: int, reference_test
         "difference": _difference(difference),
         "decision": "reference" if world_size == facts.reference else claim(difference, margin),
         "rules": rules,
-        "excluded": {arm.label: sum(row["status"] != OK for row in _rows(summary, arm.label, world_size)) for arm in here},
+        "excluded": {arm.label: sum(not is_ok(row["status"]) for row in _rows(summary, arm.label, world_size)) for arm in here},
     }
 
 
@@ -157,9 +157,9 @@ def _linear_rule(per_world: list[dict[str, Any]], reference: int) -> tuple[int |
 
 
 def _noise_scale(summary: Sequence[Mapping[str, Any]], histories: Mapping[str, Sequence[float]]) -> dict[str, Any]:
-    finals = [float(row["noise_scale"]) for row in summary if row["status"] == OK and row.get("noise_scale") not in (None, "")
+    finals = [float(row["noise_scale"]) for row in summary if is_ok(row["status"]) and row.get("noise_scale") not in (None, "")
               and math.isfinite(float(row["noise_scale"])) and float(row["noise_scale"]) > 0]
-    over_training = [value for row in summary if row["status"] == OK for value in histories.get(row["run_id"], ())
+    over_training = [value for row in summary if is_ok(row["status"]) for value in histories.get(row["run_id"], ())
                      if value is not None and math.isfinite(value) and value > 0]
     if not finals:
         return {"b_simple": None, "low": None, "high": None, "runs": 0}
@@ -185,7 +185,7 @@ def _flags(per_world: list[dict[str, Any]], summary, facts: StudyFacts, controls
               if not interior]
     statuses: dict[str, int] = {}
     for row in summary:
-        if row["status"] != OK:
+        if not is_ok(row["status"]):
             statuses[row["status"]] = statuses.get(row["status"], 0) + 1
     flags += [f"{count} run{'s' if count > 1 else ''} {status}, left out of every mean" for status, count in sorted(statuses.items())]
     for control in controls:
@@ -322,7 +322,7 @@ def write_answer_figures(answer: Mapping[str, Any], summary: Sequence[Mapping[st
                 lows.append(estimate.low)
                 highs.append(estimate.high)
             for row in rows:
-                if row["status"] != OK:
+                if not is_ok(row["status"]):
                     value = row.get("test_accuracy")
                     finite = value not in (None, "") and math.isfinite(float(value))
                     lines.append(Mark(row["status"] if row["status"] != "ok-unstable" else "ok-unstable", name,

@@ -56,6 +56,7 @@ from lbtrain.reports.statistics import Estimate, bootstrap_ratio
 from lbtrain.results import finite_or_none
 from lbtrain.studies.findings import load_findings, recipe_advice
 from lbtrain.train_step import NoiseScaleTracker
+from lbtrain.verdict import is_ok
 
 logger = logging.getLogger(__name__)
 
@@ -276,7 +277,7 @@ def _runs_evidence(path: Path, global_batch: int) -> dict[str, Any] | None:
     recipes = []
     for label in labels:
         runs = [row for row in rows if str(row["label"]) == label and int(row["global_batch"]) == batch]
-        ok = [row for row in runs if row["status"] == "ok"]
+        ok = [row for row in runs if is_ok(row["status"])]
         validation = [float(row["validation_accuracy"]) for row in ok if row.get("validation_accuracy") is not None]
         test = mean_interval([row.get("test_accuracy") for row in ok])
         recipes.append({"recipe": label, "runs": len(runs), "ok": len(ok), "test_accuracy": dataclasses.asdict(test),
