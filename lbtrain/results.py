@@ -207,7 +207,10 @@ def read_run(run_dir: str | Path) -> RunResult:
     hand) is a ``ResultsError`` naming it."""
     path = Path(run_dir) / METRICS_FILE
     try:
-        return RunResult.from_dict(json.loads(path.read_text()))
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            raise TypeError(f"a JSON {type(data).__name__}, not the mapping of a run")
+        return RunResult.from_dict(data)
     except (UnicodeDecodeError, json.JSONDecodeError, TypeError, ValueError) as error:
         raise ResultsError(f"{path} is damaged ({type(error).__name__}: {' '.join(str(error).split())})") from None
 
@@ -227,6 +230,7 @@ def claim_folder(folder: Path, name: str, config_file: str | None, experiment: d
     if not os.access(folder, os.W_OK | os.X_OK):
         raise ResultsError(f"{folder}: the results folder is not writable")
     refuse_links_out(folder)
+    _refuse_misplaced(folder)
     owner_path = folder / OWNER_FILE
     owner = _read_owner(owner_path)
     recorded = folder / EXPERIMENT_FILE
@@ -247,6 +251,19 @@ def claim_folder(folder: Path, name: str, config_file: str | None, experiment: d
             )
         return
     write_json_atomic(owner_path, {"name": name, "config_file": config_file})
+
+
+def _refuse_misplaced(folder: Path) -> None:
+    """``ResultsError`` for a folder where the lock file is, or a file where the runs' folder or a
+    run's folder in it would be: lbtrain would fail writing there, after training the run."""
+    if (folder / LOCK_FILE).is_dir() and not (folder / LOCK_FILE).is_symlink():
+        raise ResultsError(f"{folder / LOCK_FILE} is a folder where lbtrain keeps its lock file: remove it")
+    runs = folder / RUNS_FOLDER
+    if runs.exists() and not runs.is_dir():
+        raise ResultsError(f"{runs} is a file where the runs' folder should be: move it away")
+    for entry in sorted(runs.iterdir()) if runs.is_dir() else ():
+        if not entry.name.startswith(".") and not entry.is_dir():
+            raise ResultsError(f"{entry} is a file where a run's folder would be (runs/ holds one folder per run): move it away")
 
 
 def _read_owner(path: Path) -> dict[str, Any] | None:
@@ -306,6 +323,8 @@ def folder_lock(folder: Path, name: str) -> Iterator[None]:
         if error.errno == errno.ELOOP:
             raise ResultsError(f"{folder / LOCK_FILE} is a symbolic link; lbtrain writes only inside the results folder: "
                                "remove the link") from None
+        if error.errno == errno.EISDIR:
+            raise ResultsError(f"{folder / LOCK_FILE} is a folder where lbtrain keeps its lock file: remove it") from None
         raise
     handle = os.fdopen(descriptor, "a+")
     try:

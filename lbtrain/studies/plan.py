@@ -41,13 +41,19 @@ class PlannedRun:
     config: RunConfig
 
 
-def label_slug(label: str) -> str:
-    """The label as it appears in run ids: lower case, runs of other characters as ``-``.
+# A run id names a folder: its readable part is cut so the id stays far below the 255 bytes a
+# file name may have (the hash after it keeps ids apart).
+MAX_SLUG = 80
 
-    >>> label_slug("Linear+WU 2")
-    'linear-wu-2'
+
+def label_slug(label: str) -> str:
+    """The label as it appears in run ids: lower case, runs of other characters as ``-``, at
+    most ``MAX_SLUG`` characters.
+
+    >>> label_slug("Linear+WU 2"), len(label_slug("x" * 300))
+    ('linear-wu-2', 80)
     """
-    return re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-") or "run"
+    return re.sub(r"[^a-z0-9]+", "-", label.lower())[:MAX_SLUG].strip("-") or "run"
 
 
 def run_id(config: RunConfig, label: str) -> str:
