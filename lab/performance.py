@@ -1,11 +1,11 @@
-"""The README's performance table, rendered from the committed benchmark JSON files
+"""The performance table of docs/benchmarks.md, rendered from the committed benchmark JSON files
 (``results/benchmarks/``), without TensorFlow.
 
 Every row is a ratio of two things measured side by side in one run of a benchmark (the
 scripts in benchmarks/ and ``lbtrain bench``), its target where the benchmark has one, and
 what limits it. One function per JSON file turns it into rows; a file that is absent gives
-none. ``tests/test_bench.py`` checks that the README's table is the one this renders;
-``scripts/render_benchmarks.py`` prints it, or with ``--write`` puts it into the README.
+none. ``tests/lab/test_performance.py`` checks that the page's table is the one this renders;
+``scripts/render_benchmarks.py`` prints it, or with ``--write`` puts it into the page.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import statistics
 from pathlib import Path
 from typing import Callable, NamedTuple
 
+PAGE = Path("docs") / "benchmarks.md"  # relative to the checkout's root
 BEGIN = "<!-- performance table: python scripts/render_benchmarks.py --write -->"
 END = "<!-- end of performance table -->"
 
@@ -278,16 +279,16 @@ def render_table(results: dict[str, dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def table_in(readme: str) -> str:
-    """The table between the README's markers ('' when they are missing)."""
-    if BEGIN not in readme or END not in readme:
+def table_in(page: str) -> str:
+    """The table between the page's markers ('' when they are missing)."""
+    if BEGIN not in page or END not in page:
         return ""
-    return readme.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n") + "\n"
+    return page.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n") + "\n"
 
 
-def replace_table(readme: str, table: str) -> str:
-    """``readme`` with ``table`` between its markers."""
-    if BEGIN not in readme or END not in readme:
-        raise ValueError(f"README.md has no performance table markers ({BEGIN} ... {END})")
-    head, rest = readme.split(BEGIN, 1)
+def replace_table(page: str, table: str) -> str:
+    """``page`` with ``table`` between its markers."""
+    if BEGIN not in page or END not in page:
+        raise ValueError(f"{PAGE} has no performance table markers ({BEGIN} ... {END})")
+    head, rest = page.split(BEGIN, 1)
     return f"{head}{BEGIN}\n{table}{END}{rest.split(END, 1)[1]}"

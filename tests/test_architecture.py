@@ -7,6 +7,7 @@ function, but not those under ``if TYPE_CHECKING:``), so a lazy import counts as
 """
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 from lbtrain.modes import MODE_NAMES
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lbtrain"
+ARCHITECTURE_PAGE = PACKAGE.parent / "docs" / "architecture.md"
 # Bottom to top: a module may import its own layer and those below it, never one above.
 LAYERS = (
     ("foundation", ("lbtrain._lazy", "lbtrain._registration", "lbtrain.errors", "lbtrain.files", "lbtrain.spelling",
@@ -162,3 +164,55 @@ def test_every_public_module_is_in_the_api_reference():
                   for line in page.read_text().splitlines() if line.startswith("::: ")}
     public = {name for name in MODULES if not any(part.startswith("_") for part in name.split("."))}
     assert sorted(public - documented) == []
+
+
+def documented_tree() -> dict[str, str]:
+    """docs/architecture.md's package tree: each entry (``name.py`` or ``folder/``) and its
+    description, continuation lines joined."""
+    text = ARCHITECTURE_PAGE.read_text()
+    opening = "```text\nlbtrain/\n"
+    block = text[text.index(opening) + len(opening):]
+    entries: dict[str, str] = {}
+    name = None
+    for line in block[:block.index("```")].splitlines():
+        if line.startswith("  ") and not line.startswith("   "):
+            name, _, description = line[2:].partition(" ")
+            entries[name] = description.strip()
+        else:
+            entries[name] += " " + line.strip()
+    return entries
+
+
+def package_entries(folder: Path) -> set[str]:
+    """A folder's modules (``name.py``) and subpackages (``name/``), as the tree names them."""
+    return {path.name + ("/" if path.is_dir() else "") for path in folder.iterdir()
+            if (path.suffix == ".py" and path.name != "__init__.py") or (path.is_dir() and (path / "__init__.py").is_file())}
+
+
+def test_the_architecture_pages_tree_names_every_module_and_nothing_else():
+    """A new module needs a line in the tree (or its name in its folder's line); a moved or
+    deleted one, its line gone."""
+    tree = documented_tree()
+    assert len(tree) > 30
+    assert sorted(tree) == sorted(package_entries(PACKAGE))
+    folders = {name: set(re.findall(r"\b\w+\.py\b|\b\w+/", description)) for name, description in tree.items() if name.endswith("/")}
+    assert {name: sorted(named) for name, named in folders.items()} == {
+        name: sorted(package_entries(PACKAGE / name)) for name in folders}
+
+
+def documented_layers() -> list[tuple[str, tuple[str, ...]]]:
+    """docs/architecture.md's layer table: each row's layer and modules, bottom to top."""
+    text = ARCHITECTURE_PAGE.read_text()
+    rows = text[text.index("| layer | modules |"):].split("\n\n")[0].splitlines()[2:]
+    return [(cells[0].strip(), tuple(re.findall(r"`([\w.]+)`", cells[1]))) for cells in (row.strip("|").split("|") for row in rows)]
+
+
+def test_the_architecture_pages_layer_table_is_layers():
+    assert documented_layers() == [(name, tuple(module.removeprefix("lbtrain.") for module in modules)) for name, modules in LAYERS]
+
+
+def test_the_readme_stays_a_front_page():
+    """Explanations and tables live in docs/; the README keeps at most 150 lines and links there."""
+    readme = (PACKAGE.parent / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150
+    assert "(docs/benchmarks.md)" in readme and "(docs/architecture.md)" in readme

@@ -1,10 +1,10 @@
-"""The README's performance table (``lab.performance``): rows rendered from the benchmarks' JSON,
+"""The performance table of docs/benchmarks.md (``lab.performance``): rows rendered from the benchmarks' JSON,
 and the committed table equal to what the committed JSON renders."""
 
 import os
 
 from conftest import REPO_ROOT
-from lab.performance import bench_bound_rows, jit_rows, load_results, parallel_rows, pipeline_rows, render_table, table_in
+from lab.performance import PAGE, bench_bound_rows, jit_rows, load_results, parallel_rows, pipeline_rows, render_table, table_in
 
 
 def test_the_performance_table_shows_pipeline_and_fed_over_step_per_model_and_nothing_for_an_older_bench():
@@ -62,7 +62,7 @@ def test_the_performance_table_shows_runs_side_by_side_their_busy_share_and_the_
     assert len(parallel_rows({**data, "price_error": None})) == 2
 
 
-def test_the_readme_performance_table_is_the_one_rendered_from_the_committed_json():
-    readme = open(os.path.join(REPO_ROOT, "README.md")).read()
-    assert table_in(readme) == render_table(load_results(os.path.join(REPO_ROOT, "results", "benchmarks"))), \
-        "README's performance table is stale: run python scripts/render_benchmarks.py --write"
+def test_the_pages_performance_table_is_the_one_rendered_from_the_committed_json():
+    page = open(os.path.join(REPO_ROOT, PAGE)).read()
+    assert table_in(page) == render_table(load_results(os.path.join(REPO_ROOT, "results", "benchmarks"))), \
+        f"{PAGE}'s performance table is stale: run python scripts/render_benchmarks.py --write"
