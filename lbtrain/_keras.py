@@ -274,6 +274,12 @@ def default_training() -> Any:
     return False if KERAS_3 else tf.keras.backend.learning_phase()
 
 
+def horovod_backward_passes(optimizer) -> int:
+    """``k`` of ``hvd.DistributedOptimizer(optimizer, backward_passes_per_step=k)`` (the wrapper
+    keeps it on its gradient aggregation helper), 1 for any other optimizer."""
+    return int(getattr(getattr(optimizer, "_agg_helper", None), "backward_passes_per_step", 1))
+
+
 class Optimizer(keras.optimizers.Optimizer):
     """tf.keras's base optimizer, the same on Keras 2 and Keras 3.
 
@@ -304,6 +310,15 @@ class Optimizer(keras.optimizers.Optimizer):
         if not KERAS_3:
             self._built = True
 
+    @property
+    def updates_applied(self):
+        """The number of updates applied before this one (a tensor): the step lbtrain's optimizers
+        clock their schedule and bias corrections with. ``iterations``, which Keras 3 counts in
+        updates under ``gradient_accumulation_steps``; divided by ``k`` under Horovod's
+        ``backward_passes_per_step=k``, which adds one to it per backward pass."""
+        passes = horovod_backward_passes(self)
+        return self.iterations if passes == 1 else self.iterations // passes
+
     def build_slots(self, var_list) -> None:
         """Creates the optimizer's slot variables for ``var_list`` (called once)."""
 
@@ -327,7 +342,7 @@ class Optimizer(keras.optimizers.Optimizer):
             (Keras 3 has no public hook for the step a schedule is given.)"""
             schedule = self._learning_rate
             if self.gradient_accumulation_steps and isinstance(schedule, LearningRateSchedule):
-                return schedule(self.iterations)
+                return schedule(self.updates_applied)
             return super()._get_current_learning_rate()
 
         def load_own_variables(self, store):
@@ -349,6 +364,18 @@ class Optimizer(keras.optimizers.Optimizer):
 
         def update_step(self, gradient, variable):
             self.apply_update(gradient, variable, self.learning_rate)
+
+        def _compute_current_learning_rate(self):
+            """tf.keras 2's, but a schedule is clocked in updates under Horovod's
+            ``DistributedOptimizer(backward_passes_per_step=k)``: Horovod adds one to
+            ``iterations`` on every backward pass and applies the summed (or averaged) gradient on
+            every k-th (horovod/tensorflow/gradient_aggregation_eager.py), so the schedule would
+            run k times too fast; it gets ``iterations // k``, the number of updates applied, as
+            without the wrapper at a k times larger batch. (Keras's own optimizers need
+            ``lbtrain.schedules.PerUpdate(schedule, k)`` for the same.)"""
+            if horovod_backward_passes(self) == 1 or not isinstance(self._learning_rate, LearningRateSchedule):
+                return super()._compute_current_learning_rate()
+            self._current_learning_rate.assign(self._learning_rate(self.updates_applied))
 
         def slot_index(self, variable) -> int:
             """The index of ``variable`` in the list ``build_slots`` was given."""

@@ -63,7 +63,7 @@ class LAMB(LayerwiseAdaptiveOptimizer):
     def apply_update(self, gradient, variable, learning_rate) -> None:
         dtype = variable.dtype
         lr = ops.cast(learning_rate, dtype)
-        step = ops.cast(self.iterations + 1, dtype)
+        step = ops.cast(self.updates_applied + 1, dtype)
         index = self.slot_index(variable)
         first, second = self._first_moments[index], self._second_moments[index]
         gradient = ops.cast(ops.dense(gradient), dtype)

@@ -227,3 +227,29 @@ def test_lars_under_horovodrun_matches_one_process_with_the_global_batch(tmp_pat
         np.testing.assert_allclose(rank0, single, atol=1e-5)
     initial = weights["initial:0"]
     assert not np.allclose(initial, weights["rank0:0"])
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_under_horovods_backward_passes_per_step_lbtrains_optimizers_clock_updates(tmp_path):
+    """``hvd.DistributedOptimizer(..., backward_passes_per_step=2, average_aggregated_gradients=True)``
+    under ``horovodrun -np 2`` reaches the weights of one process at the 4 times larger batch:
+    LARS and LAMB with a Warmup by themselves (their schedule and LAMB's bias correction count
+    updates, not Horovod's passes), Keras's SGD with ``PerUpdate(schedule, 2)``; Keras's SGD
+    with the bare schedule runs its warmup twice too fast and does not."""
+    out = tmp_path / "weights.npz"
+    result = run_horovod("backward_passes_two_ranks.py", str(out))
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    weights = np.load(out)
+    layers = sorted({key.split(":")[1] for key in weights.files if key.startswith("initial:")})
+    for case in ("lars", "lamb", "sgd_per_update", "sgd_bare"):
+        # Horovod counts 8 passes; one process 4 updates.
+        assert weights[f"{case}:iterations"].tolist() == [8, 4], case
+        for layer in layers:
+            rank0, rank1, single = (weights[f"{case}:{who}:{layer}"] for who in ("rank0", "rank1", "single"))
+            np.testing.assert_array_equal(rank0, rank1)
+            assert not np.allclose(rank0, weights[f"initial:{layer}"]), f"{case}: layer {layer} did not move"
+            if case != "sgd_bare":
+                np.testing.assert_allclose(rank0, single, atol=1e-5, err_msg=f"{case}: layer {layer}")
+        bare = max(np.max(np.abs(weights[f"{case}:rank0:{layer}"] - weights[f"{case}:single:{layer}"])) for layer in layers)
+        assert bool(bare > 1e-3) is (case == "sgd_bare"), (case, bare)
