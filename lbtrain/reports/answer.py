@@ -37,7 +37,7 @@ from typing import Any, Mapping, Sequence
 from lbtrain.reports.decisions import DEFAULT_MARGIN, TIED_WITH_THE_BEST, WORSE, claim, standing
 from lbtrain.reports.regime import MAX_BATCH_FRACTION, MIN_UPDATES
 from lbtrain.reports.statistics import Estimate, difference_interval, mean_interval
-from lbtrain.results import ANSWER_FIGURES
+from lbtrain.results import ANSWER_FIGURES, FIGURES_FOLDER
 from lbtrain.verdict import is_ok
 
 __all__ = ["ArmSpec", "StudyFacts", "answer_data", "answer_markdown", "write_answer_figures"]
@@ -287,6 +287,8 @@ def answer_markdown(answer: Mapping[str, Any]) -> str:
             ["world", "arm", "factor", "longer: test acc", "gain (longer − arm)", "decision"],
             [[row["world_size"], row["arm"], f"{row['factor']:g}x", _text(row["longer"]), _text(row["gain"], True), row["decision"]]
              for row in answer["controls"]]))
+    sections.append(f"![test accuracy against the global batch]({FIGURES_FOLDER}/{ANSWER_FIGURES['accuracy']})\n\n"
+                    f"![the chosen learning rate against the global batch]({FIGURES_FOLDER}/{ANSWER_FIGURES['learning_rate']})")
     sections.append("Flags:\n\n" + ("\n".join(f"- {flag}" for flag in answer["flags"]) or "- none"))
     sections.append(f"Machine time: {answer['machine_hours']:.2f} hours (tuning trials and runs, one after another).")
     if answer["design"]:

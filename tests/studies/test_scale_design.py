@@ -105,3 +105,9 @@ def test_the_interval_widening_of_fewer_seeds_is_the_t_quantile_ratio():
     from lbtrain.studies.scale.design import seed_interval_widening
 
     assert seed_interval_widening(5, 3) == pytest.approx((t.ppf(0.975, 2) / math.sqrt(3)) / (t.ppf(0.975, 4) / math.sqrt(5)))
+
+
+def test_a_steps_or_samples_budget_becomes_whole_epochs_at_the_reference_batch():
+    # 250 steps x 32 = 8,000 samples = 2 epochs of 4,000; 9,000 samples round up to 3.
+    assert design_study(experiment(epochs=None, steps=250), 4_000, [1, 4]).epochs == 2
+    assert design_study(experiment(epochs=None, samples=9_000), 4_000, [1, 4]).epochs == 3

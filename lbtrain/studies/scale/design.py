@@ -51,7 +51,6 @@ CONTROL_FACTOR = 3
 # 90), at least a tenth of an epoch.
 WARMUP_SHARE = 0.06
 MIN_WARMUP_EPOCHS = 0.1
-DEFAULT_EPOCHS = 3
 RULES = ("linear", "sqrt", "none")
 # The layer-wise optimizer that applies to each optimizer family, with its LR at the base batch
 # (LARS's trust ratio eta x |w| / |g| makes its LR an order above SGD's: You et al. 2017) and rule.
@@ -147,6 +146,15 @@ def default_world_sizes(update_batch: int, train_size: int) -> list[int]:
     return sizes if len(sizes) > 1 else [1, 4]
 
 
+def _budget_epochs(training, reference_batch: int, train_size: int) -> int:
+    """The experiment's budget in epochs: its ``epochs``, else its ``steps`` at the reference
+    batch or its ``samples`` rounded up to whole epochs (every world size then trains as many)."""
+    if training.epochs is not None:
+        return training.epochs
+    samples = training.samples if training.samples is not None else training.steps * reference_batch
+    return max(1, math.ceil(samples / train_size))
+
+
 def _world_plan(world_size: int, update_batch: int, train_size: int, epochs: int, min_updates: int) -> WorldPlan:
     batch = world_size * update_batch
     per_epoch = train_size // batch
@@ -174,8 +182,7 @@ def design_study(experiment: ExperimentConfig, train_size: int, world_sizes: lis
     update_batch = base.training.update_batch
     sizes = list(world_sizes or default_world_sizes(update_batch, train_size))
     _check_sizes(sizes, update_batch, train_size)
-    training = base.training
-    epochs = training.epochs if training.epochs is not None else DEFAULT_EPOCHS
+    epochs = _budget_epochs(base.training, update_batch * sizes[0], train_size)
     worlds = tuple(_world_plan(size, update_batch, train_size, epochs, min_updates) for size in sizes)
     warmup = base.lr.warmup_epochs or max(MIN_WARMUP_EPOCHS, round(WARMUP_SHARE * epochs, 2))
     optimizer = base.optimizer.name
