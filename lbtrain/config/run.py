@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from lbtrain.config.errors import ConfigError, format_validation_error
 from lbtrain.config.limits import MAX_BATCH, MAX_EPOCHS, MAX_SAMPLES, MAX_SEED, MAX_STEPS, MAX_WORLD_SIZE, check_numbers, quote
 from lbtrain.recipe import DECAY_CLOCKS, SCHEDULE_KEYS, WARMUP_TYPES
+from lbtrain.verdict import DEFAULT_COLLAPSE_MARGIN, DEFAULT_DIVERGENCE_FACTOR, DEFAULT_INSTABILITY_FACTOR
 
 
 class _Strict(BaseModel):
@@ -364,9 +365,9 @@ class TrainingConfig(_Strict):
     staleness: int = Field(default=0, ge=0)
     eval_batch: int = Field(default=1024, gt=0)
     precise_bn_samples: int | None = Field(default=None, gt=0)
-    divergence_factor: float = Field(default=10.0, gt=1.0)
-    collapse_margin: float = Field(default=0.1, ge=0, lt=1)
-    instability_factor: float = Field(default=2.0, gt=1.0)
+    divergence_factor: float = Field(default=DEFAULT_DIVERGENCE_FACTOR, gt=1.0)
+    collapse_margin: float = Field(default=DEFAULT_COLLAPSE_MARGIN, ge=0, lt=1)
+    instability_factor: float = Field(default=DEFAULT_INSTABILITY_FACTOR, gt=1.0)
     checkpoint: bool = True
     tensorboard: bool = False
     jit_compile: bool | Literal["auto"] = "auto"
