@@ -72,7 +72,7 @@ ADVICE_FIGURE = "advice.png"
 # In the --output folder of lbtrain compare.
 COMPARE_FILE = "compare.md"
 COMPARE_JSON = "compare.json"
-# The results folder of the committed studies: its page (lbtrain report --results-page --write),
+# The results folder of the committed studies: its page (scripts/render_results_readme.py --write),
 # and the advisor's validation against them (scripts/validate_advisor.py, in advisor_validation/).
 RESULTS_PAGE = "README.md"
 ADVISOR_VALIDATION_FILE = "validation.json"
