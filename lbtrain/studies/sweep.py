@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import gc
 import itertools
 import logging
@@ -37,7 +38,7 @@ from lbtrain.errors import WorkersFailed
 from lbtrain.files import csv_text, write_atomic, write_json_atomic
 from lbtrain.modes import DEFAULT_MODE, default_mode_name, get_mode
 from lbtrain.reports.scaling_laws import LrExponentFit, lr_exponent
-from lbtrain.results import OPTUNA_DATABASE, SWEEP_FIT_FILE, SWEEP_SUMMARY_FILE, claim_folder
+from lbtrain.results import OPTUNA_DATABASE, SWEEP_FIT_FILE, SWEEP_SUMMARY_FILE, ResultsError, claim_folder
 from lbtrain.storage_urls import STORAGE_VARIABLE, local_path
 from lbtrain.studies.plan import PlannedRun, check_runs, process_local_problem
 from lbtrain.studies.storages import claim_trial, open_storage, run_claimed
@@ -376,9 +377,11 @@ def run_sweep(
     trials the way the process was launched: every rank of a Horovod job trains each trial of
     its one world size; ``workers > 1`` spawns that many processes sharing the storage (each
     given its index ``worker``); otherwise this process tops up each world size's study in
-    turn. Then (except in a spawned worker or a non-root rank) writes the outputs and returns
-    their rows and fit. (Under ``horovodrun``, ``worker`` only seeds the sampler: Horovod jobs
-    launched side by side, a SLURM array of them, draw distinct trials.)
+    turn, its sampler seeded by the ``worker_slot`` it holds (so processes started side by side
+    on one storage draw distinct trials). Then (except in a spawned worker or a non-root rank)
+    writes the outputs and returns their rows and fit. (Under ``horovodrun``, ``worker`` only
+    seeds the sampler: Horovod jobs launched side by side, a SLURM array of them, draw distinct
+    trials.)
 
     ``experiment_path`` and ``overrides`` are how spawned workers load the same experiment."""
     from lbtrain.modes import launched_by_horovod
@@ -405,10 +408,35 @@ def run_sweep(
     if workers > 1:
         _spawn_workers(experiment, experiment_path, list(overrides), trials, storage, workers)
     else:
-        for world_size in sizes:
-            study = optimize(experiment, world_size, trials, storage, worker or 0)
-            logger.info("%s: %d trials", study.study_name, len(study.trials))
+        with worker_slot(experiment.results_dir) as slot:
+            for world_size in sizes:
+                study = optimize(experiment, world_size, trials, storage, slot)
+                logger.info("%s: %d trials", study.study_name, len(study.trials))
     return None if worker is not None else write_outputs(experiment, storage)
+
+
+@contextlib.contextmanager
+def worker_slot(folder: Path) -> Iterator[int]:
+    """The lowest index no other sweep process of this results folder holds, held while the
+    block runs (``flock`` on ``.sweep-worker-<index>.lock``, released however the process ends):
+    the index that seeds this process's sampler (``sampler_seed``). A lone sweep always gets 0
+    (the same sweep draws the same trials); processes started side by side on one storage, by
+    ``--workers`` or by hand, get 0, 1, 2... and draw distinct trials."""
+    for index in itertools.count():
+        try:
+            descriptor = os.open(folder / f".sweep-worker-{index}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        except OSError as error:
+            raise ResultsError(f"{folder}: cannot open a sweep worker's lock file ({error.strerror})") from None
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(descriptor)
+            continue
+        try:
+            yield index
+        finally:
+            os.close(descriptor)
+        return
 
 
 def ok_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
@@ -527,6 +555,7 @@ __all__ = [
     "summary_rows",
     "trial_run",
     "world_sizes",
+    "worker_slot",
     "world_study",
     "write_figures",
     "write_outputs",
