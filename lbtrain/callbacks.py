@@ -37,6 +37,12 @@ def _horovod_size() -> int:
     return horovod.size()
 
 
+def _horovod_rank() -> int:
+    """``hvd.rank()`` if Horovod is initialized, else 0 (one process is rank 0)."""
+    horovod = sys.modules.get("horovod.tensorflow")
+    return horovod.rank() if horovod is not None and horovod.is_initialized() else 0
+
+
 class LearningRateWarmup(tf.keras.callbacks.Callback):
     """Gradual warmup for a float learning rate (Goyal et al. 2017), numerically equal to
     Horovod's ``LearningRateWarmupCallback``.
@@ -74,7 +80,11 @@ class LearningRateWarmup(tf.keras.callbacks.Callback):
         which needs ``hvd.init()`` to have been called.
       steps_per_epoch: batches per epoch; by default read from ``fit``'s parameters.
       momentum_correction: Horovod's argument; only False is possible here (see above).
-      verbose: 1 logs the end of warmup (an INFO record of the ``lbtrain`` logger), as Horovod's prints it.
+      verbose: 1 prints Horovod's line at the end of the epoch in which warmup ended, on rank 0
+        (``Epoch N: finished gradual learning rate warmup to X.``, N counted from 1, X the rate
+        now set), also when ``fit`` ends there. For a whole number of warmup epochs that is the
+        epoch Horovod's callback prints it at; for a fractional one, which Horovod's never
+        announces, the epoch where this warmup's last step falls.
     """
 
     def __init__(self, initial_lr: float, warmup_epochs: float = 5, world_size: int | None = None,
@@ -99,7 +109,7 @@ class LearningRateWarmup(tf.keras.callbacks.Callback):
         self.world_size = int(world_size)
         self.steps_per_epoch = steps_per_epoch
         self.verbose = verbose
-        self._epoch, self._warmed_up, self._last_warmup_step = 0, False, None
+        self._epoch, self._warmed_up, self._last_warmup_step, self._announced = 0, False, None, False
 
     def learning_rate(self, epoch: int, batch: int) -> float:
         """The warmup rate for ``batch`` of ``epoch`` (the formula above)."""
@@ -125,7 +135,7 @@ class LearningRateWarmup(tf.keras.callbacks.Callback):
             if not self.params.get("steps"):
                 raise ValueError("LearningRateWarmup: pass steps_per_epoch, fit() did not report its steps")
             self.steps_per_epoch = self.params["steps"]
-        self._warmed_up, self._last_warmup_step = False, None
+        self._warmed_up, self._last_warmup_step, self._announced = False, None, False
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
@@ -150,12 +160,15 @@ class LearningRateWarmup(tf.keras.callbacks.Callback):
             return
         if self._last_warmup_step < self.warmup_steps - 1:
             set_learning_rate(self.model.optimizer, self.initial_lr)
-        if self.verbose:
-            logger.info("epoch %d: finished gradual learning rate warmup to %g", self._epoch + 1, self.initial_lr)
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:
             logs["lr"] = applied_learning_rate(self.model.optimizer)
+        warmup_ended = self._last_warmup_step is not None and (epoch + 1) * self.steps_per_epoch >= self.warmup_steps
+        if self.verbose and warmup_ended and not self._announced and _horovod_rank() == 0:
+            self._announced = True
+            # Horovod's line and stream (horovod/_keras/callbacks.py), as Keras's own verbose callbacks print.
+            print(f"\nEpoch {epoch + 1}: finished gradual learning rate warmup to {self.initial_lr:g}.", flush=True)
 
 
 class LearningRateLogger(tf.keras.callbacks.Callback):

@@ -130,21 +130,31 @@ def test_warmup_callback_leaves_a_rate_set_after_warmup_alone():
     np.testing.assert_allclose(rates.rates, [0.4, 0.6, 0.8, 0.4, 0.4, 0.4, 0.2, 0.2, 0.2], rtol=1e-6)
 
 
-def test_warmup_callback_takes_horovods_signature_and_writes_lr_into_the_logs(caplog):
+def test_warmup_callback_takes_horovods_signature_and_writes_lr_into_the_logs(capsys):
     """``LearningRateWarmup(initial_lr=..., warmup_epochs=3, verbose=1)`` as Horovod's callback is
-    called; ``warmup_epochs`` defaults to Horovod's 5; each epoch's logs carry ``lr``."""
-    import logging
-
+    called; ``warmup_epochs`` defaults to Horovod's 5; each epoch's logs carry ``lr``; verbose=1
+    prints Horovod's line once, after the last warmup epoch (tests/horovod_jobs/warmup_vs_horovod.py
+    compares it with Horovod's own)."""
     assert LearningRateWarmup(0.4, world_size=2).warmup_epochs == 5
     warmup = LearningRateWarmup(initial_lr=0.8, warmup_epochs=1, world_size=4, verbose=1, momentum_correction=False)
-    with caplog.at_level(logging.INFO, logger="lbtrain"):
-        history = fit_with(0.8, [warmup], epochs=2)
-    np.testing.assert_allclose(history.history["lr"], [0.8, 0.8], rtol=1e-6)
-    assert "epoch 2: finished gradual learning rate warmup to 0.8" in caplog.text
+    history = fit_with(0.8, [warmup], epochs=3)
+    np.testing.assert_allclose(history.history["lr"], [0.8, 0.8, 0.8], rtol=1e-6)
+    assert capsys.readouterr().out == "\nEpoch 1: finished gradual learning rate warmup to 0.8.\n"
     with pytest.raises(ValueError, match=r"applies no momentum correction .*pass momentum_correction=False"):
         LearningRateWarmup(0.4, 3, world_size=2, momentum_correction=True)
     with pytest.raises(ValueError, match=r"got True \(Horovod's third argument is momentum_correction: pass it by keyword\)"):
         LearningRateWarmup(0.4, 3, True)
+
+
+@pytest.mark.parametrize(("warmup_epochs", "epochs", "verbose", "printed"), [
+    (2, 2, 1, "\nEpoch 2: finished gradual learning rate warmup to 0.4.\n"),  # fit ends at the warmup's end
+    (1.5, 3, 1, "\nEpoch 2: finished gradual learning rate warmup to 0.4.\n"),  # 4 steps, 3 an epoch: ends in the second
+    (2, 1, 1, ""),  # fit ends before the warmup does
+    (1, 2, 0, ""),
+])
+def test_warmup_callback_verbose_prints_at_the_end_of_the_epoch_warmup_ends_in(warmup_epochs, epochs, verbose, printed, capsys):
+    fit_with(0.4, [LearningRateWarmup(0.4, warmup_epochs, world_size=4, verbose=verbose)], epochs=epochs)
+    assert capsys.readouterr().out == printed
 
 
 def test_warmup_callback_rejects_bad_arguments():
@@ -205,6 +215,10 @@ def test_warmup_equals_horovods_callback_step_by_step_under_horovodrun(tmp_path)
     # Starts just above the unscaled LR and reaches the scaled one at the end of warmup.
     assert ours["rates"][0] == pytest.approx(0.2 * (0.25 / 2 + 1), rel=1e-6)
     assert ours["rates"][7] == pytest.approx(0.4, rel=1e-6)
+    # verbose=1: Horovod's line, at the same epoch, on rank 0 only; also when fit ends at the warmup's end.
+    line = "\nEpoch 2: finished gradual learning rate warmup to 0.4.\n"
+    assert ours["printed"] == horovod["printed"] == [line, ""]
+    assert rates["ends_at_warmup"]["lbtrain"] == rates["ends_at_warmup"]["horovod"] == [line, ""]
 
 
 # ---------------------------------------------------------------- trainer callbacks
