@@ -230,11 +230,15 @@ class TrainLongerConfig(_Strict):
     arm: str | None = None
 
 
+# The fewest final seeds of a protocol's arm that a claim may rest on.
+MIN_PROTOCOL_SEEDS = 3
+
+
 class ProtocolConfig(_Strict):
     """The tuning protocol of ``lbtrain sweep`` (``lbtrain.studies.protocol``; Shallue et al. 2018,
     Nado et al. 2021): every arm is tuned on validation, then its best configuration is re-run
-    with each of ``seeds`` (at least 3, none of them the tuning trials' ``training.seed``) and
-    tested. ``search_method``: ``grid`` (default; a log2 grid extended up to ``grid_extensions``
+    with each of ``seeds`` (at least 3, none of them the tuning trials' ``training.seed``; fewer
+    only with ``exploratory: true``, a first look on which no claim rests) and tested. ``search_method``: ``grid`` (default; a log2 grid extended up to ``grid_extensions``
     times per edge while the best sits on it) or ``tpe`` (``sweep.trials`` trials, the first
     ``tpe_startup_trials`` >= 10 random, at least 3x that many in all); see
     ``lbtrain.studies.search``. No trial is pruned but by divergence.
@@ -254,7 +258,8 @@ class ProtocolConfig(_Strict):
     rules). ``train_longer`` adds convergence controls
     (``TrainLongerConfig``): an arm re-run for a multiple of its own updates."""
 
-    seeds: list[int] = Field(default_factory=lambda: [1, 2, 3], min_length=3)
+    seeds: list[int] = Field(default_factory=lambda: [1, 2, 3], min_length=1)
+    exploratory: bool = False
     search_method: Literal["grid", "tpe"] = "grid"
     grid_extensions: int = Field(default=3, ge=0)
     tpe_startup_trials: int = Field(default=10, gt=0)
@@ -294,6 +299,13 @@ class ProtocolConfig(_Strict):
         if not all(0 <= seed <= MAX_SEED for seed in seeds):
             raise ValueError(f"seeds must be integers from 0 to {MAX_SEED}, got {quote(seeds)}")
         return seeds
+
+    @model_validator(mode="after")
+    def _enough_seeds(self) -> "ProtocolConfig":
+        if len(self.seeds) < MIN_PROTOCOL_SEEDS and not self.exploratory:
+            raise ValueError(f"seeds: the finals need at least {MIN_PROTOCOL_SEEDS} fresh seeds, got {len(self.seeds)} "
+                             "(exploratory: true allows fewer for a first look; no claim then rests on them)")
+        return self
 
 
 class ExperimentConfig(_Strict):

@@ -264,7 +264,9 @@ def test_fewer_than_three_seeds_is_a_config_error(tmp_path, capsys):
     path = tmp_path / "proto.yaml"
     path.write_text(yaml.safe_dump(protocol_spec(tmp_path, protocol={"seeds": [0, 1]})))
     assert main(["sweep", str(path)]) == 2
-    assert capsys.readouterr().err.startswith("lbtrain: error: protocol.seeds: List should have at least 3 items")
+    assert "the finals need at least 3 fresh seeds, got 2 (exploratory: true allows fewer" in capsys.readouterr().err
+    exploratory = ExperimentConfig.model_validate(protocol_spec(tmp_path, protocol={"seeds": [1, 2], "exploratory": True}))
+    assert exploratory.protocol.seeds == [1, 2]
 
 
 @pytest.mark.slow

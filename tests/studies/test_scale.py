@@ -1,6 +1,6 @@
 """lbtrain scale end to end on a user's package written to a temporary folder (a functional
 convnet with batch norm, an ``.npz``): the dry run prints the design and its price, a tiny study
-writes an answer whose numbers summary.csv re-derives, a rerun trains nothing, advise cites the
+writes an answer whose numbers summary.csv re-derives (two seeds: an exploratory study, flagged), a rerun trains nothing, advise cites the
 answer, and bad input is one line, exit 2, before anything runs."""
 
 import json
@@ -75,7 +75,7 @@ def test_dry_run_prints_the_design_with_its_floor_and_price_and_writes_nothing(p
     (["--world-sizes", "4,1"], "--world-sizes '4,1': give at least two positive world sizes in increasing order"),
     (["--world-sizes", "1,64"], "world size 64 needs a global batch of 512, more than the 240 training samples"),
     (["--world-sizes", "1,4", "--budget", "0.000001"], "--budget 1e-06 h is too small for one run per arm"),
-    (["--world-sizes", "1,4", "--seeds", "2"], "--seeds 2: the protocol's finals need at least 3 fresh seeds"),
+    (["--world-sizes", "1,4", "--seeds", "0"], "argument --seeds: expected a whole number >= 1, got 0"),
 ])
 def test_bad_input_is_one_line_exit_2_before_anything_runs(project, lbtrain_here, arguments, message):
     result = lbtrain_here("scale", "experiment.yaml", *arguments, cwd=project)
@@ -88,7 +88,8 @@ def test_bad_input_is_one_line_exit_2_before_anything_runs(project, lbtrain_here
 
 @pytest.mark.slow
 def test_a_tiny_study_answers_from_its_runs_and_a_rerun_trains_nothing(project, lbtrain_here):
-    arguments = ("scale", "experiment.yaml", "--world-sizes", "1,4", "--seeds", "3", "--min-updates", "30")
+    # Two seeds, as a CI-sized first look: the protocol runs it as exploratory and the answer flags every world size.
+    arguments = ("scale", "experiment.yaml", "--world-sizes", "1,4", "--seeds", "2", "--min-updates", "30")
     result = lbtrain_here(*arguments, cwd=project)
     assert result.returncode == 0, result.stderr[-3000:]
     folder = project / "results" / "own_scale"
@@ -112,6 +113,7 @@ def test_a_tiny_study_answers_from_its_runs_and_a_rerun_trains_nothing(project, 
     assert large["difference"]["mean"] == pytest.approx(difference.mean) and large["decision"] == claim(difference)
     assert any("global batch 32 is 13.3% of the training set" in flag for flag in answer["flags"])
     assert any("30 updates, fewer than 300" in flag for flag in answer["flags"])
+    assert any(flag.startswith(f"world 4: {large['use']} has 2 ok seeds, fewer than 3") for flag in answer["flags"])
     assert (folder / "answer.md").read_text().startswith("# own_scale: the scaling answer")
     assert (folder / "figures" / "answer_accuracy.png").stat().st_size > 0
     finished = {path: path.stat().st_mtime_ns for path in (folder / "runs").glob("*/metrics.json")}

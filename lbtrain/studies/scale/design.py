@@ -37,6 +37,7 @@ import math
 from typing import Any
 
 from lbtrain.config import ConfigError, ExperimentConfig, run_config_from_dict, with_overrides
+from lbtrain.config.experiment import MIN_PROTOCOL_SEEDS
 from lbtrain.reports.regime import MAX_BATCH_FRACTION, MIN_UPDATES
 
 __all__ = ["CONTROL_FACTOR", "FINAL_SEEDS", "GRID_POINTS", "ScaleDesign", "WorldPlan", "default_world_sizes", "design_study",
@@ -44,7 +45,6 @@ __all__ = ["CONTROL_FACTOR", "FINAL_SEEDS", "GRID_POINTS", "ScaleDesign", "World
 
 GRID_POINTS = 4  # base_lr x 2^k for k = -2, -1, 0, 1
 FINAL_SEEDS = 5
-MIN_FINAL_SEEDS = 3
 TUNING_SEED = 0
 CONTROL_FACTOR = 3
 # Gradual warmup when the experiment has none: about 6% of the epochs (Goyal et al. 2017: 5 of
@@ -224,7 +224,7 @@ def protocol_experiment(design: ScaleDesign) -> ExperimentConfig:
         "search": {"lr.base_lr": lr_grid(base.lr.base_lr)},
         "sweep": {**user.sweep.model_dump(mode="json"), "pruner": "none"},
         "protocol": {
-            "seeds": list(design.seeds), "grid_extensions": design.grid_extensions, "rules": {design.recipe: list(RULES)},
+            "seeds": list(design.seeds), "exploratory": len(design.seeds) < MIN_PROTOCOL_SEEDS, "grid_extensions": design.grid_extensions, "rules": {design.recipe: list(RULES)},
             "tuned_only": [label for label in search_by_recipe], "search": search_by_recipe,
             "train_longer": [{"world_size": size, "factor": CONTROL_FACTOR} for size in design.controls],
         },
@@ -268,7 +268,9 @@ def describe_design(design: ScaleDesign) -> list[str]:
                  + (f"; {design.layerwise}+warmup tuned at every world size" if design.layerwise else ""))
     lines.append(f"LR grid: {GRID_POINTS} base LRs x 2^k (k = -2..1) around the linear rule's value, scored on validation, extended "
                  f"past an edge up to {design.grid_extensions} times while the best sits on it; trials train with seed {TUNING_SEED}")
-    lines.append(f"finals: each arm's best re-run with seeds {', '.join(map(str, design.seeds))} (never a tuning seed)")
+    lines.append(f"finals: each arm's best re-run with seeds {', '.join(map(str, design.seeds))} (never a tuning seed)"
+                 + (f"; EXPLORATORY: fewer than {MIN_PROTOCOL_SEEDS} seeds, no claim rests on them"
+                    if len(design.seeds) < MIN_PROTOCOL_SEEDS else ""))
     lines.append("convergence controls: the best arm at world " + " and at world ".join(map(str, design.controls))
                  + f" re-run for {CONTROL_FACTOR}x its updates" if design.controls else "convergence controls: none")
     arms = final_arms(design)

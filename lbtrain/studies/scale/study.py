@@ -21,6 +21,7 @@ import time
 from typing import Any, Callable
 
 from lbtrain.config import ConfigError, ExperimentConfig, RunConfig, run_config_from_dict, with_overrides
+from lbtrain.config.experiment import MIN_PROTOCOL_SEEDS
 from lbtrain.files import write_atomic, write_json_atomic
 from lbtrain.reports.answer import ArmSpec, StudyFacts, answer_data, answer_markdown, write_answer_figures
 from lbtrain.results import ANSWER_FILE, ANSWER_REPORT, FIGURES_FOLDER
@@ -28,7 +29,6 @@ from lbtrain.studies.price import Probe, estimate_seconds
 from lbtrain.studies.scale.design import (
     CONTROL_FACTOR,
     GRID_POINTS,
-    MIN_FINAL_SEEDS,
     ScaleDesign,
     describe_design,
     final_arms,
@@ -103,12 +103,12 @@ def price_design(design: ScaleDesign, probe: Probe) -> Price:
 
 
 def _trim_steps(design: ScaleDesign) -> list[tuple[str, Callable[[ScaleDesign], ScaleDesign | None]]]:
-    widening = seed_interval_widening(len(design.seeds), MIN_FINAL_SEEDS)
+    widening = seed_interval_widening(len(design.seeds), MIN_PROTOCOL_SEEDS)
 
     def fewer_seeds(d: ScaleDesign) -> ScaleDesign | None:
-        return None if len(d.seeds) <= MIN_FINAL_SEEDS else d.replace(
-            seeds=d.seeds[:MIN_FINAL_SEEDS],
-            trimmed=d.trimmed + (f"final seeds {len(d.seeds)} -> {MIN_FINAL_SEEDS}: every interval about {widening:.1f}x wider",))
+        return None if len(d.seeds) <= MIN_PROTOCOL_SEEDS else d.replace(
+            seeds=d.seeds[:MIN_PROTOCOL_SEEDS],
+            trimmed=d.trimmed + (f"final seeds {len(d.seeds)} -> {MIN_PROTOCOL_SEEDS}: every interval about {widening:.1f}x wider",))
 
     def reference_control(d: ScaleDesign) -> ScaleDesign | None:
         if d.reference not in d.controls or len(d.controls) < 2:
