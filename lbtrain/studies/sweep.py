@@ -136,6 +136,7 @@ def open_study(experiment: ExperimentConfig, study: int | StudySpec, storage: st
         study_name=spec.name, storage=opened_storage, direction="maximize", pruner=pruners[spec.pruner or settings.pruner](),
         load_if_exists=True,
     )
+    _check_objective(opened)
     seed = sampler_seed(experiment, spec.world_size, worker, finished_trials(opened), spec.name if spec.method else "")
     if spec.method == "grid":
         # Every trial of a grid is queued with its parameters (``lbtrain.studies.protocol``): none is sampled.
@@ -146,6 +147,24 @@ def open_study(experiment: ExperimentConfig, study: int | StudySpec, storage: st
     startup = {} if spec.startup_trials is None else {"n_startup_trials": spec.startup_trials}
     opened.sampler = optuna.samplers.TPESampler(seed=seed, constant_liar=True, **startup)
     return opened
+
+
+def _check_objective(study: optuna.Study) -> None:
+    """A study of this name that already exists must be one that maximizes ``OBJECTIVE``, which
+    lbtrain records in the study's user attribute ``objective`` (and adds to a study of its own
+    made before it did); one made for another direction or objective (by another program, or
+    an experiment of the same name) is a ``ConfigError``: its trials' values and the new ones
+    would be ranked together, and its best trial would be the wrong one."""
+    directions = [direction.name.lower() for direction in study.directions]
+    objective = study.user_attrs.get("objective", OBJECTIVE)
+    if directions != ["maximize"] or objective != OBJECTIVE:
+        raise ConfigError(
+            f"the Optuna study {study.study_name!r} already exists in the sweep's storage for another objective "
+            f"(direction {', '.join(directions)}, objective {objective!r}), and lbtrain's sweep maximizes {OBJECTIVE!r}: "
+            f"rename the experiment (name:), set another sweep.storage, or delete that study "
+            f"(optuna delete-study --study-name {study.study_name} --storage URL)")
+    if "objective" not in study.user_attrs:
+        study.set_user_attr("objective", OBJECTIVE)
 
 
 def suggest(trial: optuna.trial.BaseTrial, search: dict[str, SearchParam]) -> dict[str, Any]:
