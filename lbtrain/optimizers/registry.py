@@ -6,7 +6,7 @@ import functools
 from typing import Any, Callable
 
 from lbtrain._keras import keras
-from lbtrain.optimizers._arguments import accepted_arguments, check_arguments, check_learning_rate
+from lbtrain.optimizers._arguments import accepted_arguments, check_arguments, check_learning_rate, check_number
 from lbtrain.optimizers.lamb import LAMB
 from lbtrain.optimizers.lars import LARS
 
@@ -37,6 +37,8 @@ def build_optimizer(name: str, learning_rate: Any, /, **params) -> keras.optimiz
                          "(a run's comes from its lr section)")
     check_arguments(owner, params, accepted_arguments(OPTIMIZERS[name]))
     learning_rate = check_learning_rate(owner, learning_rate)
+    if params.get("weight_decay") is not None:  # Keras's own optimizers take a negative one silently
+        check_number(owner, "weight_decay", params["weight_decay"], low=0, low_inclusive=True)
     try:
         return OPTIMIZERS[name](learning_rate, **params)
     except TypeError as error:

@@ -188,11 +188,24 @@ def check_runs(planned: list[PlannedRun], mode: Mode | None = None) -> None:
             if model_key not in models_checked:
                 model = build_model(config.model.name, data.input_shape, data.num_classes, **config.model.options)
                 check_output(model, data)
+                _check_stale_gradients_fit(config, model.count_params())
                 if ghost:
                     set_virtual_batch_size(model, config.training.per_worker_batch)
                 models_checked.add(model_key)
         except (ConfigError, DatasetError, ModelError, ScheduleError) as error:
             raise ConfigError(f"{error} (run {run.label}, world size {config.training.world_size})") from None
+
+
+def _check_stale_gradients_fit(config: RunConfig, weights: int) -> None:
+    """``ConfigError`` when ``training.staleness`` copies of the model's gradients
+    (``lbtrain.train_step.StaleGradients``' ring buffer) would not fit in memory."""
+    from lbtrain.config.limits import memory_problem
+
+    staleness = config.training.staleness
+    problem = memory_problem(4.0 * staleness * weights, f"{staleness} delayed copies of the model's {weights} gradients") \
+        if staleness else None
+    if problem is not None:
+        raise ConfigError(f"training.staleness: {problem}; a delay is a few updates")
 
 
 def check_mode(experiment: ExperimentConfig, planned: list[PlannedRun]) -> None:
