@@ -7,11 +7,12 @@ and world size, simulated in this process) for ``PROBE_STEPS`` steps and measure
   trace and compile);
 - ``build_seconds``: loading the data and building and compiling the model;
 - ``eval_sample_seconds``: the time to evaluate one sample (a timed pass over the validation,
-  or else the test, set).
+  or else the test, set);
 
-A run of ``S`` updates over ``E`` epochs is then priced at::
+and once, ``launch_seconds``: a fresh Python process importing lbtrain's trainer (TensorFlow), as
+the runner starts one for every run. A run of ``S`` updates over ``E`` epochs is then priced at::
 
-    build_seconds + S x step_seconds(B) + eval_sample_seconds x (E x n_validation + n_train + n_test)
+    launch_seconds + build_seconds + S x step_seconds(B) + eval_sample_seconds x (E x n_validation + n_train + n_test)
 
 (the trainer evaluates the validation set after every epoch and the train and test sets at the
 end). The price counts the runs one after another on this machine; runs started as other
@@ -26,7 +27,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import statistics
+import subprocess
+import sys
 import time
 from typing import Iterable
 
@@ -60,10 +64,11 @@ class Probe:
     train_size: int
     validation_size: int
     test_size: int
+    launch_seconds: float = 0.0
 
     def to_dict(self) -> dict:
         return {"costs": [dataclasses.asdict(cost) for cost in self.costs.values()], "train_size": self.train_size,
-                "validation_size": self.validation_size, "test_size": self.test_size}
+                "validation_size": self.validation_size, "test_size": self.test_size, "launch_seconds": self.launch_seconds}
 
 
 def _probe_config(config: RunConfig, steps: int) -> RunConfig:
@@ -109,8 +114,16 @@ def _measure(config: RunConfig) -> tuple[StepCost, tuple[int, int, int]]:
     return cost, (len(data.x_train), len(data.x_validation), len(data.x_test))
 
 
+def launch_seconds() -> float:
+    """The wall time of a fresh Python process that imports lbtrain's trainer (module doc)."""
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import lbtrain.trainer"], capture_output=True, check=False,
+                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    return time.perf_counter() - started
+
+
 def probe_costs(configs: Iterable[RunConfig], steps: int = PROBE_STEPS) -> Probe:
-    """Measures each distinct global batch of ``configs`` once (module doc), in this process."""
+    """Measures each distinct global batch of ``configs`` once, and a process's start (module doc)."""
     costs: dict[int, StepCost] = {}
     sizes = (0, 0, 0)
     for config in configs:
@@ -118,7 +131,7 @@ def probe_costs(configs: Iterable[RunConfig], steps: int = PROBE_STEPS) -> Probe
             continue
         logger.info("price probe: %d steps at global batch %d (%s)", steps, config.global_batch, config.training.world_text)
         costs[config.global_batch], sizes = _measure(_probe_config(config, steps))
-    return Probe(costs, *sizes)
+    return Probe(costs, *sizes, launch_seconds=launch_seconds())
 
 
 def run_seconds(config: RunConfig, probe: Probe) -> float:
@@ -130,7 +143,7 @@ def run_seconds(config: RunConfig, probe: Probe) -> float:
     steps = config.total_steps(per_epoch)
     epochs = -(-steps // per_epoch)
     evaluated = epochs * probe.validation_size + probe.train_size + probe.test_size
-    return cost.build_seconds + steps * cost.step_seconds + evaluated * cost.eval_sample_seconds
+    return probe.launch_seconds + cost.build_seconds + steps * cost.step_seconds + evaluated * cost.eval_sample_seconds
 
 
 def estimate_seconds(configs: Iterable[RunConfig], probe: Probe) -> float:

@@ -77,14 +77,15 @@ def test_an_experiment_with_its_own_grid_or_protocol_is_refused():
 
 
 def probe(step_seconds: dict[int, float]) -> Probe:
-    return Probe({batch: StepCost(batch, seconds, 2.0, 1e-4) for batch, seconds in step_seconds.items()}, 4_000, 400, 1_000)
+    return Probe({batch: StepCost(batch, seconds, 2.0, 1e-4) for batch, seconds in step_seconds.items()}, 4_000, 400, 1_000,
+                 launch_seconds=3.0)
 
 
-def test_a_run_is_priced_by_build_steps_and_evaluated_samples():
+def test_a_run_is_priced_by_its_process_build_steps_and_evaluated_samples():
     config = run_config_from_dict({"data": {"dataset": "mnist1d"}, "training": {"per_worker_batch": 32, "world_size": 4, "epochs": 3,
                                                                                  "min_steps": 300}})
     # 4,000 // 128 = 31 steps an epoch; the floor gives 300 steps over ceil(300 / 31) = 10 epochs.
-    expected = 2.0 + 300 * 0.05 + 1e-4 * (10 * 400 + 4_000 + 1_000)
+    expected = 3.0 + 2.0 + 300 * 0.05 + 1e-4 * (10 * 400 + 4_000 + 1_000)
     assert run_seconds(config, probe({128: 0.05})) == pytest.approx(expected)
 
 
