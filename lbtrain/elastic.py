@@ -31,12 +31,15 @@ size each, so the same LR logic can be studied on one machine exactly.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from typing import Any, Callable, Mapping, Sequence
 
 import tensorflow as tf
 
 from lbtrain._registration import keras_serializable
+
+logger = logging.getLogger(__name__)
 
 LearningRateSchedule = tf.keras.optimizers.schedules.LearningRateSchedule
 
@@ -107,6 +110,11 @@ def plan_segments(world_sizes: Mapping[int, int], unit: str, per_worker_batch: i
         if room > 0:
             segments.append(WorldSegment(step, room, size, samples))
             step, samples = step + room, samples + room * batch
+    past = [point for point, _ in points[1:] if (point >= step if unit == "steps" else point >= samples)]
+    if past:
+        # Not an error (a schedule may be shared by budgets of several lengths), but never silent.
+        logger.warning("training.elastic.world_sizes: %s past the run's end (%d %s), so the world does not change there",
+                       ", ".join(f"point {point}" for point in past), step if unit == "steps" else samples, unit)
     return segments
 
 

@@ -139,7 +139,7 @@ def test_world_size_points_read_back_from_json_keys():
 
 
 def test_elastic_is_refused_outside_a_simulated_world():
-    from lbtrain.modes import get_mode
+    from lbtrain.worlds.modes import get_mode
 
     config = run_config_from_dict(_run(world_sizes={0: 4, 8: 2}))
     assert get_mode("mirrored").unsupported_setting(config).startswith(
@@ -220,3 +220,15 @@ def test_a_simulated_elastic_run_resumed_after_its_target_trains_no_further(tmp_
     assert again.total_steps == 8 and [row["epoch"] for row in again.history] == [row["epoch"] for row in first.history]
     for a, b in zip(first.model.get_weights(), again.model.get_weights()):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_schedule_point_past_the_budget_is_warned_about_not_dropped_silently(caplog):
+    with caplog.at_level("WARNING", logger="lbtrain.elastic"):
+        segments = plan_segments({0: 4, 3: 2, 500: 8}, "steps", 8, 320)
+    assert [(s.start_step, s.steps, s.world_size) for s in segments] == [(0, 3, 4), (3, 14, 2)]
+    assert [record.getMessage() for record in caplog.records] == [
+        "training.elastic.world_sizes: point 500 past the run's end (17 steps), so the world does not change there"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="lbtrain.elastic"):
+        plan_segments({0: 4, 3: 2}, "steps", 8, 320)
+    assert caplog.records == []
