@@ -5,9 +5,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -111,10 +113,23 @@ def discovered_hosts(discovery: str | list[str]) -> dict[str, int]:
                           "or the list of host:slots)")
     if not os.access(script, os.X_OK):
         raise ConfigError(f"{field}: {discovery} is not executable (chmod +x it)")
+    # In a session of its own, so a script that hangs is killed with everything it started (a
+    # `sleep` it waits on would otherwise outlive lbtrain).
+    process = subprocess.Popen([str(script.resolve())], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
     try:
-        completed = subprocess.run([str(script.resolve())], capture_output=True, text=True, timeout=DISCOVERY_TIMEOUT_SECONDS)
+        stdout, stderr = process.communicate(timeout=DISCOVERY_TIMEOUT_SECONDS)
     except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
         raise ConfigError(f"{field}: {discovery} did not finish within {DISCOVERY_TIMEOUT_SECONDS} s") from None
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        raise
+    completed = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
     if completed.returncode != 0:
         said = next((line.strip() for line in completed.stderr.splitlines() if line.strip()), "no message")
         raise ConfigError(f"{field}: {discovery} failed (exit {completed.returncode}): {said[:200]}")
