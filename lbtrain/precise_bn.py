@@ -65,7 +65,9 @@ def recompute_batch_norm_statistics(model: tf.keras.Model, x: np.ndarray, group_
     usable = len(x) // batch * batch
     if usable == 0:
         raise ValueError(f"precise batch norm needs at least {batch} samples, got {len(x)}")
-    probe = tf.keras.Model(model.inputs, [layer.input for layer in layers])
+    # ``model.input``, the inputs as the model takes them (one tensor for one input): ``model.inputs``
+    # is always a list, which Keras 3 warns about at every call with one tensor.
+    probe = tf.keras.Model(model.input, [layer.input for layer in layers])
     sums = [[np.zeros(layer.moving_mean.shape, np.float64), np.zeros(layer.moving_mean.shape, np.float64)] for layer in layers]
     groups = 0
     for start in range(0, usable, batch):

@@ -1,6 +1,8 @@
 """Precise batch-norm statistics: population statistics of the current weights against a NumPy
 reference, for ghost and plain batch norm, and wired into the trainer before every evaluation."""
 
+import warnings
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -52,6 +54,15 @@ def test_a_plain_batch_norm_layer_is_fed_one_group_at_a_time():
     np.testing.assert_allclose(layer.moving_variance.numpy(), groups.var(axis=1, ddof=1).mean(axis=0), rtol=1e-5)
     with pytest.raises(ValueError, match="precise batch norm needs at least 8 samples, got 5"):
         recompute_batch_norm_statistics(model, x[:5], group_size=8)
+
+
+def test_a_one_input_model_is_probed_without_a_warning():
+    """Keras 3 warned "The structure of `inputs` doesn't match the expected structure" at every
+    probe batch when the probe took ``model.inputs`` (a list) and was called with one tensor."""
+    model = dense_bn_model(tf.keras.layers.BatchNormalization(name="plain"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert recompute_batch_norm_statistics(model, np.ones((16, 5), np.float32), group_size=8) == 1
 
 
 def test_a_model_without_batch_norm_is_left_alone():
