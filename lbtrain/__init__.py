@@ -34,7 +34,7 @@ _LOCATIONS = {
                     "lbtrain.data"),
     **dict.fromkeys(("HorovodWorld", "MirroredWorld", "MultiWorkerWorld", "ParameterServerWorld", "SimulatedWorld", "UpdateClock",
                      "World"), "lbtrain.worlds"),
-    **dict.fromkeys(("MODES", "Mode", "get_mode"), "lbtrain.modes"),
+    **dict.fromkeys(("MODES", "Mode", "get_mode"), "lbtrain.worlds.modes"),
     **dict.fromkeys(("current_world", "prepare_run"), "lbtrain.worlds.build"),
     **dict.fromkeys(("launch_multiworker", "launch_parameter_server"), "lbtrain.launch.cluster"),
     "GhostBatchNormalization": "lbtrain.layers",

@@ -25,7 +25,7 @@ import logging
 import os
 import sys
 
-from lbtrain.modes import LAUNCHER_VARIABLES
+from lbtrain.worlds.modes import LAUNCHER_VARIABLES
 
 LOGGER_NAME = "lbtrain"
 # The command line's --quiet, (default), --verbose.
@@ -37,7 +37,7 @@ VERBOSITY_VARIABLE = "LBTRAIN_VERBOSITY"
 
 def process_rank() -> str:
     """This process's place in a job of several, as a log line shows it: ``rank 1`` under
-    horovodrun/mpirun (``lbtrain.modes.LAUNCHER_VARIABLES``), ``worker 1`` (the task type and
+    horovodrun/mpirun (``lbtrain.worlds.modes.LAUNCHER_VARIABLES``), ``worker 1`` (the task type and
     index of ``$TF_CONFIG``) in a tf.distribute job; ``""`` in a process of its own."""
     for name in LAUNCHER_VARIABLES:
         value = os.environ.get(name, "").strip()

@@ -14,14 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from lbtrain.modes import MODE_NAMES
+from lbtrain.launch import launchers
+from lbtrain.worlds.modes import MODE_NAMES
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lbtrain"
 ARCHITECTURE_PAGE = PACKAGE.parent / "docs" / "architecture.md"
 # Bottom to top: a module may import its own layer and those below it, never one above.
 LAYERS = (
     ("foundation", ("lbtrain._lazy", "lbtrain._registration", "lbtrain.errors", "lbtrain.files", "lbtrain.spelling",
-                    "lbtrain.recipe", "lbtrain.scaling", "lbtrain.modes", "lbtrain.logs", "lbtrain.measures.noise_scale",
+                    "lbtrain.recipe", "lbtrain.scaling", "lbtrain.modes", "lbtrain.worlds.modes", "lbtrain.logs", "lbtrain.measures.noise_scale",
                     "lbtrain.measures.steps_to_target", "lbtrain.launch.error_line", "lbtrain.results", "lbtrain.storage_urls", "lbtrain.registry",
                     "lbtrain.rounding", "lbtrain.verdict")),
     ("keras library", ("lbtrain._keras", "lbtrain.kernels", "lbtrain.layers", "lbtrain.schedules", "lbtrain.elastic", "lbtrain.optimizers", "lbtrain.models",
@@ -134,7 +135,7 @@ def test_a_layer_test_would_see_an_upward_import():
     assert "lbtrain.config" in GRAPH["lbtrain.trainer"]
 
 
-@pytest.mark.parametrize("modules", ["lbtrain.config", "lbtrain.modes", "lbtrain.reports, lbtrain.reports.report, "
+@pytest.mark.parametrize("modules", ["lbtrain.config", "lbtrain.worlds.modes, lbtrain.launch.launchers", "lbtrain.reports, lbtrain.reports.report, "
                                      "lbtrain.reports.comparison, lbtrain.reports.tables", "lbtrain.results, lbtrain.cli",
                                      "lbtrain.measures.noise_scale, lbtrain.measures.steps_to_target"])
 def test_these_modules_load_without_tensorflow(modules):
@@ -143,19 +144,45 @@ def test_these_modules_load_without_tensorflow(modules):
     assert completed.stdout.split() == ["False", "False"]
 
 
-def _compares_a_mode_name(node: ast.Compare) -> bool:
+def _compares_with(node: ast.Compare, words: set[str] | tuple[str, ...]) -> bool:
+    """Whether a comparison has one of ``words`` as an operand (or in a tuple, list or set operand)."""
     operands = [node.left, *node.comparators]
     for operand in operands:
         values = operand.elts if isinstance(operand, (ast.Tuple, ast.List, ast.Set)) else [operand]
-        if any(isinstance(value, ast.Constant) and value.value in MODE_NAMES for value in values):
+        if any(isinstance(value, ast.Constant) and value.value in words for value in values):
             return True
     return False
 
 
+def comparisons_with(words: set[str] | tuple[str, ...], outside: str) -> list[str]:
+    """``module:line`` of every comparison with one of ``words`` in a module outside ``outside``."""
+    return [f"{name}:{node.lineno}" for name, path in MODULES.items() if name != outside and not name.startswith(outside + ".")
+            for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Compare) and _compares_with(node, words)]
+
+
 def test_no_mode_name_is_compared_outside_the_registry():
-    found = [f"{name}:{node.lineno}" for name, path in MODULES.items() if name != "lbtrain.modes"
-             for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Compare) and _compares_a_mode_name(node)]
-    assert found == []
+    assert comparisons_with(MODE_NAMES, "lbtrain.worlds.modes") == []
+
+
+# The ways processes start, as the words lbtrain compared before they were launcher classes, and
+# the classes' own names.
+LAUNCH_WORDS = {"isolated", "child", "fresh_process", "horovodrun", "independent", "tf_cluster", "parameter_server_job",
+                *(name for name in dir(launchers) if name.endswith("Launcher"))}
+
+
+def test_no_launch_kind_is_told_apart_outside_lbtrain_launch():
+    """The plan, the runner and the bench ask a mode's launcher; they never compare how it starts."""
+    assert comparisons_with(LAUNCH_WORDS, "lbtrain.launch") == []
+    isinstance_checks = [f"{name}:{node.lineno}" for name, path in MODULES.items() if not name.startswith("lbtrain.launch")
+                         for node in ast.walk(ast.parse(path.read_text()))
+                         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance"
+                         and any(getattr(part, "id", getattr(part, "attr", None)) in LAUNCH_WORDS for part in ast.walk(node.args[1]))]
+    assert isinstance_checks == []
+
+
+def test_a_comparison_test_would_see_a_launch_kind(tmp_path):
+    compare = ast.parse('mode.launch == "horovodrun" or kind in ("tf_cluster", "x")').body[0].value
+    assert [_compares_with(node, LAUNCH_WORDS) for node in compare.values] == [True, True]
 
 
 def test_every_public_module_is_in_the_api_reference():

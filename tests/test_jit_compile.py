@@ -20,8 +20,8 @@ import pytest
 
 from conftest import run_horovod
 from lbtrain.config import LATER_FIELD_DEFAULTS, ConfigError, run_config_from_dict
-from lbtrain.modes import get_mode
 from lbtrain.trainer import accelerators, resolve_jit_compile, train
+from lbtrain.worlds.modes import get_mode
 from lbtrain.worlds.simulated import SimulatedWorld
 
 RTOL, ATOL = 1e-5, 1e-6

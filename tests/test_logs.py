@@ -18,7 +18,7 @@ from lbtrain.logs import (
     current_verbosity,
     process_rank,
 )
-from lbtrain.modes import LAUNCHER_VARIABLES
+from lbtrain.worlds.modes import LAUNCHER_VARIABLES
 
 
 @pytest.fixture(autouse=True)

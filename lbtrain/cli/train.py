@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from lbtrain.cli import arguments
-from lbtrain.modes import MODE_NAMES, MODES
+from lbtrain.worlds.modes import MODE_NAMES, MODES
 
 logger = logging.getLogger(__name__)
 

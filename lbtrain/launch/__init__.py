@@ -1,9 +1,9 @@
-"""Every process lbtrain starts, and how it reports back: the isolated child that trains simulated
-runs (``isolation``), ``horovodrun`` (``horovodrun``), tf.distribute and parameter-server jobs
-on this machine (``cluster``), their ports (``ports``) and the one error line a failed process
-is reported by (``error_line``). ``start_run`` starts one run's processes for its mode's launch
-kind (``lbtrain.modes.Mode.launch``), ``run_footprint`` says what one takes of the machine;
-``run_side_by_side`` the workers of a parallel sweep."""
+"""Every process lbtrain starts, and how it reports back: one launcher class per way a run's
+processes start (``launchers``: a mode names its own, ``lbtrain.worlds.modes.Mode.launcher``),
+the isolated child that trains simulated runs (``isolation``), ``horovodrun`` (``horovodrun``),
+tf.distribute and parameter-server jobs on this machine (``cluster``), their ports (``ports``)
+and the one error line a failed process is reported by (``error_line``); ``run_side_by_side``
+the workers of a parallel sweep."""
 
 from __future__ import annotations
 
@@ -14,79 +14,14 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import IO, Sequence
 
-from lbtrain.config import ElasticConfig, ExperimentConfig
-from lbtrain.launch.cluster import JobExit, launch_multiworker, launch_parameter_server
-from lbtrain.launch.horovodrun import horovod_launch_problem, launch_horovod
 from lbtrain.logs import child_environment
 
 # Seconds processes started side by side get to end after an interrupt before they are killed.
 INTERRUPT_GRACE_SECONDS = 30.0
 OWN_INTERRUPT_SECONDS = 10.0  # first, the time they get to end on a SIGINT of their own
 ERROR_PREFIX = "lbtrain: error: "  # how an lbtrain command's one-line error starts (lbtrain.cli)
-LAUNCH_KINDS = ("isolated", "fresh_process", "horovodrun", "tf_cluster", "parameter_server_job")
-
-
-def launch_problem(kind: str) -> str | None:
-    """Why runs of this launch kind cannot start here (naming the fix), or None."""
-    return horovod_launch_problem() if kind == "horovodrun" else None
-
-
-def run_fresh_process(program: Sequence[str], task: str, env: dict[str, str] | None = None) -> JobExit:
-    """Runs ``program`` once in a fresh process (whose TensorFlow has not yet started, so it can
-    set devices up), with ``env`` added to its environment, and waits for it; ``task`` names it
-    in a failure."""
-    completed = subprocess.run(list(program), capture_output=True, text=True, env={**child_environment(), **(env or {})})
-    return JobExit(completed.returncode, output=completed.stdout + completed.stderr, task=task)
-
-
-@dataclasses.dataclass(frozen=True)
-class Footprint:
-    """What one run takes of this machine: its ``processes`` (each with TensorFlow's threads),
-    the ``gpus`` it trains on where there are GPUs, and whether it listens on fixed ports
-    (``fixed_ports``: two such runs at once would collide, so they run one at a time)."""
-
-    processes: int
-    gpus: int
-    fixed_ports: bool = False
-
-
-def run_footprint(kind: str, world_size: int, experiment: ExperimentConfig) -> Footprint:
-    """The ``Footprint`` of one run of launch ``kind`` at ``world_size``: an isolated child is one
-    process on one GPU; a fresh process (``tf.distribute.MirroredStrategy``) one process over
-    ``world_size`` devices; horovodrun and a tf.distribute cluster one process and one GPU per
-    worker; a parameter-server job its chief, workers and parameter servers, a GPU per worker."""
-    if kind in ("isolated", "fresh_process"):
-        return Footprint(1, 1 if kind == "isolated" else world_size)
-    if kind == "horovodrun":
-        return Footprint(world_size, world_size)
-    if kind == "tf_cluster":
-        return Footprint(world_size, world_size, experiment.multiworker.base_port is not None)
-    if kind == "parameter_server_job":
-        settings = experiment.parameter_server
-        return Footprint(1 + world_size + settings.ps_tasks, world_size, settings.base_port is not None)
-    raise ValueError(f"unknown launch kind {kind!r} (allowed: {', '.join(LAUNCH_KINDS)})")
-
-
-def start_run(kind: str, program: Sequence[str], world_size: int, experiment: ExperimentConfig, run_dir: Path,
-              elastic: ElasticConfig | None = None, env: dict[str, str] | None = None) -> JobExit:
-    """Runs ``program`` (one run's ``lbtrain train ... --mode M``) as launch ``kind`` says, for
-    ``world_size`` workers, with the experiment's launch settings (and the run's
-    ``training.elastic``, for Horovod's elastic launcher) and ``env`` added to every process's
-    environment (the GPUs it may see); returns how the job ended. A launch setting that cannot
-    be met (a port in use, a discovery script that fails) is a ``ConfigError``."""
-    if kind == "horovodrun":
-        return launch_horovod(experiment.horovod, world_size, program, run_dir, elastic=elastic, env=env)
-    if kind == "fresh_process":
-        return run_fresh_process(program, task=f"lbtrain train --mode {experiment.mode}", env=env)
-    if kind == "tf_cluster":
-        return launch_multiworker(world_size, program, base_port=experiment.multiworker.base_port, env=env)
-    if kind == "parameter_server_job":
-        return launch_parameter_server(world_size, experiment.parameter_server.ps_tasks, program,
-                                       base_port=experiment.parameter_server.base_port, env=env)
-    raise ValueError(f"launch kind {kind!r} starts no job here (allowed: {', '.join(LAUNCH_KINDS[1:])})")
 
 
 @dataclasses.dataclass(frozen=True)

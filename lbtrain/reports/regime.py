@@ -34,7 +34,7 @@ claim is that too few updates make the gap, so its large batch at few updates is
 A study's regime is read from its committed files (``study_regimes``): each run's
 ``metrics.json`` (its global batch, steps per epoch and budget) and ``experiment.yaml`` (its
 mode). The *update batch* is the global batch of a synchronous mode. For an asynchronous one
-(``lbtrain.modes``: not ``sweepable``, since its update is not the synchronous one), it is one
+(``lbtrain.worlds.modes``: not ``sweepable``, since its update is not the synchronous one), it is one
 worker's batch, which each update applies. The training-set size ``N`` is the smallest consistent with every
 run: an epoch is ``N // B`` updates at update batch ``B``, so ``spe * B <= N < (spe + 1) * B``.
 It is exact when the smallest batch divides ``N``, else below ``N`` by less than one batch.
@@ -54,8 +54,8 @@ from typing import Any, Callable
 
 import yaml
 
-from lbtrain.modes import get_mode
 from lbtrain.results import EXPERIMENT_FILE, METRICS_FILE, RUNS_FOLDER
+from lbtrain.worlds.modes import get_mode
 
 MAX_BATCH_FRACTION = 0.05
 MIN_UPDATES = 300

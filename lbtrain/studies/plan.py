@@ -3,7 +3,7 @@ anything trains.
 
 ``expand`` turns an ``ExperimentConfig`` into ``PlannedRun``s with stable ids (a hash of the
 resolved run config, after a readable prefix); ``check_runs`` checks every run against its data
-and model, and ``check_mode`` against the experiment's mode (``lbtrain.modes``), so a bad grid
+and model, and ``check_mode`` against the experiment's mode (``lbtrain.worlds.modes``), so a bad grid
 point is a one-line error before the first run trains. ``place_runs`` decides how the runs share
 the machine: how many train at once, with how many TensorFlow threads each, on which GPUs.
 """
@@ -29,7 +29,7 @@ from lbtrain.config import (
     run_config_from_dict,
     with_overrides,
 )
-from lbtrain.modes import Mode, get_mode
+from lbtrain.worlds.modes import Mode, get_mode
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,10 +212,9 @@ def check_mode(experiment: ExperimentConfig, planned: list[PlannedRun]) -> None:
     """The experiment's mode against this machine and every run, before anything trains: its
     launcher is here, this stack runs it, no run uses a setting the mode lacks, and fixed ports
     leave the largest run its ports. A problem is a one-line ``ConfigError`` naming the run."""
-    from lbtrain.launch import launch_problem
-
     mode = get_mode(experiment.mode)
-    problem = launch_problem(mode.launch)
+    launcher = mode.launcher()
+    problem = launcher.problem()
     if problem is not None:
         raise ConfigError(f"mode: {mode.name}: {problem}")
     problem = mode.launch_problem()
@@ -234,18 +233,7 @@ def check_mode(experiment: ExperimentConfig, planned: list[PlannedRun]) -> None:
             discovered_hosts(elastic.discovery)
             checked_discoveries.append(elastic.discovery)
     if planned:
-        _check_ports(experiment, max(run.config.training.world_size for run in planned))
-
-
-def _check_ports(experiment: ExperimentConfig, world_size: int) -> None:
-    """The fixed ports of the experiment's launch settings, for its largest run."""
-    from lbtrain.launch.ports import job_ports
-
-    if experiment.multiworker.base_port is not None and get_mode(experiment.mode).launch == "tf_cluster":
-        job_ports(world_size, experiment.multiworker.base_port, "multiworker.base_port")
-    settings = experiment.parameter_server
-    if settings.base_port is not None and get_mode(experiment.mode).launch == "parameter_server_job":
-        job_ports(1 + world_size + settings.ps_tasks, settings.base_port, "parameter_server.base_port")
+        launcher.check_ports(max(run.config.training.world_size for run in planned), experiment)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -291,7 +279,7 @@ def visible_gpus(gpus: int, variable: str | None = None) -> list[str]:
 
 def place_runs(runs: int, *, processes: int, cores: int, gpus: Sequence[str] = (), gpus_per_run: int = 1,
                workers: int | None = None) -> Placement:
-    """How ``runs`` runs, each of ``processes`` processes (``lbtrain.launch.run_footprint``) that
+    """How ``runs`` runs, each of ``processes`` processes (the mode launcher's ``footprint``) that
     trains on ``gpus_per_run`` GPUs where there are GPUs, share ``cores`` cores and the ``gpus``
     (``visible_gpus``).
 

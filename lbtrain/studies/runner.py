@@ -1,11 +1,11 @@
 """Runs an experiment's plan: trains each run in its mode's world, writes the summary.
 
 ``run_experiment`` trains the runs that have no ``metrics.json`` yet (so a killed experiment
-resumes where it stopped; an interrupted run continues from its last epoch checkpoint): in a
-child process for a mode launched ``isolated`` (``lbtrain.launch.isolation``: a run that crashes
-the process is recorded, not fatal), else as ``lbtrain train --mode M`` processes started by the
-mode's launch kind (``lbtrain.launch.start_run``: horovodrun, a fresh process, a tf.distribute
-or parameter-server job). A run whose configuration another label's run already finished (the
+resumes where it stopped; an interrupted run continues from its last epoch checkpoint): in the
+child process its mode's launcher keeps (``lbtrain.launch.isolation``: a run that crashes the
+process is recorded, not fatal), else as ``lbtrain train --mode M`` processes its mode's
+launcher starts (``lbtrain.launch.launchers``: horovodrun, a fresh process, a tf.distribute or
+parameter-server job). A run whose configuration another label's run already finished (the
 same hash ends both ids) is copied from it, not trained: it would train to the same numbers.
 Independent runs train side by side, as many as the cores (or GPUs) allow (``placement``): small
 models leave most of a machine idle from one process. It records diverged and failed runs and
@@ -32,8 +32,7 @@ import yaml
 
 from lbtrain.config import ConfigError, ExperimentConfig, describe_budget
 from lbtrain.files import csv_text, write_atomic
-from lbtrain.launch.isolation import RunEnded, RunProcess
-from lbtrain.modes import Mode, get_mode
+from lbtrain.launch.isolation import RunEnded
 from lbtrain.results import (
     CONFIG_FILE,
     EXPERIMENT_FILE,
@@ -51,6 +50,7 @@ from lbtrain.results import (
 )
 from lbtrain.studies.plan import Placement, PlannedRun, check_mode, check_runs, expand, place_runs, visible_gpus
 from lbtrain.verdict import is_ok
+from lbtrain.worlds.modes import Mode, get_mode
 
 logger = logging.getLogger(__name__)
 
@@ -143,16 +143,14 @@ def _launched_result(planned: PlannedRun, run_dir: Path, returncode: int, failur
 
 def _train_launched(mode: Mode, planned: PlannedRun, run_dir: Path, experiment: ExperimentConfig, threads: int,
                     environment: dict[str, str], stopped: threading.Event) -> RunResult:
-    """Runs ``lbtrain train --mode M --threads T`` for ``planned`` as the mode's launch kind
+    """Runs ``lbtrain train --mode M --threads T`` for ``planned`` as the mode's launcher
     starts it, with ``environment`` (the root writes the run); a job that fails is a failed run,
     with the failing task's error line. A job that ended after ``stopped`` was set, or by SIGINT
     (a terminal's Ctrl-C reaches every process of the job), is not recorded: ``RunEnded``."""
-    from lbtrain.launch import start_run
-
     program = [*_train_command(planned, run_dir), "--mode", mode.name, "--threads", str(threads)]
     try:
-        job = start_run(mode.launch, program, planned.config.training.world_size, experiment, run_dir,
-                        elastic=planned.config.training.elastic, env=environment)
+        job = mode.launcher().start(program, planned.config.training.world_size, experiment, run_dir,
+                                    elastic=planned.config.training.elastic, env=environment)
     except ConfigError as error:
         return _launched_result(planned, run_dir, 1, str(error))
     if stopped.is_set() or job.returncode in (-signal.SIGINT, 128 + signal.SIGINT):
@@ -347,14 +345,13 @@ def default_workers() -> int | None:
 
 
 def placement(experiment: ExperimentConfig, planned: list[PlannedRun], workers: int | None = None) -> Placement:
-    """How ``planned``'s runs share this machine (``plan.place_runs``): the mode's launch kind
-    says what one run takes (``lbtrain.launch.run_footprint``: the largest run counts); runs on
+    """How ``planned``'s runs share this machine (``plan.place_runs``): the mode's launcher
+    says what one run takes (its ``footprint``: the largest run counts); runs on
     fixed ports train one at a time. ``workers`` None: the automatic choice."""
-    from lbtrain.launch import run_footprint
     from lbtrain.worlds.horovod import usable_cores
 
-    mode = get_mode(experiment.mode)
-    footprints = [run_footprint(mode.launch, run.config.training.world_size, experiment) for run in planned]
+    launcher = get_mode(experiment.mode).launcher()
+    footprints = [launcher.footprint(run.config.training.world_size, experiment) for run in planned]
     if any(footprint.fixed_ports for footprint in footprints):
         workers = 1
     gpus = visible_gpus(len(_gpus()))
@@ -417,7 +414,7 @@ class _Worker:
 
     def __init__(self, experiment: ExperimentConfig, threads: int, environment: dict[str, str]) -> None:
         self.experiment, self.mode, self.threads, self.environment = experiment, get_mode(experiment.mode), threads, environment
-        self.process = RunProcess(threads, environment) if self.mode.launch == "isolated" else None
+        self.process = self.mode.launcher().child(threads, environment)
         self.stopped = threading.Event()
 
     def train(self, run: PlannedRun, run_dir: Path) -> RunResult:

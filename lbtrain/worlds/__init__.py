@@ -1,4 +1,4 @@
-"""The worlds a run trains in, one module per mode (``lbtrain.modes`` is their registry):
+"""The worlds a run trains in, one module per mode (``lbtrain.worlds.modes`` is their registry):
 ``simulated`` (W workers in one process), ``horovod`` (horovodrun's ranks), ``mirrored`` and
 ``multiworker`` (tf.distribute's synchronous strategies, over ``strategy``) and
 ``parameter_server`` (asynchronous SGD). ``base.World`` is what the trainer sees of each.

@@ -4,7 +4,7 @@ A world says which shard of the stream this process reads, how many samples it f
 how the model and optimizer are prepared (ghost batch norm, gradient averaging, lbtrain's own
 train steps), and how values are averaged or broadcast across ranks. One module per mode
 implements it (``lbtrain.worlds.simulated``, ``horovod``, ``mirrored``, ``multiworker``,
-``parameter_server``); ``lbtrain.modes`` is the registry that names them. The trainer
+``parameter_server``); ``lbtrain.worlds.modes`` is the registry that names them. The trainer
 has one code path for all of them.
 
 Every world can measure the gradient noise scale inside its train step where it can

@@ -1,4 +1,4 @@
-"""This process's world, by mode name (``lbtrain.modes``): what ``lbtrain train`` and every
+"""This process's world, by mode name (``lbtrain.worlds.modes``): what ``lbtrain train`` and every
 launched task build before TensorFlow runs an op."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pydantic import ValidationError
 
 from lbtrain.config import ConfigError, RunConfig, TrainingConfig, run_config_from_dict
 from lbtrain.config.run import check_micro_batches
-from lbtrain.modes import default_mode_name, get_mode
 from lbtrain.worlds.base import World
+from lbtrain.worlds.modes import default_mode_name, get_mode
 
 
 def current_world(world_size: int, micro_batches: int = 1, mode: str | None = None) -> World:

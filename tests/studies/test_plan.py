@@ -6,9 +6,10 @@ import sys
 import pytest
 
 from lbtrain.config import ConfigError, ExperimentConfig
-from lbtrain.launch import Footprint, run_footprint, run_fresh_process
+from lbtrain.launch.launchers import Footprint, run_fresh_process
 from lbtrain.studies.plan import Placement, expand, place_runs, visible_gpus
 from lbtrain.studies.runner import default_workers, placement
+from lbtrain.worlds.modes import get_mode
 
 
 @pytest.mark.parametrize("runs, processes, cores, workers, expected", [
@@ -69,16 +70,19 @@ def experiment(tmp_path, **changes):
     return ExperimentConfig.model_validate(data)
 
 
-def test_every_launch_kind_counts_its_processes_against_the_cores(tmp_path):
+def test_every_modes_launcher_counts_its_processes_against_the_cores(tmp_path):
     exp = experiment(tmp_path)
-    assert run_footprint("isolated", 4, exp) == Footprint(processes=1, gpus=1)
-    assert run_footprint("fresh_process", 4, exp) == Footprint(processes=1, gpus=4)
-    assert run_footprint("horovodrun", 4, exp) == Footprint(processes=4, gpus=4)
-    assert run_footprint("tf_cluster", 4, exp) == Footprint(processes=4, gpus=4)
-    assert run_footprint("parameter_server_job", 4, experiment(tmp_path, parameter_server={"ps_tasks": 2})) == Footprint(7, 4)
-    assert run_footprint("tf_cluster", 2, experiment(tmp_path, multiworker={"base_port": 23456})).fixed_ports
-    with pytest.raises(ValueError, match="unknown launch kind 'ssh'"):
-        run_footprint("ssh", 2, exp)
+
+    def footprint(mode: str, world_size: int, settings: ExperimentConfig = exp) -> Footprint:
+        return get_mode(mode).launcher().footprint(world_size, settings)
+
+    assert footprint("simulated", 4) == Footprint(processes=1, gpus=1)
+    assert footprint("mirrored", 4) == Footprint(processes=1, gpus=4)
+    assert footprint("horovod", 4) == Footprint(processes=4, gpus=4)
+    assert footprint("multiworker", 4) == Footprint(processes=4, gpus=4)
+    assert footprint("parameter_server", 4, experiment(tmp_path, parameter_server={"ps_tasks": 2})) == Footprint(7, 4)
+    assert footprint("multiworker", 2, experiment(tmp_path, multiworker={"base_port": 23456})).fixed_ports
+    assert not footprint("multiworker", 2).fixed_ports
 
 
 def test_the_largest_run_of_the_grid_decides_and_fixed_ports_train_one_at_a_time(tmp_path, monkeypatch):

@@ -19,8 +19,8 @@ from lbtrain._keras import KERAS_3
 from lbtrain.config import ConfigError, run_config_from_dict
 from lbtrain.data import make_input_pipeline
 from lbtrain.launch.cluster import launch_multiworker
-from lbtrain.modes import get_mode
 from lbtrain.trainer import train
+from lbtrain.worlds.modes import get_mode
 from lbtrain.worlds.multiworker import MULTIWORKER_KERAS_3
 from lbtrain.worlds.simulated import SimulatedWorld
 from lbtrain.worlds.strategy import contiguous_worker_batches
