@@ -29,7 +29,7 @@ import tensorflow as tf
 from lbtrain._keras import optimizer_step
 from lbtrain.callbacks import BudgetStop, DivergenceGuard, GeneralizationGap, GradientNoiseScale, LearningRateLogger, Throughput
 from lbtrain.config import ConfigError, RunConfig
-from lbtrain.data import Dataset, load_dataset, make_input_pipeline, sample_stream, steps_per_epoch
+from lbtrain.data import Dataset, make_input_pipeline, sample_stream, steps_per_epoch
 from lbtrain.elastic import ElasticLearningRate, WorldChange, WorldSegment, plan_run, replay_changes
 from lbtrain.measures.flatness import hessian_top_eigenvalue, pac_bayes_flatness, sharpness
 from lbtrain.measures.noise_scale import NoiseScaleSettings
@@ -243,10 +243,7 @@ def build(config: RunConfig, world: World) -> _Built:
     if world.size != settings.world_size and not world.elastic:
         raise ValueError(f"training.world_size is {settings.world_size} but the world has {world.size} workers")
     tf.keras.utils.set_random_seed(settings.seed)
-    data = load_dataset(
-        config.data.dataset, train_subset=config.data.train_subset, validation_split=config.data.validation_split,
-        seed=settings.seed, task=config.data.task, test_split=config.data.test_split, **config.data.options,
-    )
+    data = config.data.load(seed=settings.seed)
     # An update takes ``accumulation_steps`` batches of every worker, or one worker's batch where
     # the workers update one by one (``World.updates_per_step``): epochs count updates.
     steps = steps_per_epoch(len(data.x_train), settings.update_batch, settings.world_size) * world.updates_per_step

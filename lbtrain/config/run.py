@@ -40,14 +40,24 @@ class DataConfig(_Strict):
     datasets, or the user's (``lbtrain.data.sources``: a ``.npz`` path, ``package.module:load``, a
     registered name, ``tfds:<name>``, or in Python the loader itself). ``task``: ``auto``,
     ``classification`` or ``regression``; ``test_split``: the share held out as the test set when
-    the user's data has none."""
+    the user's data has none; ``num_classes``: the classes of the user's classification data
+    (default: the largest training label + 1, refused when the training labels skip a class or
+    the validation or test labels hold one they lack)."""
 
     dataset: str = "fashion_mnist"
     train_subset: int | None = Field(default=None, gt=0)
     validation_split: float = Field(default=0.0, ge=0.0, lt=1.0)
     task: Literal["auto", "classification", "regression"] = "auto"
     test_split: float = Field(default=0.2, gt=0.0, lt=1.0)
+    num_classes: int | None = Field(default=None, ge=2)
     options: dict[str, Any] = Field(default_factory=dict)
+
+    def load(self, seed: int = 0):
+        """The ``lbtrain.data.Dataset`` this section describes, split with ``seed``."""
+        from lbtrain.data import load_dataset
+
+        return load_dataset(self.dataset, train_subset=self.train_subset, validation_split=self.validation_split, seed=seed,
+                            task=self.task, test_split=self.test_split, classes=self.num_classes, **self.options)
 
     @field_validator("dataset", mode="before")
     @classmethod

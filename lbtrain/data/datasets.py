@@ -22,7 +22,7 @@ import numpy as np
 from lbtrain.config.limits import MAX_SEED, memory_problem, quote
 from lbtrain.data.errors import DatasetError
 from lbtrain.data.formats import find_idx_directory, idx_search_path, read_idx_directory
-from lbtrain.data.sources import check_source_options, is_user_dataset, load_user_data
+from lbtrain.data.sources import check_source_options, is_user_dataset, load_user_data, unseen_classes
 from lbtrain.files import write_atomic
 from lbtrain.spelling import did_you_mean
 
@@ -330,12 +330,17 @@ def check_dataset_options(name: str, options: dict[str, Any]) -> None:
 
 
 @functools.lru_cache(maxsize=8)
-def _load_raw(name: str, options: tuple, task: str, test_split: float) -> RawData:
+def _load_raw(name: str, options: tuple, task: str, test_split: float, classes: int | None = None) -> RawData:
     if name in DATASETS:
         if task == "regression":
             raise DatasetError(f"dataset {name!r} is a classification dataset; data.task regression needs data of your own")
-        return dataset_info(name).load(**_thawed(dict(options)))
-    x_train, y_train, x_test, y_test, num_classes, task, source = load_user_data(name, _thawed(dict(options)), task, test_split)
+        raw = dataset_info(name).load(**_thawed(dict(options)))
+        if classes is not None and classes != raw.num_classes:
+            raise DatasetError(f"dataset {name!r} has {raw.num_classes} classes, but data.num_classes is {classes}: "
+                               "leave it unset for lbtrain's datasets")
+        return raw
+    x_train, y_train, x_test, y_test, num_classes, task, source = load_user_data(name, _thawed(dict(options)), task,
+                                                                                 test_split, classes)
     return RawData(x_train, y_train, x_test, y_test, num_classes, source, task)
 
 
@@ -365,6 +370,7 @@ def load_dataset(
     seed: int = 0,
     task: str = "auto",
     test_split: float = 0.2,
+    classes: int | None = None,
     **options,
 ) -> Dataset:
     """Loads dataset ``name`` and splits it.
@@ -380,6 +386,10 @@ def load_dataset(
         ``lbtrain.data.sources``).
       test_split: the share of the user's training arrays held out as the test set when the
         source has no test split.
+      classes: the number of classes (``data.num_classes``) of the user's classification data;
+        None infers it from the training labels, which must then hold every class from 0 to
+        their largest, and the validation and test labels no class the (subset's) training
+        labels lack (``lbtrain.data.sources.number_of_classes``).
       **options: dataset-specific options (``mnist1d``: num_samples, generator_seed;
         ``synthetic``: input_shape, num_classes, train_size, test_size, generator_seed; a
         loader's keyword arguments).
@@ -397,7 +407,9 @@ def load_dataset(
     if not 0.0 <= validation_split < 1.0:
         raise DatasetError(f"validation_split must be in [0, 1), got {validation_split!r}")
     frozen = tuple(sorted((key, _frozen(value)) for key, value in options.items()))
-    raw = _load_raw(name, frozen, task, test_split)
+    if classes is not None and (isinstance(classes, bool) or not isinstance(classes, int) or classes < 2):
+        raise DatasetError(f"data.num_classes must be an integer >= 2, got {classes!r}")
+    raw = _load_raw(name, frozen, task, test_split, classes)
     if train_subset is not None:
         if not isinstance(train_subset, int) or not 0 < train_subset <= len(raw.x_train):
             raise DatasetError(
@@ -409,6 +421,10 @@ def load_dataset(
     if validation_split > 0 and not 0 < num_validation < len(order):
         raise DatasetError(f"validation_split {validation_split} leaves an empty train or validation set")
     train_index, validation_index = np.sort(order[num_validation:]), np.sort(order[:num_validation])
+    if raw.task == "classification" and name not in DATASETS and classes is None:
+        seen = np.unique(raw.y_train[train_index])
+        for key, labels in (("y_validation", raw.y_train[validation_index]), ("y_test", raw.y_test)):
+            unseen_classes(name, seen, key, labels)
     return Dataset(
         name=name,
         x_train=raw.x_train[train_index],

@@ -272,10 +272,48 @@ def _class_labels(name: str, key: str, values: np.ndarray) -> np.ndarray:
     return labels.astype(np.int32)
 
 
-def load_user_data(name: str, options: dict[str, Any], task: str = "auto", test_split: float = 0.2) -> tuple:
+def _listed(values) -> str:
+    values = [int(value) for value in values]
+    return ", ".join(map(str, values[:5])) + (f" and {len(values) - 5} more" if len(values) > 5 else "")
+
+
+def number_of_classes(name: str, y_train: np.ndarray, y_test: np.ndarray, declared: int | None) -> int:
+    """The output width of a classifier of ``name``'s labels: ``declared`` (``data.num_classes``)
+    when given, every label below it; else the largest training label + 1, where the training
+    labels must hold every class below it (a gap, or one stray label 57, would silently widen the
+    model) and the test labels no class the training labels lack."""
+    if declared is not None:
+        for key, labels in (("y_train", y_train), ("y_test", y_test)):
+            if labels.max() >= declared:
+                raise DatasetError(f"dataset {name!r}: {key} holds the label {int(labels.max())}, but data.num_classes is "
+                                   f"{declared} (labels 0 to {declared - 1})")
+        return declared
+    seen = np.unique(y_train)
+    count = int(seen[-1]) + 1
+    if len(seen) < count:
+        missing = np.setdiff1d(np.arange(count), seen)
+        raise DatasetError(f"dataset {name!r}: the training labels skip class {_listed(missing)} of 0 to {count - 1}; "
+                           f"set data.num_classes: {count} if the model should output every class up to {count - 1}, "
+                           "or relabel with np.unique(y, return_inverse=True)")
+    unseen_classes(name, seen, "y_test", y_test)
+    return count
+
+
+def unseen_classes(name: str, seen: np.ndarray, key: str, labels: np.ndarray) -> None:
+    """Refuses ``labels`` (of split ``key``) holding a class no training label (``seen``) has."""
+    unseen = np.setdiff1d(np.unique(labels), seen)
+    if len(unseen):
+        raise DatasetError(f"dataset {name!r}: {key} holds class {_listed(unseen)}, which no training label has (the "
+                           f"training labels hold {len(seen)} classes, 0 to {int(seen[-1])}); set data.num_classes if "
+                           "the model should output it, or fix the labels")
+
+
+def load_user_data(name: str, options: dict[str, Any], task: str = "auto", test_split: float = 0.2,
+                   num_classes: int | None = None) -> tuple:
     """Reads and checks data source ``name``; returns ``(x_train, y_train, x_test, y_test,
     num_classes, task, source)``, ``num_classes`` being the output width a model needs (classes,
-    or regression targets)."""
+    or regression targets): for classification, ``number_of_classes`` with the declared
+    ``num_classes`` (``data.num_classes``) if given."""
     if task not in TASKS:
         raise DatasetError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
     check_source_options(name, options)
@@ -309,11 +347,14 @@ def load_user_data(name: str, options: dict[str, Any], task: str = "auto", test_
     task = _task_of(name, [arrays["y_train"], arrays["y_test"]], task)
     if task == "classification":
         y_train, y_test = (_class_labels(name, key, arrays[key]) for key in ("y_train", "y_test"))
-        num_classes = int(max(y_train.max(), y_test.max())) + 1
         if len(np.unique(y_train)) < 2:
             raise DatasetError(f"dataset {name!r}: every training label is {y_train[0]}; classification needs at least two "
                                "classes (for regression targets set data.task: regression)")
+        num_classes = number_of_classes(name, y_train, y_test, num_classes)
     else:
+        if num_classes is not None:
+            raise DatasetError(f"dataset {name!r}: data.num_classes is for classification, and these labels are regression "
+                               "targets: leave it unset (or set data.task: classification for integer class labels)")
         y_train, y_test = (arrays[key].reshape(len(arrays[key]), -1).astype(np.float32) for key in ("y_train", "y_test"))
         num_classes = y_train.shape[1]
         if not np.var(y_train, axis=0).max() > 0:

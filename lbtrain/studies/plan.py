@@ -162,7 +162,7 @@ def check_runs(planned: list[PlannedRun], mode: Mode | None = None) -> None:
     output fits the labels, and, in a mode that simulates workers (``Mode.ghost_batch_norm``),
     its batch norms can become ghost batch norms (once per distinct data and model config, so a
     large grid is checked in seconds). A problem is a ``ConfigError`` naming the run."""
-    from lbtrain.data import DatasetError, load_dataset, steps_per_epoch
+    from lbtrain.data import DatasetError, steps_per_epoch
     from lbtrain.models import ModelError, build_model, set_virtual_batch_size
     from lbtrain.objectives import check_output
     from lbtrain.schedules import ScheduleError
@@ -177,9 +177,7 @@ def check_runs(planned: list[PlannedRun], mode: Mode | None = None) -> None:
         data_key = json.dumps(config.data.model_dump(mode="json"), sort_keys=True)
         try:
             if data_key not in datasets:
-                datasets[data_key] = load_dataset(config.data.dataset, train_subset=config.data.train_subset,
-                                                  validation_split=config.data.validation_split, task=config.data.task,
-                                                  test_split=config.data.test_split, **config.data.options)
+                datasets[data_key] = config.data.load()
             data = datasets[data_key]
             config.schedule(steps_per_epoch(len(data.x_train), config.training.update_batch, config.training.world_size))
             ghost = mode is not None and mode.ghost_batch_norm and config.training.world_size > 1

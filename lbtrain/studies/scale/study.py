@@ -67,12 +67,11 @@ class Price:
 def training_size(experiment: ExperimentConfig) -> int:
     """The number of training samples of the experiment's base run (its data loaded once: a
     dataset reference is called, as a run would)."""
-    from lbtrain.data import DatasetError, load_dataset
+    from lbtrain.data import DatasetError
 
     config = run_config_from_dict(experiment.base_run())
     try:
-        data = load_dataset(config.data.dataset, train_subset=config.data.train_subset, validation_split=config.data.validation_split,
-                            task=config.data.task, test_split=config.data.test_split, **config.data.options)
+        data = config.data.load()
     except DatasetError as error:
         raise ConfigError(str(error)) from None
     return len(data.x_train)
