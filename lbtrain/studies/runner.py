@@ -382,13 +382,15 @@ class GridPrice:
                 "(where one core steps as fast as all) to that" if self.placed.workers > 1 else f"one at a time here ({threads})")
         return (f"price: about {duration(self.seconds)} of machine time for {self.runs} run{'s' * (self.runs != 1)} left to train, "
                 f"one after another on this machine (from a probe of {PROBE_STEPS} steps at each of {self.batches} global "
-                f"batch{'es' * (self.batches != 1)}; process starts and checkpoints are not priced); {side}")
+                f"batch{'es' * (self.batches != 1)} and a process start); {side}")
 
 
 def price_runs(experiment: ExperimentConfig, planned: list[PlannedRun], workers: int | None = None) -> GridPrice:
     """The price of ``planned``'s runs that have not finished (``lbtrain.studies.price``: a probe
     trains each distinct global batch a few steps in this process, so it runs the model and
-    data loader as a run does), checked first as ``run_planned`` checks them."""
+    data loader as a run does), checked first as ``run_planned`` checks them. The price counts
+    a process start per run (``Probe.launch_seconds``); where the mode's launcher keeps one
+    child between runs (a simulated world), one start for them all, as one after another."""
     from lbtrain.studies.price import estimate_seconds, probe_costs
 
     left = [run for run in planned if not is_finished(experiment.results_dir / RUNS_FOLDER / run.run_id)]
@@ -397,7 +399,11 @@ def price_runs(experiment: ExperimentConfig, planned: list[PlannedRun], workers:
     check_runs(left, get_mode(experiment.mode))
     configs = [run.config for run in left]
     probe = probe_costs(configs)
-    return GridPrice(estimate_seconds(configs, probe), len(left), len(probe.costs), placement(experiment, left, workers))
+    placed = placement(experiment, left, workers)
+    seconds = estimate_seconds(configs, probe)
+    if configs and get_mode(experiment.mode).launcher().child(placed.threads, {}) is not None:
+        seconds -= (len(configs) - 1) * probe.launch_seconds
+    return GridPrice(seconds, len(left), len(probe.costs), placed)
 
 
 def _gpus() -> list:

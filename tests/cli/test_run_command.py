@@ -38,7 +38,7 @@ def test_price_lists_the_runs_and_prices_them_from_a_probe_training_nothing(tmp_
     lines = completed.stdout.splitlines()
     assert lines[0] == f"priced: 4 runs (simulated) -> {tmp_path / 'results' / 'priced'}" and len(lines) == 6
     price = re.fullmatch(r"price: about (\d+)s of machine time for 4 runs left to train, one after another on this machine "
-                         r"\(from a probe of 10 steps at each of 2 global batches; process starts and checkpoints are not priced\); "
+                         r"\(from a probe of 10 steps at each of 2 global batches and a process start\); "
                          r"2 at a time here \((\d) TensorFlow threads? per process\): a wall time from about (\d+)s .*", lines[-1])
     assert price, lines[-1]
     assert int(price.group(3)) <= int(price.group(1))
