@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import logging
 import re
 import stat
 from pathlib import Path
@@ -138,16 +140,58 @@ def load_run_config(path: str | Path) -> RunConfig:
     return run_config_from_dict(read_yaml_mapping(path))
 
 
+logger = logging.getLogger(__name__)
+
+
 def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    """``update`` over ``base``, recursing into mappings present in both.
+    """``update`` over ``base``, recursing into mappings present in both. A ``null`` in
+    ``update`` replaces what ``base`` has (the schema then gives a field that takes no None its
+    default). An ``optimizer`` whose ``name`` the update changes keeps only the inherited
+    ``params`` the new optimizer takes (``_params_the_new_optimizer_takes``).
 
     >>> deep_merge({"lr": {"base_lr": 0.1, "warmup_epochs": 5}, "seed": 0}, {"lr": {"base_lr": 0.2}, "seed": 1})
     {'lr': {'base_lr': 0.2, 'warmup_epochs': 5}, 'seed': 1}
     """
     merged = dict(base)
     for key, value in update.items():
-        merged[key] = deep_merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+            if key == "optimizer":
+                merged[key] = _params_the_new_optimizer_takes(base[key], value, merged[key])
+        else:
+            merged[key] = value
     return merged
+
+
+def _params_the_new_optimizer_takes(base: dict[str, Any], update: dict[str, Any], merged: dict[str, Any]) -> dict[str, Any]:
+    """``merged`` (an optimizer section) without the ``params`` it inherited from ``base`` that
+    the optimizer ``update`` switches to does not take (a switch from momentum to LAMB drops
+    ``momentum: 0.9``), saying which (INFO, once). Parameters the update gives itself stay, and
+    are checked by the schema."""
+    from lbtrain.config.run import OptimizerConfig
+
+    default = OptimizerConfig.model_fields["name"].default
+    old, new = base.get("name", default), merged.get("name", default)
+    given = update.get("params") if isinstance(update.get("params"), dict) else {}
+    inherited = [key for key in (base.get("params") or {}) if key not in given]
+    if "name" not in update or old == new or not inherited or not isinstance(merged.get("params"), dict):
+        return merged
+    from lbtrain.optimizers import OPTIMIZERS
+    from lbtrain.optimizers._arguments import accepted_arguments
+
+    if new not in OPTIMIZERS:
+        return merged  # the schema names the unknown optimizer
+    accepted = accepted_arguments(OPTIMIZERS[new])
+    dropped = tuple(key for key in inherited if key not in accepted)
+    if dropped:
+        _say_dropped(old, new, dropped)
+    return {**merged, "params": {key: value for key, value in merged["params"].items() if key not in dropped}}
+
+
+@functools.lru_cache(maxsize=64)
+def _say_dropped(old: str, new: str, dropped: tuple[str, ...]) -> None:
+    """Once per switch (a grid merges each variant once per world size and seed)."""
+    logger.info("optimizer.name %s (was %s): dropped the inherited params it does not take: %s", new, old, ", ".join(dropped))
 
 
 def nested(path: str, value: Any) -> dict[str, Any]:

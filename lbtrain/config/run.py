@@ -11,6 +11,7 @@ before any training starts.
 from __future__ import annotations
 
 import math
+import typing
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
@@ -24,6 +25,21 @@ from lbtrain.verdict import DEFAULT_COLLAPSE_MARGIN, DEFAULT_DIVERGENCE_FACTOR, 
 class _Strict(BaseModel):
     # allow_inf_nan=False: every float field is finite (lbtrain.config.limits checks the rest).
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_clears(cls, data: Any) -> Any:
+        """``null`` for a field that takes no None clears it to its default, as if never set:
+        a variant or ``--set model.options=null`` drops the options it inherited. A field that
+        takes None (``data.train_subset``) gets None."""
+        if not isinstance(data, dict):
+            return data
+        return {key: value for key, value in data.items() if value is not None or _takes_none(cls.model_fields.get(key))}
+
+
+def _takes_none(field) -> bool:
+    """Whether a pydantic field takes None (an unknown key counts as taking it: ``extra=forbid`` names it)."""
+    return field is None or field.annotation is Any or type(None) in typing.get_args(field.annotation)
 
 
 def _reference_if_callable(value: Any) -> Any:
