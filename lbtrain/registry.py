@@ -6,8 +6,9 @@ A config names a model (``model.name``) or a dataset (``data.dataset``) in one o
   searched after ``sys.path``, as ``uvicorn app:main`` does, so a package beside the experiment
   is found without ``PYTHONPATH``);
 - **a registered name**: ``@lbtrain.register_model("name")`` / ``@lbtrain.register_dataset("name")``
-  on a function of an importable module, or an entry point of the group ``lbtrain.models`` /
-  ``lbtrain.datasets`` in an installed package's metadata;
+  on a function of an importable module (which the experiment's ``imports: [module]``, or the
+  command line's ``--import module``, imports first: ``import_modules``), or an entry point of the
+  group ``lbtrain.models`` / ``lbtrain.datasets`` in an installed package's metadata;
 - lbtrain's own names (its zoo and its datasets), which their registries hold.
 
 Every process that trains (an isolated run, each ``horovodrun`` rank, each tf.distribute or
@@ -96,6 +97,26 @@ def _import_module(module_name: str) -> Any:
             raise
         sys.path.append(os.getcwd())
         return importlib.import_module(module_name)
+
+
+_MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+def import_modules(modules: list[str], where: str) -> None:
+    """Imports each of ``modules`` (an experiment's ``imports``, the command line's ``--import``),
+    so that the models and datasets they register are known here and, exported through the
+    environment, in every process this one starts. Something that is no module name, a module of
+    Python's standard library, or one that does not import, is a one-line ``ReferenceError_``
+    starting with ``where``."""
+    for module in modules:
+        if not isinstance(module, str) or not _MODULE.match(module):
+            raise ReferenceError_(f"{where}: {module!r} is no module name (write package.module)")
+        refuse_standard_library(module, where, module)
+        try:
+            _import_module(module)
+        except (Exception, SystemExit) as error:  # an import runs the user's code, which raises (or exits) as it does
+            raise ReferenceError_(f"{where}: importing {module} failed ({type(error).__name__}: {error}); put its folder "
+                                  "on PYTHONPATH or run from the folder that holds it") from None
 
 
 def import_reference(reference: str, what: str) -> Callable[..., Any]:

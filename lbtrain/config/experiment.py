@@ -321,6 +321,11 @@ class ExperimentConfig(_Strict):
     field paths) crossed with the rest, for recipes that change several fields together.
     ``sizing`` says what the study trimmed to fit its machine and why; reports quote it beside
     the description.
+
+    ``imports`` lists modules of the user's (``my_pkg.models``) imported before anything else
+    is checked, so the models and datasets they register (``lbtrain.register_model``) can be
+    named; the names reach every process the experiment starts (``lbtrain.registry``). The
+    command line's ``--import MODULE`` does the same.
     """
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -341,6 +346,19 @@ class ExperimentConfig(_Strict):
     search: dict[str, SearchParam] = Field(default_factory=dict)
     sweep: SweepConfig = Field(default_factory=SweepConfig)
     protocol: ProtocolConfig | None = None
+    imports: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _imports_first(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("imports"), list):
+            from lbtrain.registry import ReferenceError_, import_modules
+
+            try:
+                import_modules(data["imports"], "imports")
+            except ReferenceError_ as error:
+                raise ValueError(str(error)) from None
+        return data
 
     @field_validator("data", "model", mode="before")
     @classmethod
