@@ -292,9 +292,8 @@ def number_of_classes(name: str, y_train: np.ndarray, y_test: np.ndarray, declar
     count = int(seen[-1]) + 1
     if len(seen) < count:
         missing = np.setdiff1d(np.arange(count), seen)
-        raise DatasetError(f"dataset {name!r}: the training labels skip class {_listed(missing)} of 0 to {count - 1}; "
-                           f"set data.num_classes: {count} if the model should output every class up to {count - 1}, "
-                           "or relabel with np.unique(y, return_inverse=True)")
+        raise DatasetError(f"dataset {name!r}: the training labels skip class {_listed(missing)} of 0 to {count - 1}: "
+                           f"set data.num_classes: {count} to keep them, or relabel with np.unique(y, return_inverse=True)")
     unseen_classes(name, seen, "y_test", y_test)
     return count
 
@@ -303,9 +302,9 @@ def unseen_classes(name: str, seen: np.ndarray, key: str, labels: np.ndarray) ->
     """Refuses ``labels`` (of split ``key``) holding a class no training label (``seen``) has."""
     unseen = np.setdiff1d(np.unique(labels), seen)
     if len(unseen):
-        raise DatasetError(f"dataset {name!r}: {key} holds class {_listed(unseen)}, which no training label has (the "
-                           f"training labels hold {len(seen)} classes, 0 to {int(seen[-1])}); set data.num_classes if "
-                           "the model should output it, or fix the labels")
+        raise DatasetError(f"dataset {name!r}: {key} holds class {_listed(unseen)}, which no training label has "
+                           f"({len(seen)} classes, 0 to {int(seen[-1])}): set data.num_classes to train a wider model, or "
+                           "fix the labels")
 
 
 def load_user_data(name: str, options: dict[str, Any], task: str = "auto", test_split: float = 0.2,

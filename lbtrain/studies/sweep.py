@@ -159,10 +159,9 @@ def _check_objective(study: optuna.Study) -> None:
     objective = study.user_attrs.get("objective", OBJECTIVE)
     if directions != ["maximize"] or objective != OBJECTIVE:
         raise ConfigError(
-            f"the Optuna study {study.study_name!r} already exists in the sweep's storage for another objective "
-            f"(direction {', '.join(directions)}, objective {objective!r}), and lbtrain's sweep maximizes {OBJECTIVE!r}: "
-            f"rename the experiment (name:), set another sweep.storage, or delete that study "
-            f"(optuna delete-study --study-name {study.study_name} --storage URL)")
+            f"Optuna study {study.study_name!r} exists in the sweep's storage with direction {', '.join(directions)} and "
+            f"objective {objective!r}; lbtrain's sweep maximizes {OBJECTIVE!r}: rename the experiment, set sweep.storage, "
+            f"or delete that study")
     if "objective" not in study.user_attrs:
         study.set_user_attr("objective", OBJECTIVE)
 

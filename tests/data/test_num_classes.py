@@ -25,10 +25,10 @@ LABELS = np.arange(60) % 3  # classes 0, 1, 2, 20 samples each
 
 
 @pytest.mark.parametrize(("y_train", "y_test", "message"), [
-    (LABELS, [0, 1, 3], r"y_test holds class 3, which no training label has \(the training labels hold 3 classes, 0 to 2\); "
-                        r"set data.num_classes if the model should output it, or fix the labels$"),
-    (np.append(LABELS, 57), [0, 1, 2], r"the training labels skip class 3, 4, 5, 6, 7 and 49 more of 0 to 57; set "
-                                        r"data.num_classes: 58 if the model should output every class up to 57, or relabel"),
+    (LABELS, [0, 1, 3], r"y_test holds class 3, which no training label has \(3 classes, 0 to 2\): set data.num_classes "
+                        r"to train a wider model, or fix the labels$"),
+    (np.append(LABELS, 57), [0, 1, 2], r"the training labels skip class 3, 4, 5, 6, 7 and 49 more of 0 to 57: set "
+                                        r"data.num_classes: 58 to keep them, or relabel"),
 ])
 def test_a_class_the_training_labels_lack_is_refused_in_one_line(tmp_path, y_train, y_test, message):
     with pytest.raises(DatasetError, match=message) as error:

@@ -24,8 +24,8 @@ def existing_study(tmp_path, direction="maximize", objective=None):
 
 
 @pytest.mark.parametrize(("direction", "objective", "described"), [
-    ("minimize", None, f"direction minimize, objective {OBJECTIVE!r}"),
-    ("maximize", "validation_loss", "direction maximize, objective 'validation_loss'"),
+    ("minimize", None, f"direction minimize and objective {OBJECTIVE!r}"),
+    ("maximize", "validation_loss", "direction maximize and objective 'validation_loss'"),
 ])
 def test_a_sweep_refuses_an_existing_study_with_another_direction_or_objective(tmp_path, capsys, direction, objective,
                                                                                 described):
@@ -34,9 +34,8 @@ def test_a_sweep_refuses_an_existing_study_with_another_direction_or_objective(t
     assert main(["sweep", str(path)]) == 2
     captured = capsys.readouterr()
     assert captured.err == (
-        f"lbtrain: error: the Optuna study 'tiny-w1' already exists in the sweep's storage for another objective ({described}), "
-        f"and lbtrain's sweep maximizes {OBJECTIVE!r}: rename the experiment (name:), set another sweep.storage, or delete "
-        f"that study (optuna delete-study --study-name tiny-w1 --storage URL)\n")
+        f"lbtrain: error: Optuna study 'tiny-w1' exists in the sweep's storage with {described}; lbtrain's sweep maximizes "
+        f"{OBJECTIVE!r}: rename the experiment, set sweep.storage, or delete that study\n")
     # Nothing trained: the study holds the one trial it had.
     assert len(optuna.load_study(study_name="tiny-w1", storage=storage_url(experiment)).trials) == 1
 
