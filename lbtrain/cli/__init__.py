@@ -62,13 +62,14 @@ def user_errors() -> tuple[type[Exception], ...]:
     return (BenchError, ConfigError, DatasetError, ModelError, ReportError, ResultsError, ScheduleError)
 
 
-# The longest error line printed: messages quote at most ~200 characters of the input
-# (``lbtrain.config.limits.quote``); this bounds any that does not.
-MAX_ERROR_LENGTH = 600
+# An error line is at most 300 characters, ``lbtrain: error: `` included: messages quote at most
+# ~120 characters of the input (``lbtrain.config.limits.quote``); this bounds any that does not.
+MAX_ERROR_LENGTH = 300 - len("lbtrain: error: ")
 
 
 def one_line(message: str) -> str:
-    """``message`` on one line of at most ``MAX_ERROR_LENGTH`` characters (its middle cut out).
+    """``message`` on one line of at most ``MAX_ERROR_LENGTH`` characters (its middle cut out:
+    messages name what is wrong first and say what to do last).
 
     >>> one_line("two  spaces   and more")
     'two spaces and more'

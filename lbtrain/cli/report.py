@@ -46,5 +46,4 @@ def _storage_hint(results: Path) -> str:
     path = local_path(url) if url else None
     if path is None:
         return "check that its database server runs and is reachable, then report again"
-    return (f"if the file is damaged, move it aside (mv {path} {path}.damaged) or restore it from a backup, then report "
-            "again (without the storage the report leaves out the tuning time)")
+    return "if it is damaged, move it aside or restore a backup, then report again (leaving out the tuning time)"

@@ -45,7 +45,9 @@ def run(args: argparse.Namespace) -> int:
         outputs = run_sweep(experiment, experiment_path=args.experiment, overrides=args.set, trials=args.trials,
                             storage=args.storage, workers=args.workers, worker=args.worker)
     except RuntimeError as error:
-        print(f"lbtrain: error: {error}", file=sys.stderr)
+        from lbtrain.cli import one_line
+
+        print(f"lbtrain: error: {one_line(str(error))}", file=sys.stderr)
         return 1
     if outputs is None:
         return 0

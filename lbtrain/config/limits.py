@@ -49,7 +49,7 @@ MAX_SEED = 2**32 - 1
 # a million epochs, a billion steps, 10**13 samples.
 MAX_WORLD_SIZE, MAX_BATCH = 2**20, 2**24
 MAX_EPOCHS, MAX_STEPS, MAX_SAMPLES = 10**6, 10**9, 10**13
-QUOTE_LIMIT = 200
+QUOTE_LIMIT = 120
 
 _REPR = reprlib.Repr()
 _REPR.maxstring = _REPR.maxother = QUOTE_LIMIT
@@ -60,7 +60,7 @@ _REPR.maxlong = 40
 def quote(value: Any) -> str:
     """``repr(value)``, cut to at most ``QUOTE_LIMIT`` characters without building the whole of it.
 
-    >>> quote(10**400)[:12], len(quote(10**400)) <= 200
+    >>> quote(10**400)[:12], len(quote(10**400)) <= 120
     ('100000000000', True)
     """
     text = _REPR.repr(value)
@@ -71,7 +71,7 @@ def clip(text: str) -> str:
     """``text`` cut to at most ``QUOTE_LIMIT`` characters.
 
     >>> clip("x" * 300)[-5:], len(clip("x" * 300))
-    ('xx...', 200)
+    ('xx...', 120)
     """
     return text if len(text) <= QUOTE_LIMIT else text[:QUOTE_LIMIT - 3] + "..."
 

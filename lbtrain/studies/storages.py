@@ -109,12 +109,14 @@ class _CheckedJournalFile(JournalFileBackend):
         try:
             yield from super().read_logs(log_number_from)
         except ValueError as error:  # json.JSONDecodeError, or Optuna's "Invalid log format."
-            raise StorageError(f"journal file {self._file_path} is damaged ({type(error).__name__}: {error}); "
-                               f"{_damaged_hint(self._file_path)}") from None
+            reason = " ".join(str(error).split())[:80]
+            raise StorageError(f"a line of journal file {Path(self._file_path).name} is damaged ({type(error).__name__}: "
+                               f"{reason}); {_damaged_hint(self._file_path)}") from None
 
 
 def _damaged_hint(path: str | Path) -> str:
-    return (f"move it aside (mv {path} {path}.damaged) and rerun to start its studies over, "
+    # The message names the storage (its path) already: the file once more would pass the CLI's length cap.
+    return (f"move it aside (to {Path(path).name}.damaged) and rerun to start its studies over, "
             "or restore it from a backup")
 
 
@@ -148,10 +150,8 @@ def _open_journal(path: str, heartbeat_seconds: int, grace_seconds: int) -> Hear
     if kept is not None:
         # The next append would join the torn line and the new one into a line no process can read.
         # The command last: a message past the CLI's length cap loses its middle, never its end.
-        raise _Damaged(f"its last line is torn (a process was killed or the disk filled while writing it): to start its studies "
-                       f"over, move it aside (mv {path} {path}.damaged) or restore it from a backup, and rerun; to keep the trials "
-                       f"before it, cut the torn line off and rerun: "
-                       f"truncate -s {kept} {path}")
+        raise _Damaged(f"its last line is torn (a writer was killed or the disk filled): move it aside or restore a backup to "
+                       f"start over, or keep the trials before it (truncate -s {kept} {path}), then rerun")
     return HeartbeatJournalStorage(_CheckedJournalFile(path, lock_obj=lock), heartbeat_seconds,
                                    grace_seconds, RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES))
 
@@ -196,8 +196,7 @@ def _hint(url: str, error: BaseException) -> str:
         return f"give {JOURNAL}/absolute/path/file.log in a writable folder (an Optuna journal file or a new one)"
     if url.startswith("sqlite"):
         return "give an SQLAlchemy URL such as sqlite:///path/optuna.db in a writable folder"
-    return ("check that the server runs and is reachable, and the user, password and database "
-            "(e.g. postgresql://user:password@host:5432/database)")
+    return "check that the server is reachable, and the user, password and database"
 
 
 def _quiet_optuna() -> None:
@@ -237,8 +236,21 @@ def open_storage(url: str, heartbeat_seconds: int, grace_seconds: int) -> BaseSt
             raise ConfigError(f"storage {describe(url)!r} cannot be opened: {error}") from None
         if isinstance(error, (ImportError, optuna.exceptions.StorageInternalError)) and error.__cause__ is not None:
             error = error.__cause__  # Optuna's "Failed to import DB access module" hides which one
-        reason = " ".join(str(getattr(error, "orig", None) or getattr(error, "strerror", None) or error).split())
+        reason = _short_reason(getattr(error, "orig", None) or getattr(error, "strerror", None) or error)
         raise ConfigError(f"storage {describe(url)!r} cannot be opened ({type(error).__name__}: {reason}); {_hint(url, error)}") from None
+
+
+def _short_reason(error: Any) -> str:
+    """A driver's error as an error line quotes it: its first line, from after its last
+    ``failed:`` (psycopg's "connection failed: connection to server at ..., port ... failed:
+    Connection refused"), at most 120 characters.
+
+    >>> _short_reason('connection failed: connection to server at "db", port 5 failed: Connection refused\\n\\tIs it up?')
+    'Connection refused'
+    """
+    text = (str(error).strip().splitlines() or [""])[0]
+    text = " ".join(text.rsplit("failed: ", 1)[-1].split()) or " ".join(str(error).split())
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def _opened(url: str, storage: BaseStorage) -> BaseStorage:
@@ -257,16 +269,15 @@ def storage_failure(error: BaseException) -> str | None:
     if not isinstance(error, (optuna.exceptions.StorageInternalError, sqlalchemy.exc.DatabaseError)) or not _OPENED:
         return None
     cause = error.__cause__ if isinstance(error, optuna.exceptions.StorageInternalError) and error.__cause__ else error
-    reason = " ".join(str(getattr(cause, "orig", None) or cause).split())
+    reason = _short_reason(getattr(cause, "orig", None) or cause)
     url = _OPENED[-1]
     path = local_path(url)
     if "full" in reason or "I/O" in reason or "readonly" in reason:
-        hint = ("free space on its disk (or make it writable) and rerun the same command: the finished trials are kept "
-                "and the sweep resumes")
+        hint = "free space on its disk (or make it writable) and rerun: the finished trials are kept"
     elif path is not None and _names_damaged_file(reason):
         hint = _damaged_hint(path)
     else:
-        hint = "check the storage and rerun the same command: the finished trials are kept and the sweep resumes"
+        hint = "check the storage and rerun: the finished trials are kept"
     return f"storage {describe(url)!r} failed while in use ({type(cause).__name__}: {reason}); {hint}"
 
 

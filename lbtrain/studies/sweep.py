@@ -426,6 +426,7 @@ def run_sweep(
     if workers > 1:
         _spawn_workers(experiment, experiment_path, list(overrides), trials, storage, workers)
     else:
+        _storage(storage, experiment.sweep)  # one that cannot be opened is refused before a slot's lock file is made
         with worker_slot(experiment.results_dir) as slot:
             for world_size in sizes:
                 study = optimize(experiment, world_size, trials, storage, slot)
