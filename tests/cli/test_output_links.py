@@ -9,9 +9,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from unchanged import snapshot
 
 from conftest import REPO_ROOT, stderr_lines
-from unchanged import snapshot
 
 RESULTS = Path(REPO_ROOT) / "results"
 
