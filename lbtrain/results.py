@@ -23,7 +23,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import yaml
 
@@ -111,9 +111,27 @@ def finite_or_none(value: Any) -> Any:
     return value
 
 
+# What a run's ``accuracy`` metrics measure, by the data's task (``lbtrain.objectives``), and the
+# name every table, progress line and report shows them under.
+ACCURACY_NAMES = {"classification": "accuracy", "regression": "R²"}
+
+
+def accuracy_name(tasks: Iterable[str | None]) -> str:
+    """``R²`` when every one of ``tasks`` is regression, else ``accuracy``."""
+    tasks = set(tasks)
+    return ACCURACY_NAMES["regression"] if tasks == {"regression"} else ACCURACY_NAMES["classification"]
+
+
 @dataclasses.dataclass
 class RunResult:
     """What one run produced. ``to_dict`` is plain JSON (NaN/inf become null).
+
+    ``metrics``: ``train_loss``, ``train_accuracy``, ``test_loss``, ``test_accuracy`` (the final
+    model on the full train and test sets), ``validation_loss`` and ``validation_accuracy`` with a
+    validation split, plus what the run's analysis measured; ``generalization_gap``: ``accuracy``
+    (train − test) and ``loss`` (test − train); ``history``: one row of Keras's logs per epoch.
+    ``task`` is the data's (``classification`` or ``regression``); for regression every
+    ``accuracy`` is R² (``lbtrain.objectives``), shown as R² (``accuracy_name``).
 
     ``budget`` says what the run was given (``{"epochs": 3}``, ``{"steps": 600}`` or
     ``{"samples": 76800}``, plus ``stop_at`` when it stopped at a target); ``initial_loss`` is the
@@ -138,6 +156,7 @@ class RunResult:
     samples_per_second: float = 0.0
     wall_time_seconds: float = 0.0
     world_changes: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    task: str = "classification"
     model: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     def __post_init__(self):

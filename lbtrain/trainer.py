@@ -600,6 +600,7 @@ def _result(config: RunConfig, built: _Built, verdict: Verdict, initial_loss: fl
         steps_per_epoch=built.steps_per_epoch,
         total_steps=int(built.optimizer.iterations.numpy()),
         world_changes=[change.to_dict() for change in built.world_changes],
+        task=built.data.task,
         budget=config.training.budget,
         initial_loss=initial_loss,
         samples_per_second=float(np.mean(throughputs[1:] or throughputs)) if throughputs else 0.0,

@@ -68,6 +68,7 @@ from lbtrain.results import (
     SUMMARY_FILE,
     SWEEP_FIT_FILE,
     SWEEP_SUMMARY_FILE,
+    accuracy_name,
     check_output_folder,
     finite_or_none,
 )
@@ -469,7 +470,10 @@ def reference_sentence(reference: dict[str, Any] | None, margin: float) -> str:
 def _accuracy_section(report: _Report, records: Sequence[RunRecord]) -> list[Aggregate]:
     """The accuracy table: per recipe and batch, train, validation and test accuracy and the gap
     over ok seeds; test accuracy − the table's one reference with its claim; the standing among
-    the recipes at its batch on validation accuracy (test accuracy is reported, never ranked)."""
+    the recipes at its batch on validation accuracy (test accuracy is reported, never ranked).
+    Regression runs' accuracy is R², and named so (``lbtrain.results.accuracy_name``)."""
+    score = accuracy_name(record.result.task for record in records)
+    short = "acc" if score == "accuracy" else score
     test = aggregate(records, column("test_accuracy"))
     train = {(a.recipe, a.global_batch): a for a in aggregate(records, column("train_accuracy"))}
     gap = {(a.recipe, a.global_batch): a for a in aggregate(records, column("gap_accuracy"))}
@@ -506,20 +510,20 @@ def _accuracy_section(report: _Report, records: Sequence[RunRecord]) -> list[Agg
         "only when separable from every other, tied with the best when the Welch interval of its difference from the "
         "highest mean contains 0, below the best otherwise." if has_validation else
         " The runs held out no validation split: no arm is ranked (test accuracy is reported, never used to choose).")
-    report.add("## Accuracy and generalization gap",
-               f"Budget: {budgets_text(records)}. Final accuracy on the full train and test sets"
+    report.add(f"## {score[0].upper() + score[1:]} and generalization gap",
+               f"Budget: {budgets_text(records)}. Final {score} on the full train and test sets"
                f"{' and on the held-out validation split' if has_validation else ''}: mean [{100 * DEFAULT_LEVEL:.0f}% Student-t "
                "confidence interval] (n, df) over the seeds whose run was "
-               "judged ok (runs that were not ok are counted in *runs*, never averaged in). *gap* = train − test accuracy. "
+               f"judged ok (runs that were not ok are counted in *runs*, never averaged in). *gap* = train − test {score}. "
                + reference_sentence(report.summary["reference"], DEFAULT_CLAIM_MARGIN) + standing_text,
-               markdown_table(["recipe", "world", "global batch", "lr", "train acc", *(["validation acc"] if has_validation else []),
-                               "test acc", "gap", "test − reference", "claim",
+               markdown_table(["recipe", "world", "global batch", "lr", f"train {short}",
+                               *([f"validation {short}"] if has_validation else []), f"test {short}", "gap", "test − reference", "claim",
                                *(["standing at its batch (validation)"] if has_validation else []), "runs"], rows))
     names, marks = recipes(records), status_marks(records)
-    panels, axis = comparison_axis(records, {"test accuracy": [*batch_lines(test, names), *marks]})
-    report.figure(FIGURE_ACCURACY_VS_BATCH, panels, "test accuracy vs global batch", ylabel="test accuracy", **axis)
-    panels, axis = comparison_axis(records, {"generalization gap (train - test accuracy)": [*batch_lines(list(gap.values()), names), *marks]})
-    report.figure(FIGURE_GAP_VS_BATCH, panels, "generalization gap vs global batch", ylabel="train - test accuracy", **axis)
+    panels, axis = comparison_axis(records, {f"test {score}": [*batch_lines(test, names), *marks]})
+    report.figure(FIGURE_ACCURACY_VS_BATCH, panels, f"test {score} vs global batch", ylabel=f"test {score}", **axis)
+    panels, axis = comparison_axis(records, {f"generalization gap (train - test {score})": [*batch_lines(list(gap.values()), names), *marks]})
+    report.figure(FIGURE_GAP_VS_BATCH, panels, "generalization gap vs global batch", ylabel=f"train - test {score}", **axis)
     return test
 
 

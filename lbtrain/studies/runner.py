@@ -41,6 +41,7 @@ from lbtrain.results import (
     SUMMARY_FILE,
     ResultsError,
     RunResult,
+    accuracy_name,
     claim_folder,
     folder_lock,
     is_finished,
@@ -61,7 +62,7 @@ SUMMARY_COLUMNS = (
     "run_id", "label", "status", "world_size", "per_worker_batch", "global_batch", "rule", "warmup_epochs", "optimizer",
     "seed", "learning_rate", "budget", "train_accuracy", "test_accuracy", "gap_accuracy", "train_loss", "test_loss",
     "gap_loss", "validation_accuracy", "sharpness", "noise_scale", "target_reached_step", "total_steps", "samples_per_second", "wall_time_seconds",
-    "reason",
+    "reason", "task",
 )
 
 
@@ -95,6 +96,7 @@ def summary_row(planned: PlannedRun, result: RunResult) -> dict[str, Any]:
         "samples_per_second": result.samples_per_second,
         "wall_time_seconds": result.wall_time_seconds,
         "reason": result.reason or "",
+        "task": result.task,
     }
 
 
@@ -106,9 +108,16 @@ def _number(value: Any, digits: int = 4) -> str:
     return "-" if value is None or (isinstance(value, float) and not math.isfinite(value)) else f"{value:.{digits}f}"
 
 
+def _short(name: str) -> str:
+    """``acc`` for accuracy in the terminal's narrow columns; R² as it is."""
+    return "acc" if name == "accuracy" else name
+
+
 def summary_table(rows: list[dict[str, Any]]) -> str:
-    """The summary as an aligned text table for the terminal."""
-    header = f"{'world':>5} {'batch':>6} {'recipe':<18} {'optimizer':<9} {'lr':>8} {'train acc':>9} {'test acc':>8} {'gap':>7}  status"
+    """The summary as an aligned text table for the terminal (R² for regression: ``accuracy_name``)."""
+    score = _short(accuracy_name(row.get("task") for row in rows))
+    header = (f"{'world':>5} {'batch':>6} {'recipe':<18} {'optimizer':<9} {'lr':>8} {'train ' + score:>9} {'test ' + score:>8} "
+              f"{'gap':>7}  status")
     lines = [header, "-" * len(header)]
     for row in rows:
         lines.append(
@@ -522,7 +531,7 @@ class _EtaClock:
 def _report(run: PlannedRun, result: RunResult, index: int, count: int, note: str, progress: Callable[[str], None]) -> dict[str, Any]:
     """The run's summary row, after one progress line about it."""
     row = summary_row(run, result)
-    outcome = f"test acc {_number(row['test_accuracy'])}, gap {_number(row['gap_accuracy'], 3)}"
+    outcome = f"test {_short(accuracy_name([result.task]))} {_number(row['test_accuracy'])}, gap {_number(row['gap_accuracy'], 3)}"
     if not is_ok(result.status):
         outcome = f"{outcome}: {result.reason}"
     progress(f"[{index}/{count}] {run.label} w{row['world_size']} x {row['per_worker_batch']} seed {row['seed']}: "
