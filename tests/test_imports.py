@@ -72,3 +72,13 @@ def test_a_bad_import_is_one_line_before_anything_runs(folder, imports, message)
     with pytest.raises(ConfigError, match=message) as error:
         load_experiment(experiment(folder, imports=imports))
     assert "\n" not in str(error.value)
+
+
+def test_the_command_lines_import_does_the_same(folder, capsys):
+    path = str(experiment(folder))
+    assert main(["run", path, "--dry-run", "--import", "netpkg.models"]) == 0
+    assert "imported-net" in MODEL_REGISTRY.names()
+    capsys.readouterr()
+    assert main(["run", path, "--import", "os"]) == 2
+    assert capsys.readouterr().err == ("lbtrain: error: --import 'os' names Python's standard library (os); a reference names "
+                                       "a function of your own module or of an installed package\n")

@@ -46,7 +46,22 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         command.add_parser(commands)
+    for subparser in commands.choices.values():
+        subparser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                               help="import MODULE first (repeatable; as an experiment's imports:), so the models and "
+                                    "datasets it registers with lbtrain.register_model/register_dataset can be named")
     return parser
+
+
+def _import_modules(args: argparse.Namespace) -> None:
+    """``--import MODULE``: each imported before the command runs (``lbtrain.registry.import_modules``)."""
+    from lbtrain.config import ConfigError
+    from lbtrain.registry import ReferenceError_, import_modules
+
+    try:
+        import_modules(getattr(args, "imports", []), "--import")
+    except ReferenceError_ as error:
+        raise ConfigError(str(error)) from None
 
 
 def user_errors() -> tuple[type[Exception], ...]:
@@ -167,6 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     """Runs the command ``args`` names; what any failure prints and the exit code it gives."""
     try:
+        _import_modules(args)
         return args.handler(args)
     except KeyboardInterrupt:
         # What was written stays (every file is written atomically; a run resumes from its last
