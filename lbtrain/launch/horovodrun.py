@@ -100,6 +100,25 @@ def job_command(settings: HorovodLaunchConfig, world_size: int, program: Sequenc
     return horovodrun_command(world_size, program, settings.hosts, [*settings.args, *controller_arguments(settings.args)])
 
 
+def arguments_problem(args: Sequence[str]) -> str | None:
+    """What horovodrun's own parser says of ``horovod.args`` (an unknown flag, a value it cannot
+    take), asked before anything launches (``horovodrun ARGS --check-build``: parses, prints the
+    build and exits, in a fraction of a second); None when it takes them or there is no horovodrun
+    (the mode's own check says so) or it is a ``$HOROVODRUN`` wrapper."""
+    launcher = horovodrun_path()
+    if not args or launcher is None or os.environ.get("HOROVODRUN"):  # a wrapper may not take --check-build
+        return None
+    try:
+        completed = subprocess.run([launcher, *args, "--check-build"], capture_output=True, text=True, timeout=60,
+                                   env=child_environment())
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"horovodrun could not check them ({type(error).__name__})"
+    if completed.returncode == 0:
+        return None
+    said = [line.strip() for line in completed.stderr.splitlines() if line.strip()]
+    return (said[-1] if said else f"horovodrun exited with {completed.returncode}")[:200]
+
+
 def discovered_hosts(discovery: str | list[str]) -> dict[str, int]:
     """``{host: slots}`` that ``training.elastic.discovery`` gives now: the list itself, or what the
     script prints (one ``host:slots`` line per host, Horovod's format). A script that is missing,

@@ -218,6 +218,12 @@ def check_mode(experiment: ExperimentConfig, planned: list[PlannedRun]) -> None:
     problem = mode.launch_problem()
     if problem is not None:
         raise ConfigError(problem)
+    if experiment.mode == "horovod" and experiment.horovod.args:
+        from lbtrain.launch.horovodrun import arguments_problem
+
+        problem = arguments_problem(experiment.horovod.args)
+        if problem is not None:
+            raise ConfigError(f"horovod.args: {problem}")
     checked_discoveries = []
     for run in planned:
         problem = mode.unsupported_setting(run.config) or process_local_problem(
