@@ -55,8 +55,9 @@ def keras_serializable(name: str | None = None) -> Callable[[_Class], _Class]:
     class name) and under its bare class name (see the module docstring for why both)."""
 
     def register(cls: _Class) -> _Class:
-        from lbtrain._keras import keras
-
+        # lbtrain's Keras (tf.keras, or Keras 3 itself on another backend), looked up as
+        # ``register_keras_objects`` does: this module stays below the Keras layer.
+        keras = importlib.import_module("lbtrain._keras").keras
         keras.utils.register_keras_serializable(package="lbtrain", name=name)(cls)
         keras.utils.get_custom_objects()[cls.__name__] = cls
         KERAS_CLASSES[cls.__name__] = cls
