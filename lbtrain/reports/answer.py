@@ -65,7 +65,9 @@ class ArmSpec:
 class StudyFacts:
     """What the answer states beside the runs: the experiment, model and data, the training set's
     size, the reference world size, each world size's planned updates, the design's lines, the
-    searched studies' edge flags (study name -> best interior or not) and the tuning seconds."""
+    searched studies' edge flags (study name -> best interior or not) and the tuning seconds.
+    ``updates`` and ``global_batches`` map each world size of the design to its planned updates
+    and global batch (a world size may have no finished run to read them from)."""
 
     experiment: str
     model: str
@@ -73,6 +75,7 @@ class StudyFacts:
     train_size: int
     reference: int
     updates: Mapping[int, int]
+    global_batches: Mapping[int, int]
     design: Sequence[str] = ()
     interior: Mapping[str, bool] = dataclasses.field(default_factory=dict)
     tuning_seconds: float = 0.0
@@ -111,8 +114,7 @@ def _chosen(summary: Sequence[Mapping[str, Any]], arms: Sequence[ArmSpec], world
 def _world_row(summary, arms, facts: StudyFacts, world_size: int, reference_tests: list[float], margin: float) -> dict[str, Any]:
     here = [arm for arm in arms if arm.world_size == world_size and arm.kind != "control"]
     use, words = _chosen(summary, arms, world_size)
-    rows = [row for arm in here for row in _rows(summary, arm.label, world_size)]
-    batch = int(rows[0]["global_batch"]) if rows else None
+    batch = facts.global_batches[world_size]
     tests = _ok_values(_rows(summary, use, world_size), "test_accuracy") if use else []
     difference = difference_interval(tests, reference_tests)
     tuned = next((arm for arm in here if arm.kind == "tuned" and arm.rule is None and arm.recipe == here[0].recipe), None)
@@ -128,7 +130,7 @@ def _world_row(summary, arms, facts: StudyFacts, world_size: int, reference_test
     learning_rate = [float(row["learning_rate"]) for row in _rows(summary, use, world_size)] if use else []
     return {
         "world_size": world_size, "global_batch": batch,
-        "share": None if batch is None else batch / facts.train_size,
+        "share": batch / facts.train_size,
         "updates": facts.updates.get(world_size),
         "use": use, "tied_with_the_best": sorted(label for label, word in words.items() if word == TIED_WITH_THE_BEST and label != use),
         "standing": words.get(use),
@@ -173,7 +175,7 @@ def _flags(per_world: list[dict[str, Any]], summary, facts: StudyFacts, controls
         if row["updates"] is not None and row["updates"] < MIN_UPDATES:
             flags.append(f"world {row['world_size']}: {row['updates']} updates, fewer than {MIN_UPDATES}: a loss there may be the "
                          "budget's, not the batch's")
-        if row["share"] is not None and row["share"] > MAX_BATCH_FRACTION:
+        if row["share"] > MAX_BATCH_FRACTION:
             flags.append(f"world {row['world_size']}: global batch {row['global_batch']} is {100 * row['share']:.1f}% of the "
                          f"training set, above {MAX_BATCH_FRACTION:.0%}: out of the papers' regime")
         if row["use"] is None:
@@ -209,7 +211,7 @@ def _controls(summary, arms: Sequence[ArmSpec], margin: float) -> list[dict[str,
 def answer_data(summary: Sequence[Mapping[str, Any]], arms: Sequence[ArmSpec], facts: StudyFacts, *,
                 histories: Mapping[str, Sequence[float]] | None = None, margin: float = DEFAULT_MARGIN) -> dict[str, Any]:
     """``answer.json``'s content (module doc) from the study's summary rows and its arms."""
-    sizes = sorted({arm.world_size for arm in arms if arm.kind != "control"})
+    sizes = sorted(facts.global_batches)
     reference_use, _ = _chosen(summary, arms, facts.reference)
     reference_tests = _ok_values(_rows(summary, reference_use, facts.reference), "test_accuracy") if reference_use else []
     per_world = [_world_row(summary, arms, facts, size, reference_tests, margin) for size in sizes]
@@ -230,8 +232,13 @@ def answer_data(summary: Sequence[Mapping[str, Any]], arms: Sequence[ArmSpec], f
 
 
 def _text(record: Mapping[str, Any], signed: bool = False) -> str:
-    return Estimate(record["mean"], record["low"], record["high"], record["n"], df=record.get("df"),
-                    n_second=record.get("n_second")).describe(signed=signed)
+    """The estimate as text; with fewer than ``MIN_SEEDS`` values on a side no interval is shown
+    (two seeds give a t interval of 12.7 standard errors: a number, not a bound)."""
+    few = min(record["n"], record.get("n_second") or record["n"]) < MIN_SEEDS
+    estimate = Estimate(record["mean"], None if few else record["low"], None if few else record["high"], record["n"],
+                        df=None if few else record.get("df"), n_second=record.get("n_second"))
+    text = estimate.describe(signed=signed)
+    return f"{text[:-1]}: no interval)" if few and record["mean"] is not None and record["n"] else text
 
 
 def _world_text(world_size: int | None, per_world: Sequence[Mapping[str, Any]]) -> str:
@@ -249,8 +256,10 @@ def answer_markdown(answer: Mapping[str, Any]) -> str:
     per_world, reference = answer["per_world_size"], answer["reference_world_size"]
     holds, worse = answer["linear_rule_holds_up_to"], answer["first_worse"]
     margin = 100 * answer["margin"]
-    verdict = [f"- The linear rule (with warmup) holds up to: **{_world_text(holds, per_world) if holds else 'no larger world size'}** "
-               f"(matches world {reference}'s chosen arm within {margin:g} point{'s' if margin != 1 else ''}).",
+    decisions = ", ".join(f"{row['world_size']}: {row['rules']['linear']['decision']}" for row in per_world if "linear" in row["rules"])
+    held = (f"**{_world_text(holds, per_world)}** (matches world {reference}'s chosen arm within {margin:g} "
+            f"point{'s' if margin != 1 else ''})" if holds else "**no larger world size shown**")
+    verdict = [f"- The linear rule (with warmup) holds up to: {held}; its decision at each world size: {decisions or 'none measured'}.",
                f"- First world size where it is worse: **{_world_text(worse, per_world) if worse else NOT_REACHED}**."]
     largest = per_world[-1]
     if largest["use"]:
@@ -332,13 +341,12 @@ def write_answer_figures(answer: Mapping[str, Any], summary: Sequence[Mapping[st
         if xs:
             lines.append(Line(name, xs, ys, lows, highs))
     folder.mkdir(parents=True, exist_ok=True)
-    paths = [plot_panels({"test accuracy": lines}, folder / ANSWER_FIGURES["accuracy"], xlabel="global batch",
-                         ylabel="test accuracy", log2_x=True)]
+    paths = [] if not lines else [plot_panels({"test accuracy": lines}, folder / ANSWER_FIGURES["accuracy"], xlabel="global batch",
+                                              ylabel="test accuracy", log2_x=True)]
     chosen = [(row["global_batch"], row["learning_rate"]) for row in per_world if row["learning_rate"]]
     if chosen:
-        reference = per_world[0]
         batches = [float(row["global_batch"]) for row in per_world]
-        base = reference["learning_rate"] or chosen[0][1]
+        base = chosen[0][1] * batches[0] / chosen[0][0]
         rate_lines = [Line("use", [float(b) for b, _ in chosen], [lr for _, lr in chosen]),
                       Line("linear rule", batches, [base * b / batches[0] for b in batches], reference=True),
                       Line("sqrt rule", batches, [base * math.sqrt(b / batches[0]) for b in batches], reference=True)]

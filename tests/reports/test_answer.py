@@ -29,7 +29,8 @@ def arms():
     return specs
 
 
-FACTS = StudyFacts("own", "pkg.models:net", "data.npz", 20_000, 1, {1: 1875, 4: 468, 16: 300}, interior={"own-sgd-w16": False})
+FACTS = StudyFacts("own", "pkg.models:net", "data.npz", 20_000, 1, {1: 1875, 4: 468, 16: 300}, {1: 32, 4: 128, 16: 512},
+                   interior={"own-sgd-w16": False})
 
 
 REFERENCE = [0.910, 0.911, 0.912]
@@ -67,7 +68,9 @@ def test_the_linear_rule_holds_up_to_the_last_match_and_the_first_worse_is_named
     answer = answer_data(summary(), arms(), FACTS)
     assert answer["linear_rule_holds_up_to"] == 4 and answer["first_worse"] == 16
     text = answer_markdown(answer)
-    assert "holds up to: **4 workers (global batch 128)**" in text and "worse: **16 workers (global batch 512)**" in text
+    assert "holds up to: **4 workers (global batch 128)** (matches world 1's chosen arm within 1 point); its decision at each " \
+           "world size: 4: matches, 16: worse." in text
+    assert "worse: **16 workers (global batch 512)**" in text
 
 
 def test_noise_scale_flags_and_machine_time():
@@ -84,7 +87,7 @@ def test_noise_scale_flags_and_machine_time():
 
 
 def test_one_seed_and_a_batch_out_of_the_data_regime_are_flagged():
-    small = StudyFacts("own", "m", "d", 2_000, 1, {1: 187, 4: 46}, interior={})
+    small = StudyFacts("own", "m", "d", 2_000, 1, {1: 187, 4: 46}, {1: 32, 4: 128}, interior={})
     data = (rows(f"{RECIPE} tuned", 1, REFERENCE, REFERENCE)
             + rows(f"{RECIPE} tuned", 4, [0.88], [0.88]))
     answer = answer_data(data, [ArmSpec(f"{RECIPE} tuned", 1, "tuned", RECIPE), ArmSpec(f"{RECIPE} tuned", 4, "tuned", RECIPE)], small)
@@ -93,3 +96,13 @@ def test_one_seed_and_a_batch_out_of_the_data_regime_are_flagged():
     assert "world 4: 46 updates, fewer than 300" in flags
     assert "world 4: global batch 128 is 6.4% of the training set, above 5%" in flags
     assert answer["per_world_size"][1]["decision"] == "inconclusive"  # one seed: no interval, no claim
+
+
+def test_a_world_size_without_a_finished_run_still_has_its_batch_and_says_no_arm_was_ok():
+    facts = StudyFacts("own", "m", "d", 20_000, 1, {1: 625, 4: 300}, {1: 32, 4: 128})
+    data = rows(f"{RECIPE} tuned", 1, REFERENCE, REFERENCE)
+    answer = answer_data(data, [ArmSpec(f"{RECIPE} tuned", 1, "tuned", RECIPE), ArmSpec(f"{RECIPE} tuned", 4, "tuned", RECIPE)], facts)
+    large = answer["per_world_size"][1]
+    assert (large["global_batch"], large["use"], large["decision"]) == (128, None, "inconclusive")
+    assert "world 4: no arm had every seed ok" in answer["flags"]
+    assert "holds up to: **no larger world size shown**; its decision at each world size: none measured." in answer_markdown(answer)

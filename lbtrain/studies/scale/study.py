@@ -193,7 +193,8 @@ def answer_from_results(design: ScaleDesign, storage: str) -> dict[str, Any]:
     seconds, interior = _tuning_seconds(experiment, storage)
     base = run_config_from_dict(experiment.base_run())
     facts = StudyFacts(experiment.name, str(base.model.name), str(base.data.dataset), design.train_size, design.reference,
-                       {world.world_size: world.updates for world in design.worlds}, describe_design(design), interior, seconds)
+                       {world.world_size: world.updates for world in design.worlds},
+                       {world.world_size: world.global_batch for world in design.worlds}, describe_design(design), interior, seconds)
     answer = answer_data(summary, arms, facts, histories=histories)
     write_json_atomic(folder / ANSWER_FILE, answer)
     write_answer_figures(answer, summary, arms, folder / FIGURES_FOLDER)
