@@ -37,9 +37,9 @@ def _refuse_subclassed(model: tf.keras.Model, virtual_batch_size: int) -> None:
              if not (isinstance(layer, GhostBatchNormalization) and layer.virtual_batch_size == virtual_batch_size)]
     if wrong:
         raise ModelError(
-            f"model {model.name!r} is a subclassed {type(model).__name__} with batch norm ({', '.join(wrong[:3])}), which "
-            f"a simulated world cannot turn into ghost batch norm: build it with keras.Sequential or the functional API, "
-            f"or use lbtrain.layers.GhostBatchNormalization(virtual_batch_size={virtual_batch_size}) in it")
+            f"model {model.name!r} is a subclassed {type(model).__name__} with batch norm ({', '.join(wrong[:3])}), not "
+            f"convertible to ghost batch norm: build it with keras.Sequential or the functional API, or use "
+            f"lbtrain.layers.GhostBatchNormalization(virtual_batch_size={virtual_batch_size})")
 
 
 def set_virtual_batch_size(model: tf.keras.Model, virtual_batch_size: int) -> tf.keras.Model:
