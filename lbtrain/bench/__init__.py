@@ -7,8 +7,8 @@ By concern:
 
 - ``worlds``: the worlds measured (``single``, ``simulated:W``, ``horovod:N``, ``independent:N``,
   ``mirrored:N``), the mode each stands for and whether it can run here;
-- ``cases``: a configuration (``Case``), how it is measured (``Settings``), the models' and the
-  device's checks, and ``measure_case``;
+- ``settings``: how every configuration is measured (``Settings``);
+- ``cases``: a configuration (``Case``), the models' and the device's checks, and ``measure_case``;
 - ``processes``: how a world's processes start and report their one result line;
 - ``measure``: what runs inside each of those processes;
 - ``flops``: training FLOPs per sample and the machine's matmul peak;
@@ -24,8 +24,9 @@ from lbtrain._lazy import lazy_exports
 _LOCATIONS = {
     **dict.fromkeys(("DEFAULT_WORLDS", "WORLD_KINDS", "BenchError", "WorldKind", "WorldSpec", "check_worlds", "world_problem"), ".worlds"),
     **dict.fromkeys(("DEFAULT_BATCHES", "DEFAULT_MODELS", "DEVICES", "GPU_MODELS", "MIN_STEPS", "RESNET50_INPUT", "ZOO_INPUT", "Case",
-                     "Settings", "bench_input", "check_device", "check_models", "check_models_fit", "default_models", "job_of",
+                     "bench_input", "check_device", "check_models", "check_models_fit", "default_models", "job_of",
                      "measure_case", "measure_peak_flops", "model_names"), ".cases"),
+    "Settings": ".settings",
     **dict.fromkeys(("RESULT_PREFIX", "CaseFailed", "HorovodRanks", "OneProcess", "SideBySide", "Starter"), ".processes"),
     **dict.fromkeys(("PIPELINE_EPOCH_BATCHES", "build_bench_model", "check_job", "fit_problem", "run_job", "trainer_pipeline"), ".measure"),
     **dict.fromkeys(("forward_macs_per_sample", "matmul_peak_flops", "training_flops_per_sample"), ".flops"),

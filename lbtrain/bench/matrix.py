@@ -12,7 +12,6 @@ from typing import Any, Callable, Sequence
 from lbtrain.bench.cases import (
     MIN_STEPS,
     Case,
-    Settings,
     check_models,
     check_models_fit,
     measure_case,
@@ -21,6 +20,7 @@ from lbtrain.bench.cases import (
 )
 from lbtrain.bench.processes import CaseFailed
 from lbtrain.bench.report import INPUT_BOUND_MARGIN, add_ratios, machine, make_row, write_report
+from lbtrain.bench.settings import Settings
 from lbtrain.bench.worlds import WorldSpec
 
 DEFAULT_OUTPUT = Path("results/benchmarks/bench")

@@ -17,9 +17,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from lbtrain.bench.cases import MIN_STEPS, Settings, bench_input
+from lbtrain.bench.cases import MIN_STEPS, bench_input
 from lbtrain.bench.flops import matmul_peak_flops, training_flops_per_sample
 from lbtrain.bench.processes import RESULT_PREFIX
+from lbtrain.bench.settings import Settings
 from lbtrain.bench.worlds import WORLD_KINDS, BenchError
 
 # Batches of one epoch of the pipeline's synthetic arrays, per shard: enough to cross epoch

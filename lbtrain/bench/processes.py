@@ -19,14 +19,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from lbtrain.bench.settings import Settings
 from lbtrain.bench.timeline import allreduce_seconds, read_timeline
 from lbtrain.launch.error_line import error_line
 from lbtrain.launch.horovodrun import horovodrun_command
-
-if TYPE_CHECKING:
-    from lbtrain.bench.cases import Settings
 
 RESULT_PREFIX = "lbtrain-bench-result "
 

@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 from typing import Sequence, TextIO
 
-from lbtrain.bench.cases import Case, Settings, bench_input
+from lbtrain.bench.cases import Case, bench_input
+from lbtrain.bench.settings import Settings
 from lbtrain.files import csv_text, write_atomic, write_json_atomic
 from lbtrain.results import BENCH_CSV, BENCH_FIGURE, BENCH_JSON
 

@@ -12,8 +12,9 @@ outside ``lbtrain.launch`` tells the ways apart.
   (``lbtrain.launch.cluster``).
 - ``ParameterServerLauncher``: a chief, W workers and parameter servers (``lbtrain.launch.cluster``).
 
-Each says why it cannot start here (``problem``), what one run takes of the machine
-(``footprint``), checks the fixed ports a run would listen on (``check_ports``), and starts one
+Each says why it cannot start here (``problem``), what is wrong with the experiment's launch
+settings (``settings_problem``: horovodrun's own parser on ``horovod.args``), what one run takes
+of the machine (``footprint``), checks the fixed ports a run would listen on (``check_ports``), and starts one
 run's job (``start``), or gives the child that trains the runs in turn (``child``).
 
 Adding a way of starting processes: a subclass here, named by the modes that use it.
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from lbtrain.launch.cluster import JobExit, launch_multiworker, launch_parameter_server
-from lbtrain.launch.horovodrun import horovod_launch_problem, launch_horovod
+from lbtrain.launch.horovodrun import arguments_problem, horovod_launch_problem, launch_horovod
 from lbtrain.launch.ports import job_ports
 from lbtrain.logs import child_environment
 
@@ -61,6 +62,11 @@ class Launcher:
 
     def problem(self) -> str | None:
         """Why runs cannot start this way here (naming the fix), or None."""
+        return None
+
+    def settings_problem(self, experiment: ExperimentConfig) -> str | None:
+        """What is wrong with the experiment's launch settings for this way of starting (a
+        one-line message naming the field), or None."""
         return None
 
     def footprint(self, world_size: int, experiment: ExperimentConfig) -> Footprint:
@@ -114,6 +120,10 @@ class HorovodrunLauncher(Launcher):
 
     def problem(self) -> str | None:
         return horovod_launch_problem()
+
+    def settings_problem(self, experiment: ExperimentConfig) -> str | None:
+        problem = arguments_problem(experiment.horovod.args) if experiment.horovod.args else None
+        return None if problem is None else f"horovod.args: {problem}"
 
     def footprint(self, world_size: int, experiment: ExperimentConfig) -> Footprint:
         return Footprint(world_size, world_size)

@@ -215,15 +215,9 @@ def check_mode(experiment: ExperimentConfig, planned: list[PlannedRun]) -> None:
     problem = launcher.problem()
     if problem is not None:
         raise ConfigError(f"mode: {mode.name}: {problem}")
-    problem = mode.launch_problem()
+    problem = mode.launch_problem() or launcher.settings_problem(experiment)
     if problem is not None:
         raise ConfigError(problem)
-    if experiment.mode == "horovod" and experiment.horovod.args:
-        from lbtrain.launch.horovodrun import arguments_problem
-
-        problem = arguments_problem(experiment.horovod.args)
-        if problem is not None:
-            raise ConfigError(f"horovod.args: {problem}")
     checked_discoveries = []
     for run in planned:
         problem = mode.unsupported_setting(run.config) or process_local_problem(

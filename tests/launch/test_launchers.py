@@ -61,3 +61,11 @@ def test_fixed_ports_in_use_are_a_config_error_naming_the_field(tmp_path, mode, 
         with pytest.raises(ConfigError, match=rf"{field}: port \d+ is in use \(the job needs ports {base_port}-{base_port + ports - 1}\)"):
             get_mode(mode).launcher().check_ports(3, fixed)
     get_mode(mode).launcher().check_ports(3, experiment(tmp_path, mode=mode))  # free ports: nothing to check
+
+
+def test_only_horovodrun_reads_the_horovod_launch_settings(tmp_path):
+    """horovod.args set on an experiment of another mode are not this launcher's to check (the
+    message of a bad one under horovodrun: tests/launch/test_horovod_args.py)."""
+    settings = experiment(tmp_path, horovod={"args": ["--no-such-flag"]})
+    assert {name: mode.launcher().settings_problem(settings) for name, mode in MODES.items() if name != "horovod"} == dict.fromkeys(
+        ("simulated", "mirrored", "multiworker", "parameter_server"))
