@@ -257,16 +257,14 @@ def claim_folder(folder: Path, name: str, config_file: str | None, experiment: d
         try:
             previous = yaml.safe_load(recorded.read_text()) if recorded.is_file() else None
         except (yaml.YAMLError, UnicodeDecodeError) as error:
-            reason = " ".join(str(error).split())[:100]
             raise ResultsError(
-                f"{recorded} is damaged ({type(error).__name__}: {reason}), so {config_file} cannot be checked against the "
-                f"experiment {name!r} of {owner['config_file']} that owns the folder: give this one another name or output_dir, "
-                "or rerun that one (which writes the record again)"
+                f"{recorded} is damaged ({type(error).__name__}): rerun {owner['config_file']}, which owns the folder, to write "
+                "it again, or give this experiment another name or output_dir"
             ) from None
         if previous != experiment:
             raise ResultsError(
-                f"{folder} holds experiment {name!r} from {owner['config_file']}; {config_file} has the same name but "
-                "another config (give it another name, or another output_dir)"
+                f"{folder} holds experiment {name!r} from {owner['config_file']}, configured otherwise: give this one another "
+                "name or output_dir"
             )
         return
     write_json_atomic(owner_path, {"name": name, "config_file": config_file})

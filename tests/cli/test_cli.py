@@ -13,7 +13,7 @@ import yaml
 
 from conftest import REPO_ROOT, horovod_installed, run_cli, stderr_lines
 from lbtrain._keras import KERAS_3
-from lbtrain.cli import main
+from lbtrain.cli import main, one_line
 from lbtrain.results import read_run
 
 GOOD = {
@@ -212,8 +212,8 @@ def test_two_experiments_with_one_name_do_not_share_a_folder(tmp_path, capsys):
     for arguments in ([], ["--fresh"]):
         assert main(["run", str(other), *arguments]) == 2
         assert capsys.readouterr().err.strip() == (
-            f"lbtrain: error: {tmp_path / 'results' / 'cli'} holds experiment 'cli' from {first}; {other} has the same name "
-            "but another config (give it another name, or another output_dir)")
+            f"lbtrain: error: {tmp_path / 'results' / 'cli'} holds experiment 'cli' from {first}, configured otherwise: give "
+            "this one another name or output_dir")
     assert sorted(p.name for p in (tmp_path / "results" / "cli" / "runs").iterdir()) == runs
     # The same experiment from another file agrees with the folder's: it may resume it.
     copy = tmp_path / "copy.yaml"
@@ -395,9 +395,9 @@ def test_a_damaged_experiment_record_with_a_new_config_of_the_same_name_is_one_l
     other.write_text(first.read_text())
     assert main(["run", str(other)]) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith(f"lbtrain: error: {folder / 'experiment.yaml'} is damaged (ParserError: ")
-    assert line.endswith(f"so {other} cannot be checked against the experiment 'cli' of {first} that owns the folder: give this "
-                         "one another name or output_dir, or rerun that one (which writes the record again)")
+    assert line == "lbtrain: error: " + one_line(f"{folder / 'experiment.yaml'} is damaged (ParserError): rerun {first}, which "
+                                                 "owns the folder, to write it again, or give this experiment another name or "
+                                                 "output_dir")
     assert {path.name: path.read_bytes() for path in folder.iterdir()} == before
 
 
