@@ -116,5 +116,6 @@ def test_a_loader_is_refused_an_option_its_signature_does_not_declare(tmp_path, 
     completed = lbtrain_here("run", "exp.yaml", cwd=tmp_path)
     assert completed.returncode == 2
     assert completed.stderr.strip().splitlines() == [
-        "lbtrain: error: data.options: unknown option 'command' for dataset 'strict_loader:load' (allowed: samples)"]
+        "lbtrain: error: data.options: unknown option 'command' for dataset 'strict_loader:load' (allowed: samples) "
+        "(grid point base)"]
     assert not (tmp_path / "LOADED").exists() and not (tmp_path / "results").exists()
