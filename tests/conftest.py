@@ -68,15 +68,15 @@ MAIN_STACK_ONLY = {
         "lbtrain train's arguments refused before any model is built",
     "tests/lab/": "this repository's studies (results page, advisor validation, performance table, elasticity section) "
                   "rendered from their files (the simulated elastic runs rendered: tests/test_elastic.py, on both stacks)",
-    "tests/test_bench.py::test_a_tiny_matrix_writes_a_csv_json_and_plot_with_positive_throughput":
+    "tests/bench/test_bench.py::test_a_tiny_matrix_writes_a_csv_json_and_plot_with_positive_throughput":
         "the bench's matrix of worlds, its CSV, JSON and plot (a model is benchmarked on Keras 3 by "
-        "tests/test_bench_own_model.py's registered name, on both stacks)",
-    "tests/test_bench_own_model.py::test_a_step_cheaper_than_its_input_pipeline_is_labelled_input_bound":
+        "tests/bench/test_bench_own_model.py's registered name, on both stacks)",
+    "tests/bench/test_bench_own_model.py::test_a_step_cheaper_than_its_input_pipeline_is_labelled_input_bound":
         "the bench's label from the input pipeline's images/s against the step's (tf.data), not Keras",
-    "tests/test_bench_own_model.py::test_a_model_by_reference_is_benchmarked_from_the_users_folder":
+    "tests/bench/test_bench_own_model.py::test_a_model_by_reference_is_benchmarked_from_the_users_folder":
         "a reference found from the user's folder, and the bench's CSV, JSON, plot and table (a user's model is "
         "benchmarked on both stacks by its registered name)",
-    "tests/test_bench_own_model.py::test_from_python_a_factory_is_benchmarked_by_its_reference":
+    "tests/bench/test_bench_own_model.py::test_from_python_a_factory_is_benchmarked_by_its_reference":
         "a factory passed from Python turned into the reference its child processes import",
     "tests/studies/test_runner.py::test_run_writes_every_run_and_a_summary_then_skips_finished_runs":
         "the runner's bookkeeping: a summary of the runs' files, finished runs skipped",
