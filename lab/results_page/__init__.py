@@ -7,16 +7,16 @@ them are fixed here, one module per family of studies (``goyal``, ``keskar``, ``
 them), and a study that is not committed yet is named with the command that makes it. Headline
 numbers carry their 95% Student-t interval, n and df, and differences between recipes Welch's
 interval (``lbtrain.reports.statistics``); every claim comes from the one decision rule of
-``lbtrain.reports.decisions``. ``tests/reports/test_results_page.py``
+``lbtrain.reports.decisions``. ``tests/lab/test_results_page.py``
 checks that the committed page is what this renders.
 
 The README's quickstart table is rendered the same way, from ``make run``'s summary committed
 as ``results/quickstart_reference/summary.csv``.
 
-    lbtrain report --results-page            # print the page
-    lbtrain report --results-page --write    # write results/README.md and the README's quickstart table
+    python scripts/render_results_readme.py            # print the page
+    python scripts/render_results_readme.py --write    # write results/README.md and the README's quickstart table
 
-(``python scripts/render_results_readme.py [--write]`` does the same.) No TensorFlow is loaded.
+No TensorFlow is loaded.
 """
 
 from lab.results_page.page import (
