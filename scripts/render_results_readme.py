@@ -1,7 +1,8 @@
 """results/README.md, rendered from the committed studies' data.
 
-The page and the README's quickstart table are rendered by ``lab.results_page``
-(also ``lbtrain report --results-page``); this script renders this checkout's ``results/``.
+The page and the README's quickstart table are rendered by ``lab.results_page`` (this
+repository's own studies, not part of the installed lbtrain); this script renders this
+checkout's ``results/``.
 
     python scripts/render_results_readme.py            # print the page
     python scripts/render_results_readme.py --write    # write results/README.md and the README's quickstart table
