@@ -16,7 +16,7 @@ process) against the measured serial time (target within +-25%).
 On a machine other processes share, the busy share counts only this benchmark's CPU time, and
 the wall times carry their load: the JSON records the load average before and after.
 
-    python benchmarks/bench_parallel.py [--rounds 1] [--epochs 6]
+    python benchmarks/bench_parallel.py [--rounds 2] [--epochs 12]
 """
 
 from __future__ import annotations
@@ -91,8 +91,8 @@ def _load() -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=1, help="serial and parallel measurements each, in alternating order")
-    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=2, help="serial and parallel measurements each, in alternating order")
+    parser.add_argument("--epochs", type=int, default=12)
     parser.add_argument("--output", default="results/benchmarks/parallel.json")
     args = parser.parse_args()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
