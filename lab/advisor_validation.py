@@ -32,17 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from lbtrain.reports.tables import markdown_table, read_summary, trained_seconds
-from lbtrain.results import (
-    ADVISOR_VALIDATION_FIGURE,
-    ADVISOR_VALIDATION_FILE,
-    ADVISOR_VALIDATION_REPORT,
-    HISTORY_FILE,
-    METRICS_FILE,
-    SUMMARY_FILE,
-)
+from lbtrain.results import ADVISOR_VALIDATION_FILE, HISTORY_FILE, METRICS_FILE, SUMMARY_FILE
 from lbtrain.rounding import ceil_tolerant
 
 logger = logging.getLogger(__name__)
+
+# Beside ADVISOR_VALIDATION_FILE (lbtrain.results: lbtrain.studies.findings cites it), in OUTPUT.
+ADVISOR_VALIDATION_REPORT = "validation.md"
+ADVISOR_VALIDATION_FIGURE = "validation.png"
 
 OUTPUT = Path("results") / "advisor_validation"  # relative to the checkout's root
 WITHIN = 2.0  # the tolerance: predicted within a factor 2 of measured

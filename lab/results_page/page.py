@@ -18,11 +18,12 @@ from lab.results_page.keskar import section_keskar_gap, section_keskar_v2
 from lab.results_page.lr_scaling import section_adam_scaling, section_goyal_sweep
 from lbtrain.reports.report import ReportError
 from lbtrain.reports.tables import markdown_table, read_summary
-from lbtrain.results import RESULTS_PAGE as PAGE_FILE
 from lbtrain.results import SUMMARY_FILE
 from lbtrain.verdict import is_ok
 
 logger = logging.getLogger(__name__)
+
+PAGE_FILE = "README.md"  # in the results folder of the committed studies
 
 
 # Each section: results folder -> its lines. The third edition's answer first, then the anchors,
