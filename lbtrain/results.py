@@ -137,7 +137,10 @@ class RunResult:
     ``{"samples": 76800}``, plus ``stop_at`` when it stopped at a target); ``initial_loss`` is the
     training loss at step 0, before any update, the reference of the verdict. ``world_changes``:
     an elastic run's changes of world size (``lbtrain.elastic.WorldChange``: step, samples, old
-    and new world size, old and new learning rate), empty for a fixed world.
+    and new world size, old and new learning rate), empty for a fixed world. ``experiment``: the
+    name of the experiment whose results folder the run was written in (``write_run`` reads it
+    from the folder's ``owner.json``; None outside one, and in runs written before it was kept),
+    so a run copied into another experiment's folder is told apart.
     """
 
     config: dict[str, Any]
@@ -157,6 +160,7 @@ class RunResult:
     wall_time_seconds: float = 0.0
     world_changes: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     task: str = "classification"
+    experiment: str | None = None
     model: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
@@ -185,9 +189,12 @@ def history_csv(history: list[dict]) -> str:
 
 
 def write_run(run_dir: str | Path, result: RunResult) -> Path:
-    """Writes one finished run into ``run_dir``; ``metrics.json`` last (the commit mark)."""
+    """Writes one finished run into ``run_dir``; ``metrics.json`` last (the commit mark). A run
+    written in a results folder (``<folder>/runs/<id>``) records the experiment that owns it."""
     run_dir = Path(run_dir)
     data = result.to_dict()
+    if data["experiment"] is None:
+        data["experiment"] = folder_experiment(run_dir.parent.parent)
     write_atomic(run_dir / CONFIG_FILE, yaml.safe_dump(result.config, sort_keys=False))
     write_atomic(run_dir / HISTORY_FILE, history_csv(data["history"]))
     return write_json_atomic(run_dir / METRICS_FILE, data)
@@ -281,6 +288,15 @@ def _refuse_misplaced(folder: Path) -> None:
     for entry in sorted(runs.iterdir()) if runs.is_dir() else ():
         if not entry.name.startswith(".") and not entry.is_dir():
             raise ResultsError(f"{entry} is a file where a run's folder would be (runs/ holds one folder per run): move it away")
+
+
+def folder_experiment(folder: Path) -> str | None:
+    """The name of the experiment that owns results folder ``folder`` (its ``owner.json``), or None."""
+    try:
+        owner = _read_owner(folder / OWNER_FILE)
+    except (ResultsError, OSError):
+        return None
+    return str(owner["name"]) if owner is not None and owner.get("name") is not None else None
 
 
 def _read_owner(path: Path) -> dict[str, Any] | None:

@@ -71,6 +71,7 @@ from lbtrain.results import (
     accuracy_name,
     check_output_folder,
     finite_or_none,
+    folder_experiment,
 )
 
 BATCH_AXIS = {"xlabel": "global batch", "log2_x": True}
@@ -733,6 +734,23 @@ def _no_history(records: Sequence[RunRecord]) -> str:
             "fix that and rerun the experiment, then report")
 
 
+def _own_records(results_dir: Path, records: list[RunRecord], left_out: list[str]) -> list[RunRecord]:
+    """``records`` but runs another experiment wrote (copied into this folder: their
+    ``RunResult.experiment`` names another than the folder's owner), each named in ``left_out``:
+    a report of one experiment never pools another's runs into its recipes."""
+    owner = folder_experiment(results_dir)
+    if owner is None:
+        return records
+    own = []
+    for record in records:
+        if record.result.experiment not in (None, owner):
+            left_out.append(f"run {record.row['run_id']} is of experiment {record.result.experiment!r}, not {owner!r}: "
+                            "run left out")
+        else:
+            own.append(record)
+    return own
+
+
 def write_report(results_dir: str | Path, *, target: float | None = None, metric: str | None = None,
                  on_damaged: Callable[[str], None] | None = None) -> Path:
     """Writes ``report.md``, ``report.json`` (every record the report's sentences and tables are
@@ -758,6 +776,7 @@ def write_report(results_dir: str | Path, *, target: float | None = None, metric
     check_output_folder(results_dir, "the results folder")  # figures/ or report.md linked elsewhere would be written through
     damaged: list[str] = []
     records = load_records(results_dir, on_damaged=damaged.append) if has_runs else []
+    records = _own_records(results_dir, records, damaged)
     if records:
         metric = metric or curve_metric(records)
         known = {key for r in records for row in r.result.history for key in row}
@@ -782,7 +801,8 @@ def write_report(results_dir: str | Path, *, target: float | None = None, metric
     report.add(machine_time_sentence(minutes))
     if damaged:
         report.summary["damaged"] = damaged
-        report.add("Left out, damaged (a rerun of the experiment retrains or rebuilds them):",
+        report.add("Left out (a rerun of the experiment retrains or rebuilds the damaged ones; runs of another experiment "
+                   "belong in its own folder):",
                    "\n".join(f"- {problem}" for problem in damaged))
         for problem in damaged:
             if on_damaged is not None:
