@@ -510,7 +510,7 @@ class AnalysisConfig(_Strict):
 LATER_FIELD_DEFAULTS = {"data.task": "auto", "data.test_split": 0.2, "lr.warmup_type": "gradual", "training.accumulation_steps": 1,
                         "training.staleness": 0, "training.precise_bn_samples": None,
                         "training.jit_compile": "auto", "training.elastic": None, "training.stop_at.val_accuracy": None,
-                        "training.min_steps": None}
+                        "training.min_steps": None, "data.num_classes": None}
 # Fields that only judge a finished run and never change how it trains, with the value a run id
 # hashes for them whatever they are set to (the default when ids were first computed; None: not
 # hashed, a field added later): a run judged by another margin is the same run, found done
