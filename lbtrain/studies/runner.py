@@ -154,16 +154,20 @@ def _train_launched(mode: Mode, planned: PlannedRun, run_dir: Path, experiment: 
                     environment: dict[str, str], stopped: threading.Event) -> RunResult:
     """Runs ``lbtrain train --mode M --threads T`` for ``planned`` as the mode's launcher
     starts it, with ``environment`` (the root writes the run); a job that fails is a failed run,
-    with the failing task's error line. A job that ended after ``stopped`` was set, or by SIGINT
-    (a terminal's Ctrl-C reaches every process of the job), is not recorded: ``RunEnded``."""
+    with the failing task's error line. A job that ended after ``stopped`` was set is not
+    recorded (``RunEnded``), nor one that SIGINT ended: a terminal's Ctrl-C reaches every process
+    of the job, and this thread (perhaps a worker's, which Python's ``KeyboardInterrupt`` does not
+    reach) raises it for the command."""
     program = [*_train_command(planned, run_dir), "--mode", mode.name, "--threads", str(threads)]
     try:
         job = mode.launcher().start(program, planned.config.training.world_size, experiment, run_dir,
                                     elastic=planned.config.training.elastic, env=environment)
     except ConfigError as error:
         return _launched_result(planned, run_dir, 1, str(error))
-    if stopped.is_set() or job.returncode in (-signal.SIGINT, 128 + signal.SIGINT):
-        raise RunEnded(f"the run in {run_dir} was interrupted")
+    if stopped.is_set():
+        raise RunEnded(f"the run in {run_dir} was stopped by lbtrain")
+    if job.returncode in (-signal.SIGINT, 128 + signal.SIGINT):
+        raise KeyboardInterrupt
     return _launched_result(planned, run_dir, job.returncode, job.failure)
 
 
