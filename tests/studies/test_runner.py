@@ -475,3 +475,24 @@ def test_an_interrupt_ends_every_run_side_by_side_records_none_and_the_rerun_res
     rows = run_experiment(exp, progress=lines.append, workers=2)
     assert all(row["status"].startswith("ok") for row in rows)  # 150 epochs at this LR: ok or ok-unstable
     assert [len(read_run(runs / row["run_id"]).history) for row in rows] == [150, 150]
+
+
+def test_a_launched_job_that_sigint_ended_interrupts_the_grid_and_is_not_recorded(tmp_path, monkeypatch):
+    """A terminal's Ctrl-C reaches a launched job's processes: the job ends by SIGINT, and the
+    thread that waited for it raises KeyboardInterrupt (a worker thread never gets Python's own).
+    Here the model factory of a mirrored run interrupts its own fresh process."""
+    (tmp_path / "interrupting.py").write_text(
+        "import os, signal\n"
+        "import tensorflow as tf\n"
+        f"PARENT = {os.getpid()}\n\n"
+        "def build(input_shape, num_classes):\n"
+        "    if os.getpid() != PARENT:\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "    inputs = tf.keras.Input(input_shape)\n"
+        "    return tf.keras.Model(inputs, tf.keras.layers.Dense(num_classes)(inputs))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    exp = experiment(tmp_path, mode="mirrored", model={"name": "interrupting:build"}, grid={"world_sizes": [1]})
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(exp, progress=lambda line: None, workers=1)
+    assert not list((tmp_path / "results" / "tiny" / "runs").glob("*/metrics.json"))
