@@ -314,14 +314,12 @@ def write_answer_figures(answer: Mapping[str, Any], summary: Sequence[Mapping[st
 
     per_world = answer["per_world_size"]
     lines: list[Line | Mark] = []
+    reference = answer["reference_world_size"]
     families = {"use": [(row["world_size"], row["use"]) for row in per_world if row["use"]]}
-    for arm in arms:
-        if arm.kind == "rule":
-            families.setdefault(f"{arm.rule} rule", []).append((arm.world_size, arm.label))
-        elif arm.kind == "tuned" and arm.world_size == answer["reference_world_size"]:
-            for key in list(families):
-                if key != "use":
-                    families[key].insert(0, (arm.world_size, arm.label))
+    for arm in (arm for arm in arms if arm.kind == "rule"):
+        # A rule carries its recipe's tuning at the reference: its line starts at that tuned arm.
+        start = [(reference, f"{arm.recipe} tuned")]
+        families.setdefault(f"{arm.rule} rule", start).append((arm.world_size, arm.label))
     for name, points in families.items():
         xs, ys, lows, highs = [], [], [], []
         for size, label in points:
