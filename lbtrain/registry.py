@@ -21,9 +21,9 @@ refused, in one line, by modes that start processes (``process_local``).
 
 Trust: a reference is code, as a Python script is (an experiment YAML that names one runs that
 code). What lbtrain refuses, in one line before anything is imported, is a reference into
-Python's standard library or builtins (``os:system``, ``shutil:rmtree``, ``builtins:open``):
-no model or dataset lives there, and such a reference can only act on the machine
-(``refuse_standard_library``).
+Python's standard library or builtins (``os:system``, ``shutil:rmtree``, ``builtins:open``),
+or into lbtrain's own code: no model or dataset of the user's lives there, and such a reference
+can only act on the machine (``refuse_standard_library``).
 
 This module imports no TensorFlow.
 """
@@ -88,6 +88,16 @@ def refuse_standard_library(module_name: str, what: str, reference: str) -> None
                               "of your own module or of an installed package")
 
 
+def _refuse_home(module_name: str, what: str, reference: str) -> None:
+    """``refuse_standard_library``, and lbtrain's own modules too: a reference into lbtrain
+    (``lbtrain.files:write_atomic``) could act on the machine as one into ``shutil`` can, and
+    lbtrain's models and datasets are named by name (``mlp``, ``mnist1d``)."""
+    refuse_standard_library(module_name, what, reference)
+    if module_name.split(".")[0] == "lbtrain":
+        raise ReferenceError_(f"{what} {reference!r} names lbtrain's own code ({module_name}); name lbtrain's models and "
+                              "datasets by name (mlp, mnist1d, ...) and your own by reference")
+
+
 def _import_module(module_name: str) -> Any:
     try:
         return importlib.import_module(module_name)
@@ -131,7 +141,7 @@ def import_reference(reference: str, what: str) -> Callable[..., Any]:
     if module_name == "__main__" or "<locals>" in qualified:
         raise ReferenceError_(f"{what} {reference!r} was defined in another process's __main__ or inside a function; "
                               "move it to a module that can be imported")
-    refuse_standard_library(module_name, what, reference)
+    _refuse_home(module_name, what, reference)
     try:
         target: Any = _import_module(module_name)
     except (Exception, SystemExit) as error:  # an import runs the user's code, which raises (or exits) as it does
@@ -147,7 +157,7 @@ def import_reference(reference: str, what: str) -> Callable[..., Any]:
         home = target.__name__ if inspect.ismodule(target) else getattr(target, "__module__", None) if (
             inspect.isroutine(target) or inspect.isclass(target)) else None
         if isinstance(home, str):
-            refuse_standard_library(home, what, reference)
+            _refuse_home(home, what, reference)
     if not callable(target):
         raise ReferenceError_(f"{what} {reference!r} is a {type(target).__name__}, not a function or class")
     return target

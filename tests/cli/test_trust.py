@@ -1,5 +1,5 @@
 """The trust model (docs/own-model.md, Trust): a reference never resolves into Python's standard
-library or builtins, refused in one line before anything is imported or called; validation and
+library, builtins or lbtrain's own code, refused in one line before anything is imported or called; validation and
 ``--dry-run`` call no loader and no model factory; a module that exits on import is one line."""
 
 import re
@@ -29,6 +29,7 @@ HOSTILE = {
     "os through a user's module": ("data", {"dataset": "imports_os:os.system", "options": {"command": "touch MARKER"}}),
     "a re-exported stdlib function": ("data", {"dataset": "imports_os:call", "options": {"args": ["touch", "MARKER"]}}),
     "a stdlib class": ("model", {"name": "imports_os:Path"}),
+    "lbtrain's own writer": ("data", {"dataset": "lbtrain.files:write_atomic", "options": {"path": "MARKER", "content": "x"}}),
 }
 
 
@@ -61,8 +62,8 @@ def test_a_reference_into_the_standard_library_is_refused_before_it_acts(folder,
     assert completed.returncode == 2, completed.stderr
     lines = completed.stderr.strip().splitlines()
     assert len(lines) == 1 and len(lines[0]) <= 300, completed.stderr
-    assert re.match(r"lbtrain: error: (data\.dataset|model\.name): (dataset|model) '[\w.:]+' names Python's standard "
-                    r"library \(\w+\)", lines[0]), lines[0]
+    assert re.match(r"lbtrain: error: (data\.dataset|model\.name): (dataset|model) '[\w.:]+' names (Python's standard "
+                    r"library \(\w+\)|lbtrain's own code \(lbtrain.files\))", lines[0]), lines[0]
     assert snapshot(folder) == before  # no MARKER, VICTIM intact, FOLDER there, no results
     assert completed.stdout == ""
 
