@@ -45,6 +45,7 @@ _LOCATIONS = {
     "RunResult": "lbtrain.results",
     "expand": "lbtrain.studies.plan",
     "run_experiment": "lbtrain.studies.runner",
+    **dict.fromkeys(("ScaleDesign", "design_study", "run_scale"), "lbtrain.studies.scale"),
     **dict.fromkeys(("global_batch_size", "scale_learning_rate", "scaling_exponent", "scaling_factor"), "lbtrain.scaling"),
     **dict.fromkeys(("DECAYS", "Constant", "ConstantLearningRate", "PerUpdate", "ScheduleError", "Warmup", "build_decay",
                      "build_schedule", "epochs_to_steps", "schedule_values", "warmup_lr"), "lbtrain.schedules"),
