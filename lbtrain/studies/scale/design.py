@@ -222,7 +222,8 @@ def protocol_experiment(design: ScaleDesign) -> ExperimentConfig:
         "analysis": {**user.analysis, "noise_scale": True},
         "grid": {"world_sizes": design.world_sizes, "variants": variants},
         "search": {"lr.base_lr": lr_grid(base.lr.base_lr)},
-        "sweep": {**user.sweep.model_dump(mode="json"), "pruner": "none"},
+        # The storage as given: a dump masks its password (lbtrain.config.SweepConfig), which would not open it.
+        "sweep": {**user.sweep.model_dump(mode="json"), "storage": user.sweep.storage, "pruner": "none"},
         "protocol": {
             "seeds": list(design.seeds), "exploratory": len(design.seeds) < MIN_PROTOCOL_SEEDS, "grid_extensions": design.grid_extensions, "rules": {design.recipe: list(RULES)},
             "tuned_only": [label for label in search_by_recipe], "search": search_by_recipe,
