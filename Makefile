@@ -115,7 +115,7 @@ lint: $(VENV)/.lbtrain-installed
 # bench: CSV, JSON and plot in results/benchmarks/bench/), Horovod against the independent pair
 # (results/benchmarks/horovod.json), the input pipeline with and without tf.data's autotuning model
 # (pipeline.json), a 12-run grid one run at a time and side by side with its busy share and price
-# (parallel.json), then README's performance table from the JSON.
+# (parallel.json), then the performance table of docs/benchmarks.md from the JSON.
 bench: setup
 	$(BIN)/python benchmarks/bench_optimizers.py
 	$(BIN)/python benchmarks/bench_jit.py
