@@ -25,7 +25,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                              "flags every claim)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the design and its price (the probe trains a few steps at each global batch), run nothing")
-    parser.add_argument("--storage", help="an SQLAlchemy URL for the tuning studies (default sqlite:///results/<name>/optuna.db)")
+    parser.add_argument("--storage", help="an SQLAlchemy URL for the tuning studies (default: $LBTRAIN_STORAGE, else sweep.storage, "
+                                          "else sqlite:///results/<name>/optuna.db); a password is better kept in $LBTRAIN_STORAGE")
     parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", help="override a field")
     parser.set_defaults(handler=run)
 
@@ -34,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from lbtrain.config import load_experiment
     from lbtrain.reports.regime import MIN_UPDATES
     from lbtrain.results import ANSWER_FILE, ANSWER_REPORT
+    from lbtrain.storage_urls import environment_storage
     from lbtrain.studies.price import probe_costs
     from lbtrain.studies.scale import (
         describe_design,
@@ -62,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     print(price.describe())
     if args.dry_run:
         return 0
-    storage = args.storage or storage_url(design.protocol_experiment())
+    storage = args.storage or environment_storage() or storage_url(design.protocol_experiment())
     run_scale(design, storage=storage, config_file=str(Path(args.experiment).resolve()), price=price)
     folder = design.protocol_experiment().results_dir
     print((folder / ANSWER_REPORT).read_text(), end="")
