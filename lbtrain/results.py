@@ -277,17 +277,31 @@ def claim_folder(folder: Path, name: str, config_file: str | None, experiment: d
     write_json_atomic(owner_path, {"name": name, "config_file": config_file})
 
 
+# The files lbtrain writes in a results folder and in each run's folder: a folder in the place of one
+# would fail the write after the work (``_refuse_misplaced``).
+_FOLDER_FILES = (OWNER_FILE, EXPERIMENT_FILE, SUMMARY_FILE, SWEEP_SUMMARY_FILE, SWEEP_FIT_FILE, REPORT_FILE, REPORT_JSON)
+_RUN_FILES = (CONFIG_FILE, HISTORY_FILE, METRICS_FILE)
+
+
 def _refuse_misplaced(folder: Path) -> None:
-    """``ResultsError`` for a folder where the lock file is, or a file where the runs' folder or a
-    run's folder in it would be: lbtrain would fail writing there, after training the run."""
-    if (folder / LOCK_FILE).is_dir() and not (folder / LOCK_FILE).is_symlink():
-        raise ResultsError(f"{folder / LOCK_FILE} is a folder where lbtrain keeps its lock file: remove it")
+    """``ResultsError`` for a folder where the lock file or another file lbtrain writes is, or a
+    file where the runs' folder, a run's folder in it or its checkpoints' folder would be: lbtrain
+    would fail writing there, after training the run."""
+    for path in (folder / LOCK_FILE, *(folder / name for name in _FOLDER_FILES)):
+        if path.is_dir() and not path.is_symlink():
+            raise ResultsError(f"{path} is a folder where lbtrain writes a file: move it away")
     runs = folder / RUNS_FOLDER
     if runs.exists() and not runs.is_dir():
         raise ResultsError(f"{runs} is a file where the runs' folder should be: move it away")
     for entry in sorted(runs.iterdir()) if runs.is_dir() else ():
         if not entry.name.startswith(".") and not entry.is_dir():
             raise ResultsError(f"{entry} is a file where a run's folder would be (runs/ holds one folder per run): move it away")
+        for path in (entry / name for name in _RUN_FILES) if entry.is_dir() else ():
+            if path.is_dir():
+                raise ResultsError(f"{path} is a folder where lbtrain writes a file: move it away")
+        checkpoints = entry / CHECKPOINT_FOLDER
+        if checkpoints.exists() and not checkpoints.is_dir():
+            raise ResultsError(f"{checkpoints} is a file where the run's checkpoints folder should be: move it away")
 
 
 def folder_experiment(folder: Path) -> str | None:
@@ -312,7 +326,8 @@ def _read_owner(path: Path) -> dict[str, Any] | None:
 def check_output_folder(folder: Path, what: str) -> None:
     """``ResultsError`` naming ``what`` (``--output``, "the results folder") unless lbtrain can write
     in ``folder`` and only there: a path that cannot be a folder (``/proc/x``, a file), one that is
-    not writable, or one holding a symbolic link that leads out (``refuse_links_out``). Checked
+    not writable, one holding a symbolic link that leads out (``refuse_links_out``) or a folder
+    where lbtrain writes a file (``_refuse_misplaced``). Checked
     before any work whose output it receives; folders made to check it are removed again."""
     missing = [path for path in (folder, *folder.parents) if not path.exists() and not path.is_symlink()]
     try:
@@ -325,6 +340,7 @@ def check_output_folder(folder: Path, what: str) -> None:
         if not os.access(folder, os.W_OK | os.X_OK):
             raise ResultsError(f"{what} {folder}: the folder is not writable")
         refuse_links_out(folder)
+        _refuse_misplaced(folder)
     finally:
         for path in missing:  # deepest first
             with contextlib.suppress(OSError):
@@ -357,7 +373,7 @@ def folder_lock(folder: Path, name: str) -> Iterator[None]:
             raise ResultsError(f"{folder / LOCK_FILE} is a symbolic link; lbtrain writes only inside the results folder: "
                                "remove the link") from None
         if error.errno == errno.EISDIR:
-            raise ResultsError(f"{folder / LOCK_FILE} is a folder where lbtrain keeps its lock file: remove it") from None
+            raise ResultsError(f"{folder / LOCK_FILE} is a folder where lbtrain writes a file: move it away") from None
         raise
     handle = os.fdopen(descriptor, "a+")
     try:

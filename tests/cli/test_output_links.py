@@ -68,3 +68,16 @@ def test_compare_refuses_an_output_with_a_link_out_and_leaves_no_folder_it_made(
     result = lbtrain_here("compare", str(RESULTS / "sync_vs_async_sync"), str(RESULTS / "sync_vs_async_async"),
                           "--output", str(tmp_path / "missing" / "folder"), "--target", "7")
     assert result.returncode == 2 and not (tmp_path / "missing").exists()
+
+
+def test_report_refuses_a_folder_where_it_writes_report_md(tmp_path, lbtrain_here):
+    folder = tmp_path / "goyal_sweep"
+    shutil.copytree(RESULTS / "goyal_sweep", folder)
+    (folder / "report.md").unlink()
+    (folder / "report.md").mkdir()
+    before = snapshot(tmp_path)
+    result = lbtrain_here("report", str(folder))
+    assert result.returncode == 2 and result.stdout == ""
+    assert stderr_lines(result.stderr) == [f"lbtrain: error: {folder / 'report.md'} is a folder where lbtrain writes a file: "
+                                           "move it away"]
+    assert snapshot(tmp_path) == before

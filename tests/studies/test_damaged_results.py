@@ -44,7 +44,8 @@ def test_a_run_record_that_is_not_a_mapping_is_trained_again(tmp_path, lbtrain_h
     assert record["status"] == "ok" and record["config"]["training"]["epochs"] == 1
 
 
-@pytest.mark.parametrize("damage", ["run folder is a file", "runs folder is a file", "lock is a folder"])
+@pytest.mark.parametrize("damage", ["run folder is a file", "runs folder is a file", "lock is a folder", "summary is a folder",
+                                    "a run's metrics.json is a folder", "a run's checkpoints are a file"])
 def test_a_file_or_folder_where_lbtrain_writes_is_one_line_and_nothing_changes(tmp_path, lbtrain_here, damage):
     folder = _write(tmp_path)
     folder.mkdir(parents=True)
@@ -57,9 +58,21 @@ def test_a_file_or_folder_where_lbtrain_writes_is_one_line_and_nothing_changes(t
     elif damage == "runs folder is a file":
         (folder / "runs").write_text("mine")
         pattern = re.escape(f"{folder / 'runs'} is a file where the runs' folder should be: move it away")
-    else:
+    elif damage == "lock is a folder":
         (folder / ".lock").mkdir()
-        pattern = re.escape(f"{folder / '.lock'} is a folder where lbtrain keeps its lock file: remove it")
+        pattern = re.escape(f"{folder / '.lock'} is a folder where lbtrain writes a file: move it away")
+    elif damage == "summary is a folder":
+        (folder / "summary.csv").mkdir()
+        pattern = re.escape(f"{folder / 'summary.csv'} is a folder where lbtrain writes a file: move it away")
+    elif damage == "a run's metrics.json is a folder":
+        (folder / "runs" / "base-w1-s0-0123456789" / "metrics.json").mkdir(parents=True)
+        pattern = re.escape(f"{folder / 'runs' / 'base-w1-s0-0123456789' / 'metrics.json'} is a folder where lbtrain writes a "
+                            "file: move it away")
+    else:
+        (folder / "runs" / "base-w1-s0-0123456789").mkdir(parents=True)
+        (folder / "runs" / "base-w1-s0-0123456789" / "checkpoints").write_text("mine")
+        pattern = re.escape(f"{folder / 'runs' / 'base-w1-s0-0123456789' / 'checkpoints'} is a file where the run's checkpoints "
+                            "folder should be: move it away")
     before = snapshot(tmp_path)
     _one_line(lbtrain_here("run", "exp.yaml", cwd=tmp_path), pattern)
     assert snapshot(tmp_path) == before
