@@ -11,8 +11,8 @@ from pydantic_core import PydanticCustomError
 
 from lbtrain.config.limits import MAX_SEED, quote
 from lbtrain.config.run import AnalysisConfig, DataConfig, LRConfig, ModelConfig, OptimizerConfig, TrainingConfig, _Strict
-from lbtrain.modes import DEFAULT_MODE, MODE_NAMES
 from lbtrain.results import HOROVOD_TIMELINE_FILE
+from lbtrain.worlds.modes import DEFAULT_MODE, MODE_NAMES
 
 RUN_SECTION_SCHEMAS: dict[str, type[BaseModel]] = {
     "data": DataConfig, "model": ModelConfig, "optimizer": OptimizerConfig, "lr": LRConfig, "training": TrainingConfig,
@@ -311,7 +311,7 @@ class ProtocolConfig(_Strict):
 class ExperimentConfig(_Strict):
     """One study: a base run, a grid of changes to it, where results go and how runs start.
 
-    ``mode``: a name of ``lbtrain.modes.MODES`` (``simulated``, the default: W workers in one
+    ``mode``: a name of ``lbtrain.worlds.modes.MODES`` (``simulated``, the default: W workers in one
     process; ``horovod``, ``mirrored``, ``multiworker``, ``parameter_server``); the ``horovod``,
     ``multiworker`` and ``parameter_server`` sections say how those start.
 

@@ -36,7 +36,6 @@ import tensorflow as tf
 from lbtrain.config import ConfigError, ExperimentConfig, SearchParam, run_config_from_dict, with_overrides
 from lbtrain.errors import WorkersFailed
 from lbtrain.files import csv_text, write_atomic, write_json_atomic
-from lbtrain.modes import DEFAULT_MODE, default_mode_name, get_mode
 from lbtrain.reports.scaling_laws import LrExponentFit, lr_exponent
 from lbtrain.results import OPTUNA_DATABASE, SWEEP_FIT_FILE, SWEEP_SUMMARY_FILE, ResultsError, claim_folder
 from lbtrain.storage_urls import STORAGE_VARIABLE, local_path
@@ -45,6 +44,7 @@ from lbtrain.studies.storages import claim_trial, open_storage, run_claimed
 from lbtrain.trainer import train
 from lbtrain.verdict import OK, is_ok
 from lbtrain.worlds.base import World
+from lbtrain.worlds.modes import DEFAULT_MODE, default_mode_name, get_mode
 from lbtrain.worlds.simulated import SimulatedWorld
 
 logger = logging.getLogger(__name__)
@@ -402,7 +402,7 @@ def run_sweep(
     trials.)
 
     ``experiment_path`` and ``overrides`` are how spawned workers load the same experiment."""
-    from lbtrain.modes import launched_by_horovod
+    from lbtrain.worlds.modes import launched_by_horovod
 
     check_sweepable(experiment, in_process=workers == 1 and worker is None and not launched_by_horovod())
     trials = trials or experiment.sweep.trials
