@@ -38,4 +38,4 @@ def test_a_regression_experiment_shows_r2_in_its_table_progress_and_report(tmp_p
     assert main(["report", str(results)]) == 0
     report = (results / "report.md").read_text()
     assert "## R² and generalization gap" in report and "| train R² |" in report and "*gap* = train − test R²" in report
-    assert "## Accuracy and generalization gap" not in report
+    assert "## Accuracy and generalization gap" not in report and "test accuracy" not in report

@@ -456,14 +456,15 @@ class _Report:
         self.sections.extend(part for part in parts if part)
 
 
-def reference_sentence(reference: dict[str, Any] | None, margin: float) -> str:
+def reference_sentence(reference: dict[str, Any] | None, margin: float, score: str = "accuracy") -> str:
     """The caption sentence that states the table's one reference (``reference_group``) and the
-    rule of its *claim* column, or that there is none (no ok run measured test accuracy)."""
+    rule of its *claim* column, or that there is none (no ok run measured test accuracy);
+    ``score`` names what the runs measured (R² for regression)."""
     if reference is None:
         return "No run was ok: no reference, no difference."
     return (f"One reference for the whole table: `{reference['recipe']}` at global batch {reference['global_batch']} (world "
             f"{reference['world_size']}), the first recipe at the smallest global batch. *test − reference*: this arm's test "
-            "accuracy minus the reference's, Welch's interval (n of this arm vs the reference, Welch–Satterthwaite df); "
+            f"{score} minus the reference's, Welch's interval (n of this arm vs the reference, Welch–Satterthwaite df); "
             f"*claim* by the decision rule at a margin of {100 * margin:.0f} point: matches when the whole interval lies "
             "above −margin, better above +margin, worse below −margin, inconclusive otherwise.")
 
@@ -507,16 +508,16 @@ def _accuracy_section(report: _Report, records: Sequence[RunRecord]) -> list[Agg
                      *([ranked.get(key, "-")] if has_validation else []), item.count_text()])
     report.summary["accuracy"] = entries
     standing_text = (
-        " *standing at its batch*: among the recipes at the same global batch and budget, by validation accuracy (never test): best "
+        f" *standing at its batch*: among the recipes at the same global batch and budget, by validation {score} (never test): best "
         "only when separable from every other, tied with the best when the Welch interval of its difference from the "
         "highest mean contains 0, below the best otherwise." if has_validation else
-        " The runs held out no validation split: no arm is ranked (test accuracy is reported, never used to choose).")
+        f" The runs held out no validation split: no arm is ranked (test {score} is reported, never used to choose).")
     report.add(f"## {score[0].upper() + score[1:]} and generalization gap",
                f"Budget: {budgets_text(records)}. Final {score} on the full train and test sets"
                f"{' and on the held-out validation split' if has_validation else ''}: mean [{100 * DEFAULT_LEVEL:.0f}% Student-t "
                "confidence interval] (n, df) over the seeds whose run was "
                f"judged ok (runs that were not ok are counted in *runs*, never averaged in). *gap* = train − test {score}. "
-               + reference_sentence(report.summary["reference"], DEFAULT_CLAIM_MARGIN) + standing_text,
+               + reference_sentence(report.summary["reference"], DEFAULT_CLAIM_MARGIN, score) + standing_text,
                markdown_table(["recipe", "world", "global batch", "lr", f"train {short}",
                                *([f"validation {short}"] if has_validation else []), f"test {short}", "gap", "test − reference", "claim",
                                *(["standing at its batch (validation)"] if has_validation else []), "runs"], rows))
