@@ -428,18 +428,17 @@ TIMINGS = ("samples_per_second", "wall_time_seconds")
 
 
 def test_runs_side_by_side_give_the_summary_of_runs_one_after_another(tmp_path):
-    """Two runs at once (a thread each) and one at a time (every core): the same rows, but for
-    the timings; each run's history too."""
+    """Two runs at once (a thread each; one worker trains two of the three) and one at a time
+    (every core): the same rows, but for the timings; each run's history too."""
     def summary(workers):
-        exp = experiment(tmp_path / f"workers-{workers}", grid={"world_sizes": [1, 2], "variants": [
-            {"label": "none", "lr.rule": "none"}, {"label": "linear", "lr.rule": "linear"}]})
+        exp = experiment(tmp_path / f"workers-{workers}", grid={"world_sizes": [1, 2, 4], "variants": [{"label": "linear", "lr.rule": "linear"}]})
         rows = run_experiment(exp, progress=lambda line: None, workers=workers)
         histories = [[{key: value for key, value in epoch.items() if key not in TIMINGS}
                       for epoch in read_run(exp.results_dir / "runs" / row["run_id"]).history] for row in rows]
         return [{key: value for key, value in row.items() if key not in TIMINGS} for row in rows], histories
 
     serial, parallel = summary(1), summary(2)
-    assert [row["status"] for row in serial[0]] == ["ok"] * 4
+    assert {row["status"] for row in serial[0]} <= {"ok", "collapsed"}  # trained (world 4: 4 steps, near chance)
     assert parallel == serial
 
 
