@@ -72,12 +72,9 @@ ADVICE_FIGURE = "advice.png"
 # In the --output folder of lbtrain compare.
 COMPARE_FILE = "compare.md"
 COMPARE_JSON = "compare.json"
-# The results folder of the committed studies: its page (scripts/render_results_readme.py --write),
-# and the advisor's validation against them (scripts/validate_advisor.py, in advisor_validation/).
-RESULTS_PAGE = "README.md"
+# The advisor's validation against the committed studies (written by lab/advisor_validation.py,
+# cited by lbtrain.studies.findings).
 ADVISOR_VALIDATION_FILE = "validation.json"
-ADVISOR_VALIDATION_REPORT = "validation.md"
-ADVISOR_VALIDATION_FIGURE = "validation.png"
 # In the --output folder of lbtrain bench.
 BENCH_CSV = "bench.csv"
 BENCH_JSON = "bench.json"
