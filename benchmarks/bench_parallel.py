@@ -7,8 +7,8 @@ simulated world sizes 1, 2 and 4 under four LR recipes, a few epochs each: small
 kind whose steps cannot fill the machine's cores from one process. Both sides train the same
 runs through ``lbtrain.studies.runner.run_planned`` into fresh folders, in alternating order
 over the rounds. Reported, per side: the wall time, the CPU time of this process and its run
-processes (``getrusage``), and the machine's busy share, CPU time / (wall x cores); the speedup
-serial / parallel wall time (target >= 1.7 on 2 cores, the median over rounds), the busy share
+processes (``lbtrain.studies.runner.cpu_seconds``), and the machine's busy share, CPU time /
+(wall x cores); the speedup serial / parallel wall time (target >= 1.7 on 2 cores, the median over rounds), the busy share
 of the parallel side (target >= 0.85), whether the summaries are equal (timings aside), and
 the price (``lbtrain run --price``: a probe of a few steps at each global batch, in this
 process) against the measured serial time (target within +-25%).
@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import resource
 import statistics
 import tempfile
 import time
@@ -35,7 +34,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from lbtrain.config import ExperimentConfig  # noqa: E402
 from lbtrain.files import write_json_atomic  # noqa: E402
 from lbtrain.studies.plan import expand  # noqa: E402
-from lbtrain.studies.runner import placement, price_runs, run_planned  # noqa: E402
+from lbtrain.studies.runner import cpu_seconds, placement, price_runs, run_planned  # noqa: E402
 
 TARGETS = {"speedup": 1.7, "busy_share": 0.85, "price_error": 0.25}
 TIMINGS = ("samples_per_second", "wall_time_seconds")
@@ -57,12 +56,6 @@ def experiment(output_dir: str, epochs: int) -> ExperimentConfig:
     })
 
 
-def _cpu_seconds() -> float:
-    """CPU time (user + system) of this process and of its children that have ended."""
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
-
 def measure(workers: int | None, epochs: int, cores: int) -> dict:
     """Trains the grid with ``workers`` runs at once (None: automatic) in a fresh folder; its
     wall and CPU time, busy share and summary rows without timings."""
@@ -70,9 +63,9 @@ def measure(workers: int | None, epochs: int, cores: int) -> dict:
         exp = experiment(folder, epochs)
         planned = expand(exp)
         placed = placement(exp, planned, workers)
-        cpu, started = _cpu_seconds(), time.perf_counter()
+        cpu, started = cpu_seconds(), time.perf_counter()
         rows = run_planned(exp, planned, progress=lambda line: None, workers=workers)
-        wall, cpu = time.perf_counter() - started, _cpu_seconds() - cpu
+        wall, cpu = time.perf_counter() - started, cpu_seconds() - cpu
     return {"workers": placed.workers, "threads": placed.threads, "wall_seconds": wall, "cpu_seconds": cpu,
             "busy_share": cpu / (wall * cores), "statuses": [row["status"] for row in rows],
             "rows": [{key: value for key, value in row.items() if key not in TIMINGS} for row in rows]}

@@ -20,6 +20,7 @@ import logging
 import math
 import os
 import queue
+import resource
 import shutil
 import signal
 import sys
@@ -466,7 +467,7 @@ def _train_runs(experiment: ExperimentConfig, runs: list[PlannedRun], runs_dir: 
         return []
     placed = placement(experiment, runs, workers)
     logger.info(placed.describe(len(runs)))
-    started, clock = time.perf_counter(), _EtaClock(len(runs), placed.workers)
+    started, cpu_started, clock = time.perf_counter(), cpu_seconds(), _EtaClock(len(runs), placed.workers)
     team = [_Worker(experiment, placed.threads, placed.environment(index)) for index in range(placed.workers)]
     rows: list[dict[str, Any] | None] = [None] * len(runs)
     try:
@@ -484,7 +485,26 @@ def _train_runs(experiment: ExperimentConfig, runs: list[PlannedRun], runs_dir: 
         raise
     for worker in team:
         worker.close()
+    logger.info(machine_use(len(runs), time.perf_counter() - started, cpu_seconds() - cpu_started, placed.cores))
     return rows
+
+
+def cpu_seconds() -> float:
+    """CPU time (user + system) of this process and of every process it started that has ended
+    and been waited for (its run processes, their ranks and tasks: ``getrusage``)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def machine_use(runs: int, wall: float, cpu: float, cores: int) -> str:
+    """One line on how much of the machine ``runs`` runs used: their CPU time over wall time x
+    cores, the busy share.
+
+    >>> machine_use(12, 100.0, 170.0, 2)
+    '12 runs trained in 1m40s: 170 CPU-seconds, 85% of 2 cores busy'
+    """
+    return (f"{runs} run{'s' * (runs != 1)} trained in {duration(wall)}: {cpu:.0f} CPU-seconds, "
+            f"{cpu / (wall * cores):.0%} of {cores} core{'s' * (cores != 1)} busy")
 
 
 def _side_by_side(team: list[_Worker], runs: list[PlannedRun], runs_dir: Path):
