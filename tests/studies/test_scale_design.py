@@ -112,3 +112,11 @@ def test_a_steps_or_samples_budget_becomes_whole_epochs_at_the_reference_batch()
     # 250 steps x 32 = 8,000 samples = 2 epochs of 4,000; 9,000 samples round up to 3.
     assert design_study(experiment(epochs=None, steps=250), 4_000, [1, 4]).epochs == 2
     assert design_study(experiment(epochs=None, samples=9_000), 4_000, [1, 4]).epochs == 3
+
+
+def test_the_design_keeps_the_experiments_storage_with_its_password():
+    url = "postgresql://lb:secret@db:5432/sweeps"
+    spec = {**experiment().model_dump(), "sweep": {"storage": url}}
+    design = design_study(ExperimentConfig.model_validate(spec), 40_000, [1, 4])
+    assert design.protocol_experiment().sweep.storage == url
+    assert "secret" not in str(design.protocol_experiment().model_dump(mode="json")["sweep"]["storage"])
