@@ -129,10 +129,16 @@ class ModelConfig(_Strict):
 
 class OptimizerConfig(_Strict):
     """An optimizer of ``lbtrain.optimizers.OPTIMIZERS`` (the registry is the list of names)
-    and its keyword parameters."""
+    and its keyword parameters; a parameter set to null is left out (a variant or ``--set
+    optimizer.params.momentum=null`` clears what it inherited: the optimizer's default)."""
 
     name: str = "momentum"
     params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("params", mode="before")
+    @classmethod
+    def _null_params_cleared(cls, params: Any) -> Any:
+        return {key: value for key, value in params.items() if value is not None} if isinstance(params, dict) else params
 
     @field_validator("name")
     @classmethod

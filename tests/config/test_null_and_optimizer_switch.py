@@ -52,3 +52,11 @@ def test_set_optimizer_name_drops_them_too_and_written_params_are_still_checked(
     experiment = load_experiment(experiment_file(tmp_path), ["optimizer.name=lamb", "optimizer.params.momentum=0.5"])
     with pytest.raises(ConfigError, match=r"unknown argument 'momentum'"):
         run_config_from_dict(experiment.base_run())
+
+
+def test_a_null_optimizer_parameter_is_cleared_to_the_optimizers_default(tmp_path):
+    grid = {"variants": [{"label": "lamb", "optimizer.name": "lamb", "optimizer.params.nesterov": None}]}
+    [run] = expand(load_experiment(experiment_file(tmp_path, grid=grid)))
+    assert (run.config.optimizer.name, run.config.optimizer.params) == ("lamb", {})
+    experiment = load_experiment(experiment_file(tmp_path), ["optimizer.params.momentum=null"])
+    assert run_config_from_dict(experiment.base_run()).optimizer.params == {"nesterov": True}
