@@ -19,6 +19,24 @@ OPTIMIZERS: dict[str, Callable[..., keras.optimizers.Optimizer]] = {
 }
 
 
+# What Keras's own optimizers take silently but cannot train with: (low, low inclusive, high) of
+# each number (high exclusive; None: unbounded), and the switches that must be true or false.
+SHARED_NUMBERS = {"weight_decay": (0, True, None), "beta_1": (0, True, 1), "beta_2": (0, True, 1), "epsilon": (0, True, None),
+                  "clipnorm": (0, False, None), "clipvalue": (0, False, None), "global_clipnorm": (0, False, None)}
+SHARED_SWITCHES = ("nesterov", "amsgrad", "use_ema")
+
+
+def _check_shared_parameters(owner: str, params: dict[str, Any]) -> None:
+    """ValueError naming a parameter of ``SHARED_NUMBERS`` out of its range (a negative weight
+    decay, a beta of 2, a clipnorm of -1) or a switch of ``SHARED_SWITCHES`` that is no boolean."""
+    for key, (low, inclusive, high) in SHARED_NUMBERS.items():
+        if params.get(key) is not None:
+            check_number(owner, key, params[key], low=low, low_inclusive=inclusive, high=high)
+    for key in SHARED_SWITCHES:
+        if key in params and not isinstance(params[key], bool):
+            raise ValueError(f"{owner}: {key} must be true or false, got {params[key]!r}")
+
+
 def build_optimizer(name: str, learning_rate: Any, /, **params) -> keras.optimizers.Optimizer:
     """``OPTIMIZERS[name](learning_rate, **params)``: ``sgd`` is plain SGD, ``momentum`` SGD with
     momentum 0.9 unless ``params`` say otherwise, ``adam``, ``lars``, ``lamb`` (lbtrain's own).
@@ -37,8 +55,7 @@ def build_optimizer(name: str, learning_rate: Any, /, **params) -> keras.optimiz
                          "(a run's comes from its lr section)")
     check_arguments(owner, params, accepted_arguments(OPTIMIZERS[name]))
     learning_rate = check_learning_rate(owner, learning_rate)
-    if params.get("weight_decay") is not None:  # Keras's own optimizers take a negative one silently
-        check_number(owner, "weight_decay", params["weight_decay"], low=0, low_inclusive=True)
+    _check_shared_parameters(owner, params)
     try:
         return OPTIMIZERS[name](learning_rate, **params)
     except TypeError as error:

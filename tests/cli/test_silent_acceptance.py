@@ -29,3 +29,19 @@ def test_a_setting_that_cannot_work_is_refused_before_anything_is_created(tmp_pa
     lines = completed.stderr.strip().splitlines()
     assert len(lines) == 1 and len(lines[0]) <= 300 and re.fullmatch(f"lbtrain: error: {message}", lines[0]), completed.stderr
     assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("name, params, message", [
+    ("adam", {"beta_1": 2}, "beta_1 must be >= 0 and < 1, got 2"),
+    ("adam", {"epsilon": -1}, "epsilon must be >= 0, got -1"),
+    ("momentum", {"clipnorm": -1}, "clipnorm must be > 0, got -1"),
+    ("momentum", {"nesterov": "yes"}, "nesterov must be true or false, got 'yes'"),
+])
+def test_an_optimizer_parameter_keras_would_take_silently_is_refused(tmp_path, lbtrain_here, name, params, message):
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump({**BASE, "output_dir": str(tmp_path / "results"),
+                                                       "optimizer": {"name": name, "params": params}}))
+    completed = lbtrain_here("run", "exp.yaml", "--dry-run", cwd=tmp_path)
+    assert completed.returncode == 2 and completed.stdout == ""
+    assert completed.stderr.strip().splitlines() == [
+        f"lbtrain: error: optimizer.params: optimizer {name!r}: {message} (grid point base)"]
+    assert not (tmp_path / "results").exists()
