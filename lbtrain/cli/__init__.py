@@ -213,7 +213,7 @@ def _run(args: argparse.Namespace) -> int:
         # A disk that filled up or a folder that became unwritable while working: what was
         # written before stays (every file is written atomically); say which file, no traceback.
         where = f" ({error.filename})" if error.filename else ""
-        print(f"lbtrain: error: {error.strerror or error}{where}", file=sys.stderr)
+        print(f"lbtrain: error: {one_line(f'{error.strerror or error}{where}')}", file=sys.stderr)
         return 1
     except WorkersFailed as error:
         print(f"lbtrain: error: {one_line(str(error))}", file=sys.stderr)
