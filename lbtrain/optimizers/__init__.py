@@ -3,6 +3,6 @@
 from lbtrain.optimizers._layerwise import DEFAULT_EXCLUDE, trust_ratio
 from lbtrain.optimizers.lamb import LAMB
 from lbtrain.optimizers.lars import LARS
-from lbtrain.optimizers.registry import OPTIMIZERS, build_optimizer
+from lbtrain.optimizers.by_name import OPTIMIZERS, build_optimizer
 
 __all__ = ["DEFAULT_EXCLUDE", "LAMB", "LARS", "OPTIMIZERS", "build_optimizer", "trust_ratio"]
