@@ -162,18 +162,23 @@ def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
+# Layers no small model of the zoo needs more of: a model of thousands of layers takes hours to build
+# before its first step, however few weights it has (those are checked against memory).
+MAX_ZOO_LAYERS = 64
+
+
 def _is_counts(value: Any) -> bool:
-    return isinstance(value, (list, tuple)) and all(_is_count(item) for item in value)
+    return isinstance(value, (list, tuple)) and len(value) <= MAX_ZOO_LAYERS and all(_is_count(item) for item in value)
 
 
 # What each option of the zoo must be: checked before a model is built, because an impossible
 # layer (a Dense of width 0) is not a Python error but an abort inside oneDNN that ends the process.
 OPTION_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    "widths": ("a list of positive integers", _is_counts),
-    "filters": ("a list of positive integers", _is_counts),
-    "dense": ("a list of positive integers", _is_counts),
+    "widths": (f"a list of at most {MAX_ZOO_LAYERS} positive integers", _is_counts),
+    "filters": (f"a list of at most {MAX_ZOO_LAYERS} positive integers", _is_counts),
+    "dense": (f"a list of at most {MAX_ZOO_LAYERS} positive integers", _is_counts),
     "kernel_size": ("a positive integer", _is_count),
-    "blocks_per_stage": ("a positive integer", _is_count),
+    "blocks_per_stage": (f"an integer from 1 to {MAX_ZOO_LAYERS}", lambda value: _is_count(value) and value <= MAX_ZOO_LAYERS),
     "virtual_batch_size": ("a positive integer", _is_count),
     "batch_norm": ("true or false", lambda value: isinstance(value, bool)),
     "dropout": ("a number in [0, 1)", lambda value: isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1),
@@ -193,7 +198,7 @@ def check_model_options(name: str, options: dict[str, Any]) -> None:
     >>> check_model_options("mlp", {"widths": [64, 0]})
     Traceback (most recent call last):
       ...
-    lbtrain.models.ModelError: widths must be a list of positive integers, got [64, 0]
+    lbtrain.models.ModelError: widths must be a list of at most 64 positive integers, got [64, 0]
     >>> check_model_options("mlp", {"widht": [64]})
     Traceback (most recent call last):
       ...

@@ -64,7 +64,7 @@ BAD_INPUTS = {
                      r"grid.variants\[1\].label 'A-B' is the same recipe name as grid.variants\[0\].label 'a b'"),
     # Once an abort inside oneDNN (exit 134) that took the whole grid down.
     "impossible model option": (lambda tmp: [str(experiment_file(tmp, model={"name": "mlp", "options": {"widths": [0]}}))],
-                                r"model.options: widths must be a list of positive integers, got \[0\]"),
+                                r"model.options: widths must be a list of at most 64 positive integers, got \[0\]"),
     "model option typo": (lambda tmp: [str(experiment_file(tmp, model={"name": "mlp", "options": {"widht": [8]}}))],
                           r"model.options: unknown option 'widht' for model 'mlp' \(did you mean 'widths'\? allowed: widths, "),
     "option of another model": (lambda tmp: [str(experiment_file(tmp, grid={"variants": [{"label": "cnn", "model.name": "cnn"}]}))],

@@ -81,3 +81,18 @@ def test_an_npz_that_lies_or_names_a_huge_class_is_one_line(tmp_path, lbtrain_he
         labels[3] = 2**31 - 1
         np.savez(path, x_train=np.random.default_rng(0).normal(size=(64, 4)), y_train=labels)
     _refused(lbtrain_here, tmp_path, {"data": {"dataset": "data.npz"}}, f"{pattern} \\(run base, world size 1\\)")
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"widths": [1] * 65}, r"widths must be a list of at most 64 positive integers, got \[1, 1, 1, .*\]"),
+])
+def test_a_zoo_model_of_too_many_layers_is_refused_at_validation(tmp_path, lbtrain_here, options, message):
+    _refused(lbtrain_here, tmp_path, {"data": {"dataset": "mnist1d", "train_subset": 64, "options": {"num_samples": 500}},
+                                      "model": {"name": "mlp", "options": options}},
+             f"model.options: {message} \\(grid point base\\)", "--dry-run")
+
+
+def test_a_resnet_of_too_many_blocks_is_refused_at_validation(tmp_path, lbtrain_here):
+    _refused(lbtrain_here, tmp_path, {"data": {"dataset": "mnist1d", "train_subset": 64, "options": {"num_samples": 500}},
+                                      "model": {"name": "resnet", "options": {"widths": [1], "blocks_per_stage": 10**6}}},
+             r"model.options: blocks_per_stage must be an integer from 1 to 64, got 1000000 \(grid point base\)", "--dry-run")

@@ -67,7 +67,7 @@ def test_ghost_batch_norm_normalizes_each_workers_interleaved_share():
     [
         (lambda: build_model("vgg", (4,), 2), r"unknown model 'vgg' \(allowed: mlp, cnn, resnet, a reference package.module:function, or keras.applications.<Name>\)"),
         (lambda: build_model("mlp", (4,), 2, depth=3), r"unknown option 'depth' for model 'mlp' \(allowed: widths, batch_norm"),
-        (lambda: build_model("mlp", (4,), 2, widths=[8, 0]), r"widths must be a list of positive integers, got \[8, 0\]"),
+        (lambda: build_model("mlp", (4,), 2, widths=[8, 0]), r"widths must be a list of at most 64 positive integers, got \[8, 0\]"),
         (lambda: build_model("cnn", (8,), 2, kernel_size=0), r"kernel_size must be a positive integer, got 0"),
         (lambda: build_model("cnn", (8,), 2, dropout=1.0), r"dropout must be a number in \[0, 1\), got 1.0"),
         (lambda: build_model("mlp", (4,), 2, batch_norm="yes"), r"batch_norm must be true or false, got 'yes'"),
