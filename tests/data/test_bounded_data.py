@@ -27,7 +27,7 @@ def _refused(lbtrain_here, folder, settings, pattern, *flags):
 
 
 @pytest.mark.parametrize("options, pattern", [
-    ({"num_samples": 1_000_000_000}, r"mnist1d: num_samples must be an integer from 10 to 1000000, got 1000000000"),
+    ({"num_samples": 1_000_000_000}, r"mnist1d: num_samples must be an integer from 10 to 200000, got 1000000000"),
     ({"generator_seed": -1}, r"mnist1d: generator_seed must be an integer from 0 to 4294967295, got -1"),
     ({"generator_seed": 2**40}, r"mnist1d: generator_seed must be an integer from 0 to 4294967295, got 1099511627776"),
 ])

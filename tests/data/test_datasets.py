@@ -94,7 +94,7 @@ def test_subset_and_validation_split_are_disjoint_and_seeded():
         (lambda: load_dataset("synthetic", train_subset=0), r"train_subset must be an integer in \[1, 4096\]"),
         (lambda: load_dataset("synthetic", colour=True), r"unknown option 'colour' for dataset 'synthetic' \(allowed: input_shape, "),
         (lambda: load_dataset("fashion_mnist", num_samples=10), r"unknown option 'num_samples' for dataset 'fashion_mnist' \(allowed: none\)"),
-        (lambda: load_dataset("mnist1d", num_samples=3), r"num_samples must be an integer from 10 to 1000000, got 3"),
+        (lambda: load_dataset("mnist1d", num_samples=3), r"num_samples must be an integer from 10 to 200000, got 3"),
     ],
 )
 def test_bad_arguments_name_what_is_allowed(call, message):
