@@ -9,7 +9,7 @@ Per world size W (global batch B = W x b):
 - its **test accuracy**: mean over its ok seeds with a 95% Student-t interval and n;
 - its **difference** against the reference world size's chosen arm, with Welch's interval and
   df, and the decision word (``lbtrain.reports.decisions.claim``, non-inferiority margin
-  ``DEFAULT_MARGIN`` = 1 point of accuracy): ``matches`` / ``worse`` / ``better`` /
+  ``DEFAULT_CLAIM_MARGIN`` = 1 point of accuracy): ``matches`` / ``worse`` / ``better`` /
   ``inconclusive``;
 - **what each rule costs** against the LR tuned at W: tuned − rule (Welch).
 
@@ -34,7 +34,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from lbtrain.reports.decisions import DEFAULT_MARGIN, TIED_WITH_THE_BEST, WORSE, claim, standing
+from lbtrain.reports.decisions import DEFAULT_CLAIM_MARGIN, TIED_WITH_THE_BEST, WORSE, claim, standing
 from lbtrain.reports.regime import MAX_BATCH_FRACTION, MIN_UPDATES
 from lbtrain.reports.statistics import Estimate, difference_interval, mean_interval
 from lbtrain.results import ANSWER_FIGURES, FIGURES_FOLDER
@@ -209,7 +209,7 @@ def _controls(summary, arms: Sequence[ArmSpec], margin: float) -> list[dict[str,
 
 
 def answer_data(summary: Sequence[Mapping[str, Any]], arms: Sequence[ArmSpec], facts: StudyFacts, *,
-                histories: Mapping[str, Sequence[float]] | None = None, margin: float = DEFAULT_MARGIN) -> dict[str, Any]:
+                histories: Mapping[str, Sequence[float]] | None = None, margin: float = DEFAULT_CLAIM_MARGIN) -> dict[str, Any]:
     """``answer.json``'s content (module doc) from the study's summary rows and its arms."""
     sizes = sorted(facts.global_batches)
     reference_use, _ = _chosen(summary, arms, facts.reference)
