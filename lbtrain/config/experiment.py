@@ -328,7 +328,7 @@ class ExperimentConfig(_Strict):
     command line's ``--import MODULE`` does the same.
     """
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)  # it names a folder
     description: str = ""
     sizing: str = ""
     mode: Literal[MODE_NAMES] = DEFAULT_MODE

@@ -82,3 +82,8 @@ def test_a_grid_past_the_limit_is_refused_from_its_list_sizes(tmp_path, lbtrain_
     (tmp_path / "ok.yaml").write_text(f"{BASE}grid:\n  seeds: [0, 1]\n  variants: [{{label: a}}, {{label: b}}]\n")
     completed = lbtrain_here("run", "ok.yaml", "--dry-run", cwd=tmp_path)
     assert completed.returncode == 0 and "4 runs" in completed.stdout
+
+
+def test_a_name_too_long_for_a_folder_is_refused_before_anything_is_created(tmp_path, lbtrain_here):
+    (tmp_path / "long.yaml").write_text(f"name: {'n' * 300}\n{BASE}")
+    _refused(lbtrain_here, tmp_path, "long.yaml", pattern=r"name: String should have at most 100 characters \(got 'n+\.\.\.n+'\)")
