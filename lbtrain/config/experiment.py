@@ -9,8 +9,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_serializer, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from lbtrain.config.limits import MAX_SEED, quote
+from lbtrain.config.limits import MAX_SEED, check_grid_size, quote
 from lbtrain.config.run import AnalysisConfig, DataConfig, LRConfig, ModelConfig, OptimizerConfig, TrainingConfig, _Strict
+from lbtrain.errors import ConfigError
 from lbtrain.results import HOROVOD_TIMELINE_FILE
 from lbtrain.worlds.modes import DEFAULT_MODE, MODE_NAMES
 
@@ -376,6 +377,16 @@ class ExperimentConfig(_Strict):
     @classmethod
     def _search_paths(cls, search: dict[str, SearchParam]) -> dict[str, SearchParam]:
         return check_search_paths(search)
+
+    @field_validator("grid")
+    @classmethod
+    def _grid_size(cls, grid: dict[str, Any]) -> dict[str, Any]:
+        """At most ``MAX_GRID_RUNS`` runs, counted before any is expanded (in Python as from a file)."""
+        try:
+            check_grid_size(grid)
+        except ConfigError as error:
+            raise ValueError(str(error).removeprefix("grid: ")) from None
+        return grid
 
     def base_run(self) -> dict[str, Any]:
         """The run every grid point starts from, as plain data."""

@@ -87,3 +87,12 @@ def test_a_grid_past_the_limit_is_refused_from_its_list_sizes(tmp_path, lbtrain_
 def test_a_name_too_long_for_a_folder_is_refused_before_anything_is_created(tmp_path, lbtrain_here):
     (tmp_path / "long.yaml").write_text(f"name: {'n' * 300}\n{BASE}")
     _refused(lbtrain_here, tmp_path, "long.yaml", pattern=r"name: String should have at most 100 characters \(got 'n+\.\.\.n+'\)")
+
+
+def test_a_grid_past_the_limit_is_refused_in_python_too():
+    from pydantic import ValidationError
+
+    from lbtrain.config import ExperimentConfig
+
+    with pytest.raises(ValidationError, match=r"expands to 20000 runs \(lr.base_lr 200 x seeds 100\), more than 10000"):
+        ExperimentConfig.model_validate({"name": "x", "grid": {"lr.base_lr": list(range(200)), "seeds": list(range(100))}})
