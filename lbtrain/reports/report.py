@@ -205,7 +205,9 @@ def applied_schedules(records: Sequence[RunRecord]) -> dict[str, list[Line]]:
             result = max((r.result for r in at_batch if r.recipe == recipe), key=lambda result: result.total_steps or 0)
             if not result.steps_per_epoch or not result.total_steps or result.config["training"].get("elastic"):
                 continue
-            schedule = run_config_from_dict(result.config).schedule(result.steps_per_epoch)
+            # Its data and model as lbtrain's own: the schedule needs neither, and a report imports no code of the user's.
+            neutral = {**result.config, "data": {"dataset": "synthetic"}, "model": {"name": "mlp"}}
+            schedule = run_config_from_dict(neutral).schedule(result.steps_per_epoch)
             steps = result.total_steps
             panels.setdefault(f"world {at_batch[0].row['world_size']} (batch {batch})", []).append(
                 Line(recipe, [step / result.steps_per_epoch for step in range(steps)], list(schedule_values(schedule, steps))))

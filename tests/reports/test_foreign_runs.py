@@ -35,3 +35,30 @@ def test_a_run_of_another_experiment_is_named_and_left_out(tmp_path, lbtrain_her
     report = json.loads((mine / "report.json").read_text())
     assert foreign.name not in json.dumps({key: value for key, value in report.items() if key != "damaged"})
     assert report["damaged"] == [warning.removeprefix("lbtrain: warning: ")]
+
+
+def test_a_report_imports_none_of_the_users_code(tmp_path, lbtrain_here):
+    """The learning-rate figure rebuilds each run's schedule from its config without its data
+    and model: a report works where the user's module is gone, and imports nothing of theirs."""
+    import sys
+    import textwrap
+
+    (tmp_path / "userdata.py").write_text(textwrap.dedent("""
+        from pathlib import Path
+        import numpy as np
+
+        Path("IMPORTED").write_text("the module ran")
+
+        def load(samples=96):
+            rng = np.random.default_rng(0)
+            return {"x_train": rng.normal(size=(samples, 4)), "y_train": np.arange(samples) % 2}
+    """))
+    spec = {**BASE, "name": "users", "output_dir": str(tmp_path / "results"), "data": {"dataset": "userdata:load"}}
+    (tmp_path / "users.yaml").write_text(yaml.safe_dump(spec))
+    assert lbtrain_here("run", "users.yaml", cwd=tmp_path).returncode == 0
+    (tmp_path / "IMPORTED").unlink()
+    (tmp_path / "userdata.py").unlink()
+    sys.modules.pop("userdata", None)
+    completed = lbtrain_here("report", str(tmp_path / "results" / "users"), cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    assert not (tmp_path / "IMPORTED").exists() and (tmp_path / "results" / "users" / "report.md").is_file()
