@@ -52,9 +52,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
-
-from lbtrain.results import EXPERIMENT_FILE, METRICS_FILE, RUNS_FOLDER
+from lbtrain.results import METRICS_FILE, RUNS_FOLDER, experiment_record
 from lbtrain.worlds.modes import get_mode
 
 MAX_BATCH_FRACTION = 0.05
@@ -231,8 +229,7 @@ def _planned_updates(run: dict[str, Any], batch: int) -> int | None:
 
 def _asynchronous(folder: Path) -> bool:
     """Whether the study's mode does not train one synchronous update (``experiment.yaml``)."""
-    path = folder / EXPERIMENT_FILE
-    mode = (yaml.safe_load(path.read_text()) or {}).get("mode") if path.is_file() else None
+    mode = experiment_record(folder).get("mode")
     return mode is not None and not get_mode(mode).sweepable
 
 

@@ -28,8 +28,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import yaml
-
 from lbtrain.files import write_atomic, write_json_atomic
 from lbtrain.measures.noise_scale import simple_noise_scale
 from lbtrain.measures.steps_to_target import steps_to_target
@@ -53,7 +51,6 @@ from lbtrain.reports.tables import (
     trained_seconds,
 )
 from lbtrain.results import (
-    EXPERIMENT_FILE,
     FIGURE_ACCURACY_VS_BATCH,
     FIGURE_GAP_VS_BATCH,
     FIGURE_LEARNING_CURVES,
@@ -70,6 +67,7 @@ from lbtrain.results import (
     SWEEP_SUMMARY_FILE,
     accuracy_name,
     check_output_folder,
+    experiment_record,
     finite_or_none,
     folder_experiment,
 )
@@ -787,8 +785,7 @@ def write_report(results_dir: str | Path, *, target: float | None = None, metric
             raise ReportError(_no_history(records))
         if metric not in known:
             raise ReportError(f"--metric {metric!r} is not in the runs' history (have: {', '.join(sorted(known))})")
-    experiment_file = results_dir / EXPERIMENT_FILE
-    experiment = yaml.safe_load(experiment_file.read_text()) if experiment_file.is_file() else {}
+    experiment = experiment_record(results_dir)
     report = _Report(results_dir, recipe_colors(recipes(records)))
     name = str(experiment.get("name", results_dir.name))
     report.summary["experiment"] = name

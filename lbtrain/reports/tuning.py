@@ -14,9 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-import yaml
-
-from lbtrain.results import EXPERIMENT_FILE, OPTUNA_DATABASE
+from lbtrain.results import EXPERIMENT_FILE, OPTUNA_DATABASE, experiment_record
 from lbtrain.storage_urls import (
     JOURNAL,
     SQLITE,
@@ -43,7 +41,7 @@ def results_storage(results_dir: Path) -> str | None:
     ``sweep.storage`` when set, else its own ``optuna.db``; None when there is none (no URL, or
     a SQLite or journal file that does not exist)."""
     experiment_file = results_dir / EXPERIMENT_FILE
-    experiment = (yaml.safe_load(experiment_file.read_text()) or {}) if experiment_file.is_file() else {}
+    experiment = experiment_record(results_dir)
     url = (experiment.get("sweep") or {}).get("storage") or f"sqlite:///{(results_dir / OPTUNA_DATABASE).resolve()}"
     if masked(url):  # recorded without its password (lbtrain.storage_urls)
         url = environment_storage() or ""

@@ -81,3 +81,25 @@ def test_report_refuses_a_folder_where_it_writes_report_md(tmp_path, lbtrain_her
     assert stderr_lines(result.stderr) == [f"lbtrain: error: {folder / 'report.md'} is a folder where lbtrain writes a file: "
                                            "move it away"]
     assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("fifo", "not a regular file (a FIFO, a device or a socket); an experiment is a YAML file"),
+    ("alias bomb", "expands to more than 100000 values (aliases repeated inside aliases?); write the values out, or use extends"),
+])
+def test_report_reads_the_recorded_experiment_within_the_limits_of_an_experiment_file(tmp_path, lbtrain_here, damage, message):
+    folder = tmp_path / "goyal_sweep"
+    shutil.copytree(RESULTS / "goyal_sweep", folder)
+    record = folder / "experiment.yaml"
+    record.unlink()
+    if damage == "fifo":
+        os.mkfifo(record)  # reading it would wait forever for a writer
+    else:
+        levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"] + [
+            f"a{level}: &a{level} [{', '.join([f'*a{level - 1}'] * 9)}]" for level in range(1, 9)]
+        record.write_text("\n".join(levels) + "\nname: *a8\n")
+    before = snapshot(tmp_path)
+    result = lbtrain_here("report", str(folder))
+    assert result.returncode == 2 and result.stdout == ""
+    assert stderr_lines(result.stderr) == [f"lbtrain: error: {record}: {message}"]
+    assert snapshot(tmp_path) == before
