@@ -235,11 +235,17 @@ def is_finished(run_dir: str | Path) -> bool:
     return (Path(run_dir) / METRICS_FILE).is_file()
 
 
+# A run's metrics.json holds its per-epoch history: kilobytes, a megabyte for a million epochs.
+MAX_RECORD_BYTES = 64 << 20
+
+
 def read_run(run_dir: str | Path) -> RunResult:
     """The ``RunResult`` a finished run wrote; a file that is not one (truncated, edited by
     hand) is a ``ResultsError`` naming it."""
     path = Path(run_dir) / METRICS_FILE
     try:
+        if path.stat().st_size > MAX_RECORD_BYTES:  # a run's record is kilobytes: this one would only fill the memory
+            raise ValueError(f"{path.stat().st_size} bytes, more than a run's record of at most {MAX_RECORD_BYTES}")
         data = json.loads(path.read_text())
         if not isinstance(data, dict):
             raise TypeError(f"a JSON {type(data).__name__}, not the mapping of a run")

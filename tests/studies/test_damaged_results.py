@@ -85,3 +85,13 @@ def test_a_label_longer_than_a_file_name_is_cut_in_the_run_id(tmp_path, lbtrain_
     ids = [line.split()[0] for line in completed.stdout.splitlines()[1:]]
     assert [identifier[:MAX_SLUG] for identifier in ids] == ["x" * MAX_SLUG, "y" * MAX_SLUG]
     assert all(len(identifier) <= MAX_SLUG + 30 for identifier in ids)
+
+
+def test_a_run_record_larger_than_any_run_writes_is_damaged_not_read(tmp_path):
+    from lbtrain.results import MAX_RECORD_BYTES, ResultsError, read_run
+
+    with open(tmp_path / "metrics.json", "wb") as record:
+        record.truncate(MAX_RECORD_BYTES + 1)  # sparse: no disk, but reading it would take the memory
+    with pytest.raises(ResultsError, match=rf"metrics.json is damaged \(ValueError: {MAX_RECORD_BYTES + 1} bytes, more than a "
+                                           rf"run's record of at most {MAX_RECORD_BYTES}\)"):
+        read_run(tmp_path)
