@@ -220,16 +220,6 @@ def run_set(rows: list[dict[str, Any]]) -> frozenset[str] | None:
     return frozenset(run_hash(row["run_id"]) for row in rows)
 
 
-def experiment_record(folder: Path) -> dict[str, Any]:
-    """The experiment a results folder records (its ``experiment.yaml``), read as an experiment
-    file is (``lbtrain.config.read_yaml_mapping``: a regular file within the size and YAML
-    limits, else a one-line ``ConfigError``); empty when there is none."""
-    from lbtrain.config.loading import read_yaml_mapping
-
-    path = folder / EXPERIMENT_FILE
-    return read_yaml_mapping(path) if path.exists() or path.is_symlink() else {}
-
-
 def is_finished(run_dir: str | Path) -> bool:
     """Whether the run in ``run_dir`` completed (whatever its status)."""
     return (Path(run_dir) / METRICS_FILE).is_file()

@@ -13,7 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from lbtrain.config.errors import ConfigError, format_validation_error, unknown_path_hint
-from lbtrain.config.experiment import ExperimentConfig, known_field_path
+from lbtrain.config.experiment import RUN_SECTION_SCHEMAS, ExperimentConfig, known_field_path
 from lbtrain.config.limits import (
     MAX_CONFIG_BYTES,
     MAX_EXTENDS_DEPTH,
@@ -244,7 +244,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         if not separator or not path:
             raise ConfigError(f"--set {override!r}: expected PATH=VALUE, e.g. lr.base_lr=0.2")
         if not known_field_path(path):
-            raise ConfigError(f"--set {quote(path)[1:-1]}: no such field{unknown_path_hint(path)}")
+            raise ConfigError(f"--set {quote(path)[1:-1]}: no such field{unknown_path_hint(path, ExperimentConfig, RUN_SECTION_SCHEMAS)}")
         try:
             value = parse_yaml(raw, f"--set {path}")
         except yaml.YAMLError:
@@ -263,4 +263,4 @@ def load_experiment(path: str | Path, overrides: list[str] = ()) -> ExperimentCo
     try:
         return ExperimentConfig.model_validate(data)
     except ValidationError as error:
-        raise ConfigError(format_validation_error(error)) from None
+        raise ConfigError(format_validation_error(error, schema=ExperimentConfig, sections=RUN_SECTION_SCHEMAS)) from None

@@ -664,5 +664,5 @@ def run_config_from_dict(data: dict[str, Any]) -> RunConfig:
     try:
         return RunConfig.model_validate(data)
     except ValidationError as error:
-        raise ConfigError(format_validation_error(error)) from None
+        raise ConfigError(format_validation_error(error, schema=RunConfig)) from None
 

@@ -52,7 +52,8 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from lbtrain.results import METRICS_FILE, RUNS_FOLDER, experiment_record
+from lbtrain.reports.tables import experiment_record
+from lbtrain.results import METRICS_FILE, RUNS_FOLDER
 from lbtrain.worlds.modes import get_mode
 
 MAX_BATCH_FRACTION = 0.05

@@ -41,6 +41,7 @@ from lbtrain.reports.tables import (
     aggregate,
     column,
     differences_from_reference,
+    experiment_record,
     final_metric,
     load_records,
     markdown_table,
@@ -67,7 +68,6 @@ from lbtrain.results import (
     SWEEP_SUMMARY_FILE,
     accuracy_name,
     check_output_folder,
-    experiment_record,
     finite_or_none,
     folder_experiment,
 )

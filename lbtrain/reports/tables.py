@@ -23,7 +23,17 @@ from typing import Any, Callable, Iterable, Sequence
 
 from lbtrain.reports.decisions import standing
 from lbtrain.reports.statistics import Estimate, difference_interval, mean_interval
-from lbtrain.results import RUNS_FOLDER, STATUSES, SUMMARY_FILE, ResultsError, RunResult, is_finished, read_run, run_hash
+from lbtrain.results import (
+    EXPERIMENT_FILE,
+    RUNS_FOLDER,
+    STATUSES,
+    SUMMARY_FILE,
+    ResultsError,
+    RunResult,
+    is_finished,
+    read_run,
+    run_hash,
+)
 from lbtrain.verdict import is_ok
 
 
@@ -121,6 +131,16 @@ def read_summary(path: str | Path, on_damaged: Callable[[str], None] | None = No
     except (UnicodeDecodeError, csv.Error) as error:
         raise ResultsError(f"{path} is damaged ({error}; a rerun of the experiment rebuilds it)") from None
     return rows
+
+
+def experiment_record(folder: Path) -> dict[str, Any]:
+    """The experiment a results folder records (its ``experiment.yaml``), read as an experiment
+    file is (``lbtrain.config.read_yaml_mapping``: a regular file within the size and YAML
+    limits, else a one-line ``ConfigError``); empty when there is none."""
+    from lbtrain.config.loading import read_yaml_mapping
+
+    path = folder / EXPERIMENT_FILE
+    return read_yaml_mapping(path) if path.exists() or path.is_symlink() else {}
 
 
 def load_records(results_dir: str | Path, on_damaged: Callable[[str], None] | None = None) -> list[RunRecord]:

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from lbtrain.results import EXPERIMENT_FILE, OPTUNA_DATABASE, experiment_record
+from lbtrain.reports.tables import experiment_record
+from lbtrain.results import EXPERIMENT_FILE, OPTUNA_DATABASE
 from lbtrain.storage_urls import (
     JOURNAL,
     SQLITE,
