@@ -228,16 +228,17 @@ def open_storage(url: str, heartbeat_seconds: int, grace_seconds: int) -> BaseSt
             sqlalchemy.exc.InterfaceError, optuna.exceptions.StorageInternalError, ImportError, OSError, ValueError,
             _Damaged, StorageError) as error:
         from lbtrain.config import ConfigError  # here: lbtrain.config loads TensorFlow, this module need not
+        from lbtrain.config.limits import quote
 
         for folder in reversed(created):
             with contextlib.suppress(OSError):
                 folder.rmdir()
         if isinstance(error, (StorageError, _Damaged)):
-            raise ConfigError(f"storage {describe(url)!r} cannot be opened: {error}") from None
+            raise ConfigError(f"storage {quote(describe(url))} cannot be opened: {error}") from None
         if isinstance(error, (ImportError, optuna.exceptions.StorageInternalError)) and error.__cause__ is not None:
             error = error.__cause__  # Optuna's "Failed to import DB access module" hides which one
         reason = _short_reason(getattr(error, "orig", None) or getattr(error, "strerror", None) or error)
-        raise ConfigError(f"storage {describe(url)!r} cannot be opened ({type(error).__name__}: {reason}); {_hint(url, error)}") from None
+        raise ConfigError(f"storage {quote(describe(url))} cannot be opened ({type(error).__name__}: {reason}); {_hint(url, error)}") from None
 
 
 def _short_reason(error: Any) -> str:

@@ -23,6 +23,7 @@ from test_sweep import sweep_spec, write_spec
 from conftest import REPO_ROOT
 from lbtrain.cli import main
 from lbtrain.cli import one_line as cli_one_line
+from lbtrain.config.limits import quote
 from lbtrain.studies.storages import HeartbeatJournalStorage, claim_trial, describe, open_storage
 
 COMPLETE, PRUNED, RUNNING, WAITING, FAIL = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED,
@@ -100,7 +101,8 @@ def assert_refused(tmp_path, capsys, storage, shown, reason):
     path = write_spec(tmp_path, sweep_spec(tmp_path))
     assert main(["sweep", str(path), "--storage", storage]) == 2
     error = capsys.readouterr().err
-    assert error.startswith(f"lbtrain: error: storage '{shown}' cannot be opened (") and error.count("\n") == 1, error
+    # The storage is quoted as every input is, to at most 120 characters (a long path is cut, not the reason).
+    assert error.startswith(f"lbtrain: error: storage {quote(shown)} cannot be opened (") and error.count("\n") == 1, error
     assert any(text in error for text in ([reason] if isinstance(reason, str) else reason)), error
     assert not (tmp_path / "results").exists()
     return error

@@ -226,15 +226,20 @@ def test_lbtrain_run_trains_a_two_worker_experiment_end_to_end(tmp_path, mode):
 @pytest.mark.slow
 @needs_keras_2
 def test_a_failing_multiworker_run_is_recorded_failed_with_its_error(tmp_path):
-    """A run whose workers fail (here: a checkpoint folder that is a file) is a failed row with
-    the worker's error line; lbtrain run exits 1."""
-    path = tiny_experiment(tmp_path, "multiworker")
-    planned = run_cli("run", path, "--dry-run")
-    run_id = planned.stdout.splitlines()[1].split()[0]
-    run_dir = tmp_path / "results" / "tiny-multiworker" / "runs" / run_id
-    run_dir.mkdir(parents=True)
-    (run_dir / "checkpoints").write_text("not a folder")
-    completed = run_cli("run", path, timeout=900)
+    """A run whose workers fail (here: a model factory that raises in a tf.distribute worker, as
+    code that runs only on the cluster might, after the pre-flight check built it in the parent)
+    is a failed row with the worker's error line; lbtrain run exits 1."""
+    package = tmp_path / "workerfail"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "import os\n"
+        "from lbtrain.models import build_model\n\n"
+        "def build(input_shape, num_classes):\n"
+        "    if 'TF_CONFIG' in os.environ:\n"
+        "        raise RuntimeError('this model does not build on a worker')\n"
+        "    return build_model('mlp', input_shape, num_classes, widths=[8])\n")
+    path = tiny_experiment(tmp_path, "multiworker", model={"name": "workerfail:build"})
+    completed = run_cli("run", path, cwd=tmp_path, timeout=900)
     assert completed.returncode == 1
     with open(tmp_path / "results" / "tiny-multiworker" / "summary.csv") as summary:
         row = next(csv.DictReader(summary))
