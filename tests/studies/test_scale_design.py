@@ -120,3 +120,14 @@ def test_the_design_keeps_the_experiments_storage_with_its_password():
     design = design_study(ExperimentConfig.model_validate(spec), 40_000, [1, 4])
     assert design.protocol_experiment().sweep.storage == url
     assert "secret" not in str(design.protocol_experiment().model_dump(mode="json")["sweep"]["storage"])
+
+
+def test_a_simulated_study_pays_one_process_start_trials_none():
+    """Trials train in this process, and a simulated world's finals and controls share the child
+    the runner keeps between runs: one process start in all (as lbtrain run --price counts it)."""
+    import dataclasses
+
+    design = design_study(experiment(), 4_000, [1, 4])
+    costs = probe({32: 0.01, 128: 0.02})
+    started = price_design(design, costs).total - price_design(design, dataclasses.replace(costs, launch_seconds=0.0)).total
+    assert started == pytest.approx(3.0)

@@ -85,19 +85,28 @@ def design_configs(design: ScaleDesign) -> dict[int, RunConfig]:
 
 def price_design(design: ScaleDesign, probe: Probe) -> Price:
     """The design's priced seconds (``lbtrain.studies.price``): ``GRID_POINTS`` + 1 trials per
-    tuned study, every arm's final seeds, and each control's seeds at ``CONTROL_FACTOR`` x the
-    updates."""
+    tuned study (trained in this process: no process start), every arm's final seeds, and each
+    control's seeds at ``CONTROL_FACTOR`` x the updates. The finals and controls start a process
+    each, or one for them all where the mode's launcher keeps a child between runs (a simulated
+    world), as ``lbtrain.studies.runner.price_runs`` counts them."""
+    from lbtrain.worlds.modes import get_mode
+
     configs = design_configs(design)
+    without_start = dataclasses.replace(probe, launch_seconds=0.0)
     recipes = 1 + (design.layerwise is not None)
-    trials = sum(recipes * (GRID_POINTS + 1) * estimate_seconds([config], probe) for config in configs.values())
+    trials = sum(recipes * (GRID_POINTS + 1) * estimate_seconds([config], without_start) for config in configs.values())
     arms = final_arms(design)
-    finals = sum(arms[size] * len(design.seeds) * estimate_seconds([config], probe) for size, config in configs.items())
+    final_runs = {size: arms[size] * len(design.seeds) for size in configs}
+    finals = sum(final_runs[size] * estimate_seconds([config], without_start) for size, config in configs.items())
     controls = 0.0
     for size in design.controls:
         world = next(world for world in design.worlds if world.world_size == size)
         longer = run_config_from_dict(with_overrides(configs[size].to_dict(), {
             "training.epochs": None, "training.min_steps": None, "training.steps": CONTROL_FACTOR * world.updates}))
-        controls += len(design.seeds) * estimate_seconds([longer], probe)
+        controls += len(design.seeds) * estimate_seconds([longer], without_start)
+    launched = sum(final_runs.values()) + len(design.controls) * len(design.seeds)
+    kept_child = get_mode(design.experiment.mode).launcher().child(1, {}) is not None
+    finals += (1 if kept_child else launched) * probe.launch_seconds
     return Price(trials, finals, controls)
 
 
