@@ -141,6 +141,7 @@ def test_quiet_silences_the_progress_of_a_run_and_verbose_shows_debug_records(tm
     # The parent's debug record, then the isolated child's, at the parent's verbosity.
     assert any(line.startswith("lbtrain: debug: training run ") for line in lines)
     assert "lbtrain: debug: training world 1 x 16 = batch 16: 4 steps, 4 an epoch" in lines
-    assert lines[-1].startswith("lbtrain: [1/1] base w1 x 16 seed 0: ")
+    assert lines[-2].startswith("lbtrain: [1/1] base w1 x 16 seed 0: ")
+    assert lines[-1].startswith("lbtrain: 1 run trained in ")  # then how much of the machine the grid used
     # The summary table is the result: on stdout, as without --verbose.
     assert verbose.stdout.splitlines()[0].startswith("world  batch recipe") and "[1/1]" not in verbose.stdout
