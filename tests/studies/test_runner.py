@@ -486,6 +486,7 @@ def test_a_launched_job_that_sigint_ended_interrupts_the_grid_and_is_not_recorde
         f"PARENT = {os.getpid()}\n\n"
         "def build(input_shape, num_classes):\n"
         "    if os.getpid() != PARENT:\n"
+        "        signal.signal(signal.SIGINT, signal.SIG_DFL)  # a pytest-xdist worker's children inherit SIGINT ignored\n"
         "        os.kill(os.getpid(), signal.SIGINT)\n"
         "    inputs = tf.keras.Input(input_shape)\n"
         "    return tf.keras.Model(inputs, tf.keras.layers.Dense(num_classes)(inputs))\n")
