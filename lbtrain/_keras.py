@@ -196,18 +196,17 @@ def learning_rate_config_for_this_line(value: Any) -> Any:
     return value
 
 
-HOROVOD_INSTALL = ("install TensorFlow 2.15 and build Horovod against it: pip install tensorflow-cpu==2.15.1, then "
-                   "HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 pip install --no-build-isolation --no-cache-dir "
-                   "'lbtrain[horovod]' (README, Install)")
+# Short enough that the whole error line stays within the command line's 300 characters.
+HOROVOD_INSTALL = ("pip install tensorflow-cpu==2.15.1, then HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 pip install "
+                   "--no-build-isolation --no-cache-dir 'lbtrain[horovod]'")
 
 
 def horovod_problem() -> str | None:
     """Why Horovod's world cannot run on this stack, as a sentence naming the fix; None if it can
     (Horovod installed next to TensorFlow 2.15). Looks Horovod up without importing it."""
     if TENSORFLOW_RELEASE != SUPPORTED_TENSORFLOW[0]:
-        return (f"Horovod runs on TensorFlow 2.15 only, this is TensorFlow {tf.__version__} with Keras {KERAS_VERSION} "
-                f"(Horovod 0.28.1 does not build against TensorFlow 2.16+ and its Keras layer fails on Keras 3, "
-                f"horovod#4290): use mode: simulated here, or {HOROVOD_INSTALL}")
+        return (f"Horovod runs on TensorFlow 2.15 only (horovod#4290), this is TensorFlow {tf.__version__}: use mode: simulated, "
+                f"or {HOROVOD_INSTALL}")
     if importlib.util.find_spec("horovod") is None:
         return f"Horovod is not installed: {HOROVOD_INSTALL}, or use mode: simulated"
     return None

@@ -291,7 +291,7 @@ def seed_interval_widening(before: int, after: int) -> float:
     """
     from scipy.stats import t
 
-    return (t.ppf(0.975, after - 1) / math.sqrt(after)) / (t.ppf(0.975, before - 1) / math.sqrt(before))
+    return float((t.ppf(0.975, after - 1) / math.sqrt(after)) / (t.ppf(0.975, before - 1) / math.sqrt(before)))
 
 
 def with_overrides_at(design: ScaleDesign, world_size: int) -> dict[str, Any]:
