@@ -66,10 +66,6 @@ class Probe:
     test_size: int
     launch_seconds: float = 0.0
 
-    def to_dict(self) -> dict:
-        return {"costs": [dataclasses.asdict(cost) for cost in self.costs.values()], "train_size": self.train_size,
-                "validation_size": self.validation_size, "test_size": self.test_size, "launch_seconds": self.launch_seconds}
-
 
 def _probe_config(config: RunConfig, steps: int) -> RunConfig:
     data = with_overrides(config.to_dict(), {"training.epochs": None, "training.samples": None, "training.min_steps": None,
