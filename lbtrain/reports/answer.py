@@ -40,7 +40,7 @@ from lbtrain.reports.statistics import Estimate, difference_interval, mean_inter
 from lbtrain.results import ANSWER_FIGURES, FIGURES_FOLDER
 from lbtrain.verdict import is_ok
 
-__all__ = ["ArmSpec", "StudyFacts", "answer_data", "answer_markdown", "write_answer_figures"]
+__all__ = ["ArmSpec", "StudyFacts", "answer_data", "answer_markdown", "estimate_text", "write_answer_figures"]
 
 MIN_SEEDS = 3
 NOT_REACHED = "not reached within the budget"
@@ -89,6 +89,16 @@ def _ok_values(rows: Sequence[Mapping[str, Any]], column: str) -> list[float]:
     return [float(row[column]) for row in rows if is_ok(row["status"]) and row.get(column) not in (None, "")]
 
 
+def _tests(summary: Sequence[Mapping[str, Any]], label: str | None, world_size: int) -> list[float]:
+    """The test accuracies of ``label``'s ok runs at ``world_size`` (none for no label)."""
+    return _ok_values(_rows(summary, label, world_size), "test_accuracy") if label else []
+
+
+def _excluded(summary: Sequence[Mapping[str, Any]], label: str, world_size: int) -> int:
+    """How many of ``label``'s runs at ``world_size`` are not ok (left out of its mean)."""
+    return sum(not is_ok(row["status"]) for row in _rows(summary, label, world_size))
+
+
 def _estimate(record: Estimate) -> dict[str, Any]:
     return {"mean": record.mean, "low": record.low, "high": record.high, "n": record.n}
 
@@ -115,18 +125,18 @@ def _world_row(summary, arms, facts: StudyFacts, world_size: int, reference_test
     here = [arm for arm in arms if arm.world_size == world_size and arm.kind != "control"]
     use, words = _chosen(summary, arms, world_size)
     batch = facts.global_batches[world_size]
-    tests = _ok_values(_rows(summary, use, world_size), "test_accuracy") if use else []
+    tests = _tests(summary, use, world_size)
     difference = difference_interval(tests, reference_tests)
-    tuned = next((arm for arm in here if arm.kind == "tuned" and arm.rule is None and arm.recipe == here[0].recipe), None)
-    tuned_tests = _ok_values(_rows(summary, tuned.label, world_size), "test_accuracy") if tuned else []
+    tuned = {arm.recipe: arm.label for arm in here if arm.kind == "tuned"}
     rules = {}
     for arm in (arm for arm in here if arm.kind == "rule"):
-        rule_tests = _ok_values(_rows(summary, arm.label, world_size), "test_accuracy")
+        rule_tests = _tests(summary, arm.label, world_size)
         against = difference_interval(rule_tests, reference_tests)
-        rules[arm.rule] = {"label": arm.label, "test_accuracy": _estimate(mean_interval(rule_tests)),
-                           "cost": _difference(difference_interval(tuned_tests, rule_tests)),
+        # What the rule costs against tuning its own recipe's LR at this world size.
+        cost = difference_interval(_tests(summary, tuned.get(arm.recipe), world_size), rule_tests)
+        rules[arm.rule] = {"label": arm.label, "test_accuracy": _estimate(mean_interval(rule_tests)), "cost": _difference(cost),
                            "difference": _difference(against), "decision": claim(against, margin),
-                           "excluded": sum(not is_ok(row["status"]) for row in _rows(summary, arm.label, world_size))}
+                           "excluded": _excluded(summary, arm.label, world_size)}
     learning_rate = [float(row["learning_rate"]) for row in _rows(summary, use, world_size)] if use else []
     return {
         "world_size": world_size, "global_batch": batch,
@@ -139,7 +149,7 @@ def _world_row(summary, arms, facts: StudyFacts, world_size: int, reference_test
         "difference": _difference(difference),
         "decision": "reference" if world_size == facts.reference else claim(difference, margin),
         "rules": rules,
-        "excluded": {arm.label: sum(not is_ok(row["status"]) for row in _rows(summary, arm.label, world_size)) for arm in here},
+        "excluded": {arm.label: _excluded(summary, arm.label, world_size) for arm in here},
     }
 
 
@@ -200,8 +210,8 @@ def _flags(per_world: list[dict[str, Any]], summary, facts: StudyFacts, controls
 def _controls(summary, arms: Sequence[ArmSpec], margin: float) -> list[dict[str, Any]]:
     rows = []
     for arm in (arm for arm in arms if arm.kind == "control"):
-        longer = _ok_values(_rows(summary, arm.label, arm.world_size), "test_accuracy")
-        shorter = _ok_values(_rows(summary, arm.control_of, arm.world_size), "test_accuracy")
+        longer = _tests(summary, arm.label, arm.world_size)
+        shorter = _tests(summary, arm.control_of, arm.world_size)
         gain = difference_interval(longer, shorter)
         rows.append({"arm": arm.control_of, "world_size": arm.world_size, "factor": arm.factor,
                      "longer": _estimate(mean_interval(longer)), "gain": _difference(gain), "decision": claim(gain, margin)})
@@ -213,7 +223,7 @@ def answer_data(summary: Sequence[Mapping[str, Any]], arms: Sequence[ArmSpec], f
     """``answer.json``'s content (module doc) from the study's summary rows and its arms."""
     sizes = sorted(facts.global_batches)
     reference_use, _ = _chosen(summary, arms, facts.reference)
-    reference_tests = _ok_values(_rows(summary, reference_use, facts.reference), "test_accuracy") if reference_use else []
+    reference_tests = _tests(summary, reference_use, facts.reference)
     per_world = [_world_row(summary, arms, facts, size, reference_tests, margin) for size in sizes]
     holds, first_worse = _linear_rule(per_world, facts.reference)
     controls = _controls(summary, arms, margin)
@@ -231,7 +241,7 @@ def answer_data(summary: Sequence[Mapping[str, Any]], arms: Sequence[ArmSpec], f
     }
 
 
-def _text(record: Mapping[str, Any], signed: bool = False) -> str:
+def estimate_text(record: Mapping[str, Any], signed: bool = False) -> str:
     """The estimate as text; with fewer than ``MIN_SEEDS`` values on a side no interval is shown
     (two seeds give a t interval of 12.7 standard errors: a number, not a bound)."""
     few = min(record["n"], record.get("n_second") or record["n"]) < MIN_SEEDS
@@ -264,7 +274,7 @@ def answer_markdown(answer: Mapping[str, Any]) -> str:
     largest = per_world[-1]
     if largest["use"]:
         verdict.append(f"- At {largest['world_size']} workers use **{largest['use']}** (LR {largest['learning_rate']:.4g}): test accuracy "
-                       f"{_text(largest['test_accuracy'])}, {_text(largest['difference'], True)} against world {reference} "
+                       f"{estimate_text(largest['test_accuracy'])}, {estimate_text(largest['difference'], True)} against world {reference} "
                        f"({largest['decision']}).")
     noise = answer["noise_scale"]
     if noise["b_simple"] is not None:
@@ -276,10 +286,10 @@ def answer_markdown(answer: Mapping[str, Any]) -> str:
          "test acc [95% CI]", f"− world {reference} [95% CI]", "decision", "not ok"],
         [[row["world_size"], row["global_batch"], f"{100 * row['share']:.2f}%", row["updates"], row["use"] or "no arm ok",
           ", ".join(row["tied_with_the_best"]) or "-", "-" if row["learning_rate"] is None else f"{row['learning_rate']:.4g}",
-          _text(row["test_accuracy"]), "reference" if row["world_size"] == reference else _text(row["difference"], True),
+          estimate_text(row["test_accuracy"]), "reference" if row["world_size"] == reference else estimate_text(row["difference"], True),
           row["decision"], sum(row["excluded"].values())] for row in per_world])
-    rule_rows = [[row["world_size"], rule, _text(entry["test_accuracy"]), _text(entry["difference"], True), entry["decision"],
-                  _text(entry["cost"], True), entry["excluded"]]
+    rule_rows = [[row["world_size"], rule, estimate_text(entry["test_accuracy"]), estimate_text(entry["difference"], True), entry["decision"],
+                  estimate_text(entry["cost"], True), entry["excluded"]]
                  for row in per_world for rule, entry in row["rules"].items()]
     sections = [f"# {answer['experiment']}: the scaling answer",
                 f"{answer['model']} on {answer['data']} ({answer['train_size']:,} training samples). Chosen on validation, "
@@ -294,7 +304,7 @@ def answer_markdown(answer: Mapping[str, Any]) -> str:
     if answer["controls"]:
         sections.append("Convergence controls (the arm trained longer, same seeds):\n\n" + markdown_table(
             ["world", "arm", "factor", "longer: test acc", "gain (longer − arm)", "decision"],
-            [[row["world_size"], row["arm"], f"{row['factor']:g}x", _text(row["longer"]), _text(row["gain"], True), row["decision"]]
+            [[row["world_size"], row["arm"], f"{row['factor']:g}x", estimate_text(row["longer"]), estimate_text(row["gain"], True), row["decision"]]
              for row in answer["controls"]]))
     sections.append(f"![test accuracy against the global batch]({FIGURES_FOLDER}/{ANSWER_FIGURES['accuracy']})\n\n"
                     f"![the chosen learning rate against the global batch]({FIGURES_FOLDER}/{ANSWER_FIGURES['learning_rate']})")
@@ -323,7 +333,7 @@ def write_answer_figures(answer: Mapping[str, Any], summary: Sequence[Mapping[st
     for name, points in families.items():
         xs, ys, lows, highs = [], [], [], []
         for size, label in points:
-            estimate = mean_interval(_ok_values(_rows(summary, label, size), "test_accuracy"))
+            estimate = mean_interval(_tests(summary, label, size))
             rows = _rows(summary, label, size)
             if estimate.mean is not None:
                 xs.append(float(rows[0]["global_batch"]))

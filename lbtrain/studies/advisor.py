@@ -302,11 +302,7 @@ def own_evidence(experiment: ExperimentConfig, world_size: int) -> dict[str, Any
 
 
 def _own_recipe_line(evidence: dict[str, Any]) -> str:
-    from lbtrain.reports.statistics import Estimate
-
-    def text(record: dict[str, Any], signed: bool = False) -> str:
-        return Estimate(record["mean"], record["low"], record["high"], record["n"], df=record.get("df"),
-                        n_second=record.get("n_second")).describe(signed=signed)
+    from lbtrain.reports.answer import estimate_text as text
 
     if evidence["source"] == "answer":
         if evidence["use"] is None:
