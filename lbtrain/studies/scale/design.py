@@ -33,6 +33,7 @@ Pure: plain data in, an ``ExperimentConfig`` out; no TensorFlow, no user code.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -111,7 +112,12 @@ class ScaleDesign:
         return self.worlds[0].world_size
 
     def protocol_experiment(self) -> ExperimentConfig:
-        """The design as an experiment with a ``protocol`` section (``lbtrain.studies.protocol``)."""
+        """The design as an experiment with a ``protocol`` section (``lbtrain.studies.protocol``),
+        built and validated once per design (the command, the price and the answer all read it)."""
+        return self._protocol
+
+    @functools.cached_property
+    def _protocol(self) -> ExperimentConfig:
         return protocol_experiment(self)
 
     def replace(self, **changes: Any) -> "ScaleDesign":
