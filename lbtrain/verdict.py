@@ -9,7 +9,13 @@
   0.1) of chance (``lbtrain.objectives.chance``: the accuracy of always predicting the most
   frequent training class; R^2 = 0 for regression), or its final train loss is not below the
   step-0 loss: it learned nothing, or next to nothing (a run at 0.18 on ten classes learned
-  nothing a reader should average in).
+  nothing a reader should average in). Or its history sat at chance (``chance_plateau``): its
+  epoch-mean train accuracy lay within ``CHANCE_TOLERANCE`` (0.02) of ``1 / classes`` for
+  ``CHANCE_PLATEAU_EPOCHS`` (3) epochs in a row, or through the last ``CHANCE_PLATEAU_SHARE``
+  (a third) of its epochs (rounded up), whichever its history shows: a run that spent 14 of
+  its 36 epochs learning nothing and then took off (critical_batch_v3's batch 2048 and 4096)
+  measures when it escaped the plateau, a matter of the seed, not what the recipe does in its
+  budget, so it is not averaged in either.
 - **ok-unstable**: it finished and learned, but after its first epoch an epoch's mean training
   loss rose above ``instability_factor`` (default 2) times the lowest epoch mean before it, and
   came back at least enough not to diverge (Goyal et al. 2017's early instability, or a spike
@@ -39,6 +45,11 @@ from lbtrain.results import STATUSES, RunResult
 DEFAULT_DIVERGENCE_FACTOR = 10.0
 DEFAULT_COLLAPSE_MARGIN = 0.1
 DEFAULT_INSTABILITY_FACTOR = 2.0
+# A history at chance (``chance_plateau``): epoch-mean train accuracies within 0.02 of 1 / classes
+# for 3 epochs in a row, or through the last third of the epochs, collapsed.
+CHANCE_TOLERANCE = 0.02
+CHANCE_PLATEAU_EPOCHS = 3
+CHANCE_PLATEAU_SHARE = 1 / 3
 OK = "ok"
 
 
@@ -117,6 +128,39 @@ def collapse(
     return None
 
 
+def chance_plateau(epoch_accuracies: Sequence[float | None], num_classes: int | None, tolerance: float = CHANCE_TOLERANCE,
+                   epochs: int = CHANCE_PLATEAU_EPOCHS, share: float = CHANCE_PLATEAU_SHARE) -> str | None:
+    """Why a run's epoch-mean train accuracies mean it sat at chance, or None: the longest
+    stretch of epochs in a row within ``tolerance`` of ``1 / num_classes`` lasts ``epochs`` or
+    more, or covers the last ``share`` of the epochs (rounded up; a run of fewer than
+    ``epochs / share`` epochs is judged on that). None for fewer than two classes (regression)
+    or no recorded accuracy; an epoch without one ends a stretch.
+
+    >>> chance_plateau([0.10, 0.11, 0.09, 0.10, 0.45, 0.80], 10)
+    'train accuracy sat at chance (0.1 ± 0.02) for 4 epochs in a row (epochs 1-4 of 6)'
+    >>> chance_plateau([0.60, 0.70, 0.10, 0.10], 10)
+    'train accuracy sat at chance (0.1 ± 0.02) through the last third of its epochs (epochs 3-4 of 4)'
+    >>> chance_plateau([0.10, 0.10, 0.45, 0.80, 0.85, 0.86], 10) is None
+    True
+    """
+    if num_classes is None or num_classes < 2 or not epoch_accuracies:
+        return None
+    chance = 1 / num_classes
+    at_chance = [value is not None and math.isfinite(value) and abs(value - chance) <= tolerance for value in epoch_accuracies]
+    total, longest, first, run = len(at_chance), 0, 0, 0
+    for index, flag in enumerate(at_chance):
+        run = run + 1 if flag else 0
+        if run > longest:
+            longest, first = run, index - run + 2  # 1-based
+    where = f"chance ({chance:.3g} ± {tolerance:g})"
+    if longest >= epochs:
+        return f"train accuracy sat at {where} for {longest} epochs in a row (epochs {first}-{first + longest - 1} of {total})"
+    tail = math.ceil(share * total)
+    if all(at_chance[total - tail:]):
+        return f"train accuracy sat at {where} through the last third of its epochs (epochs {total - tail + 1}-{total} of {total})"
+    return None
+
+
 def instability(epoch_losses: Sequence[float], factor: float = DEFAULT_INSTABILITY_FACTOR) -> str | None:
     """Why a run's epoch-mean training losses mean it was unstable, or None: from the second
     epoch on, the first epoch mean above ``factor`` times the lowest one before it.
@@ -144,6 +188,8 @@ def judge(
     chance: float,
     losses: Iterable[float] = (),
     epoch_losses: Sequence[float] = (),
+    epoch_accuracies: Sequence[float | None] = (),
+    num_classes: int | None = None,
     divergence: str | None = None,
     error: str | None = None,
     factor: float = DEFAULT_DIVERGENCE_FACTOR,
@@ -152,7 +198,8 @@ def judge(
 ) -> Verdict:
     """The verdict on one run, in order of precedence: ``error`` (failed); ``divergence`` (a
     reason the guard already found) or the first diverging loss of ``losses``, or non-finite
-    final metrics (diverged); a collapse (collapsed); an ``instability`` of its
+    final metrics (diverged); a collapse of its final numbers, or a ``chance_plateau`` of its
+    ``epoch_accuracies`` over ``num_classes`` classes (collapsed); an ``instability`` of its
     ``epoch_losses`` (ok-unstable); else ok.
 
     >>> judge(initial_loss=2.3, final_train_loss=0.4, final_train_accuracy=0.86, chance=0.1, losses=[2.3, 1.1, 0.6])
@@ -170,7 +217,7 @@ def judge(
     finals = (final_train_loss, final_train_accuracy)
     if any(value is None or not math.isfinite(value) for value in finals):
         return Verdict("diverged", f"final train loss/accuracy are not finite ({final_train_loss}, {final_train_accuracy})")
-    reason = collapse(final_train_loss, final_train_accuracy, initial_loss, chance, margin)
+    reason = collapse(final_train_loss, final_train_accuracy, initial_loss, chance, margin) or chance_plateau(epoch_accuracies, num_classes)
     if reason:
         return Verdict("collapsed", reason)
     reason = instability(epoch_losses, instability_factor)
@@ -183,8 +230,9 @@ def judge_recorded(result: RunResult, chance: float, num_classes: int) -> Verdic
     ``ln(num_classes)`` (the cross-entropy of a uniform prediction, which a freshly initialised
     classifier starts near); then its final train loss and accuracy. An epoch mean above
     ``factor`` x the reference implies a step above it, so nothing judged diverged here would be
-    ok live; the converse does not hold (a short spike can hide in an epoch mean). Failed runs
-    stay failed."""
+    ok live; the converse does not hold (a short spike can hide in an epoch mean). Its epoch-mean
+    train accuracies (the history's ``accuracy``) are judged for a ``chance_plateau`` over
+    ``num_classes``. Failed runs stay failed."""
     if result.status == "failed":
         return Verdict("failed", result.reason)
     training = result.config.get("training", {})
@@ -199,10 +247,12 @@ def judge_recorded(result: RunResult, chance: float, num_classes: int) -> Verdic
     return judge(
         initial_loss=initial_loss, final_train_loss=result.metrics.get("train_loss"),
         final_train_accuracy=result.metrics.get("train_accuracy"), chance=chance, divergence=divergence,
-        epoch_losses=epoch_means, factor=factor, margin=training.get("collapse_margin", DEFAULT_COLLAPSE_MARGIN),
+        epoch_losses=epoch_means, epoch_accuracies=[row.get("accuracy") for row in result.history] if result.task != "regression" else (),
+        num_classes=num_classes, factor=factor, margin=training.get("collapse_margin", DEFAULT_COLLAPSE_MARGIN),
         instability_factor=training.get("instability_factor", DEFAULT_INSTABILITY_FACTOR),
     )
 
 
-__all__ = ["DEFAULT_COLLAPSE_MARGIN", "DEFAULT_DIVERGENCE_FACTOR", "DEFAULT_INSTABILITY_FACTOR", "OK", "Verdict", "chance_accuracy", "collapse",
+__all__ = ["CHANCE_PLATEAU_EPOCHS", "CHANCE_PLATEAU_SHARE", "CHANCE_TOLERANCE", "DEFAULT_COLLAPSE_MARGIN", "DEFAULT_DIVERGENCE_FACTOR",
+           "DEFAULT_INSTABILITY_FACTOR", "OK", "Verdict", "chance_accuracy", "chance_plateau", "collapse",
            "first_divergence", "instability", "is_ok", "judge", "judge_recorded", "step_divergence"]

@@ -6,11 +6,14 @@ import pytest
 from lbtrain.config.run import TrainingConfig
 from lbtrain.results import STATUSES, RunResult
 from lbtrain.verdict import (
+    CHANCE_PLATEAU_EPOCHS,
+    CHANCE_TOLERANCE,
     DEFAULT_COLLAPSE_MARGIN,
     DEFAULT_DIVERGENCE_FACTOR,
     DEFAULT_INSTABILITY_FACTOR,
     Verdict,
     chance_accuracy,
+    chance_plateau,
     collapse,
     first_divergence,
     is_ok,
@@ -164,3 +167,44 @@ def test_the_margin_that_judges_a_run_does_not_change_its_id():
     strict = run_config_from_dict({"data": {"dataset": "synthetic"}, "training": {"collapse_margin": 0.2, "instability_factor": 3.0}})
     assert run_id(base, "x") == run_id(strict, "x")
     assert base.identity()["training"]["collapse_margin"] == 0.05 and "instability_factor" not in base.identity()["training"]
+
+
+def test_a_run_at_chance_for_three_epochs_in_a_row_is_collapsed_even_if_it_then_learns():
+    """Issue 56: a run whose epoch-mean train accuracy sat within 0.02 of 1 / classes for 3 epochs
+    in a row is not ok, however it ends; 2 epochs at chance (a slow first epoch or two) are."""
+    assert (CHANCE_PLATEAU_EPOCHS, CHANCE_TOLERANCE) == (3, 0.02)
+    learns_late = [0.10, 0.118, 0.082, 0.45, 0.80, 0.86]
+    verdict = judge(initial_loss=2.3, final_train_loss=0.4, final_train_accuracy=0.86, chance=0.1, epoch_accuracies=learns_late, num_classes=10)
+    assert verdict == Verdict("collapsed", "train accuracy sat at chance (0.1 ± 0.02) for 3 epochs in a row (epochs 1-3 of 6)")
+    assert judge(initial_loss=2.3, final_train_loss=0.4, final_train_accuracy=0.86, chance=0.1, epoch_accuracies=[0.10, 0.11, 0.45, 0.80, 0.86, 0.87],
+                 num_classes=10) == Verdict("ok")
+    # Just outside the tolerance breaks the stretch: 0.121 is 0.021 above chance.
+    assert chance_plateau([0.10, 0.121, 0.10, 0.10, 0.5], 10) is None
+    # Four classes: chance is 0.25; without classes (regression) or accuracies nothing is judged.
+    assert chance_plateau([0.26, 0.24, 0.25, 0.6], 4) == "train accuracy sat at chance (0.25 ± 0.02) for 3 epochs in a row (epochs 1-3 of 4)"
+    assert chance_plateau([0.1, 0.1, 0.1], None) is None and chance_plateau([], 10) is None
+    # A missing epoch accuracy ends a stretch.
+    assert chance_plateau([0.1, 0.1, None, 0.1, 0.1, 0.7, 0.8], 10) is None
+
+
+def test_a_short_run_at_chance_through_its_last_third_is_collapsed():
+    """Fewer than 9 epochs: the last third of them (rounded up) at chance is enough."""
+    assert chance_plateau([0.5, 0.6, 0.7, 0.10], 10) is None  # the last ceil(4/3) = 2 epochs: one at chance
+    assert chance_plateau([0.5, 0.6, 0.11, 0.10], 10) == (
+        "train accuracy sat at chance (0.1 ± 0.02) through the last third of its epochs (epochs 3-4 of 4)")
+    assert chance_plateau([0.10], 10).endswith("(epochs 1-1 of 1)")
+
+
+def test_the_committed_runs_that_sat_at_chance_for_14_and_19_epochs_are_collapsed():
+    """critical_batch_v3's linear rule at batch 2048 and 4096 (seed 2): at chance for epochs 1-14 of
+    36 and 1-19 of 48, then trained to 0.82 and 0.74; recorded ok, collapsed as re-judged and
+    committed (lab/migrations/rejudge_results.py)."""
+    for run_id, epochs in (("linear-capped-w64-s2-552af90bee", "14 epochs in a row (epochs 1-14 of 36)"),
+                           ("linear-capped-w128-s2-a007a4a537", "19 epochs in a row (epochs 1-19 of 48)")):
+        run = committed_run("critical_batch_v3", run_id)
+        expected = Verdict("collapsed", f"train accuracy sat at chance (0.1 ± 0.02) for {epochs}")
+        assert (run.status, run.reason) == (expected.status, expected.reason)
+        assert run.metrics["train_accuracy"] > 0.7
+        assert judge_recorded(run, chance=0.1, num_classes=10) == expected
+    healthy = committed_run("critical_batch_v3", "linear-capped-w64-s1-ce7c345bb6")  # 0.11 at epoch 1, then 0.145, 0.239, ...
+    assert judge_recorded(healthy, chance=0.1, num_classes=10) == Verdict("ok")

@@ -1,6 +1,15 @@
-"""Re-judges committed results recorded before lbtrain had one verdict per run.
+"""Re-judges committed results under today's verdict rules (``lbtrain.verdict``).
 
-For every study folder given (default: every folder of ``results/`` with an ``experiment.yaml``):
+For every study folder given (default: every folder of ``results/`` with an ``experiment.yaml``),
+each committed run is judged again by ``lbtrain.verdict.judge_recorded``. By default only the
+verdicts that moved are written: the ``status`` and ``reason`` of those runs in their
+``metrics.json`` and in ``summary.csv``, every other byte as committed (so a run keeps the
+record it was made with; issue 56's chance-plateau rule moved critical_batch_v3's batch 2048 and
+4096 runs that sat at chance for 14 and 19 epochs to ``collapsed`` this way). The reports, pages
+and figures that read those verdicts are rendered again by their own commands afterwards.
+
+With ``--rewrite-records`` (the one-off migration of results recorded before lbtrain had one
+verdict per run), it also rewrites every record in today's layout:
 
 - the recorded configs say what the runs did: ``lr.offset_decay`` (the old name) becomes
   ``lr.decay_clock`` (``after_warmup`` for ``true``, today's default ``from_step_0`` for
@@ -20,12 +29,13 @@ For every study folder given (default: every folder of ``results/`` with an ``ex
   the sweep's summary, fit and figures are written again.
 
 Prints one line per run or trial whose status moved. Run from the repository root:
-``.venv/bin/python -m lab.migrations.rejudge_results [results/NAME ...]``.
+``.venv/bin/python -m lab.migrations.rejudge_results [--rewrite-records] [results/NAME ...]``.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import sys
 from pathlib import Path
@@ -36,7 +46,7 @@ import yaml
 
 from lbtrain.config import load_experiment, run_config_from_dict
 from lbtrain.data import load_dataset
-from lbtrain.files import write_atomic
+from lbtrain.files import csv_text, write_atomic, write_json_atomic
 from lbtrain.reports.tuning import read_only_storage, results_storage
 from lbtrain.results import EXPERIMENT_FILE, METRICS_FILE, PROTOCOL_FILE, RUNS_FOLDER, SUMMARY_FILE, RunResult, write_run
 from lbtrain.storage_urls import JOURNAL, sqlalchemy_url
@@ -86,7 +96,49 @@ def dataset_facts(config, cache: dict) -> tuple[float, int]:
     return cache[key]
 
 
+def verdict_rows(summary: str, moved: dict[str, tuple[str, str | None]]) -> str:
+    """``summary`` (a ``summary.csv``'s text) with the ``status`` and ``reason`` of the runs in
+    ``moved`` (run id -> (status, reason)) replaced, every other cell and column as it was.
+
+    >>> print(verdict_rows("run_id,status,reason\\na,ok,\\nb,ok,\\n", {"b": ("collapsed", "at chance, 3 epochs")}), end="")
+    run_id,status,reason
+    a,ok,
+    b,collapsed,"at chance, 3 epochs"
+    """
+    reader = csv.DictReader(io.StringIO(summary))
+    rows = [dict(row, **dict(zip(("status", "reason"), moved[row["run_id"]]))) if row["run_id"] in moved else row for row in reader]
+    return csv_text(rows, columns=reader.fieldnames)
+
+
+def rejudge_verdicts(folder: Path) -> dict[str, tuple[str, str | None]]:
+    """Judges every committed run of ``folder`` again and writes only the verdicts that moved
+    (module doc); returns run id -> (status, reason) of those."""
+    summary = folder / SUMMARY_FILE
+    if not summary.is_file() or not (folder / RUNS_FOLDER).is_dir():
+        return {}
+    cache: dict = {}
+    moved: dict[str, tuple[str, str | None]] = {}
+    with open(summary, newline="") as handle:
+        run_ids = [row["run_id"] for row in csv.DictReader(handle)]
+    for run_id in run_ids:
+        path = folder / RUNS_FOLDER / run_id / METRICS_FILE
+        data = json.loads(path.read_text())
+        result = RunResult.from_dict(data)
+        config = run_config_from_dict(data["config"])
+        chance, classes = dataset_facts(config, cache)
+        verdict = judge_recorded(result, chance, classes)
+        if (verdict.status, verdict.reason) == (result.status, result.reason):
+            continue
+        print(f"{folder.name}/{run_id}: {result.status} -> {verdict.status} ({verdict.reason})")
+        moved[run_id] = (verdict.status, verdict.reason)
+        write_json_atomic(path, {**data, "status": verdict.status, "reason": verdict.reason})
+    if moved:
+        write_atomic(summary, verdict_rows(summary.read_text(), moved))
+    return moved
+
+
 def rejudge_runs(folder: Path) -> None:
+    """The ``--rewrite-records`` migration of one folder's runs (module doc)."""
     labels = {}
     summary = folder / SUMMARY_FILE
     if summary.is_file():
@@ -166,9 +218,14 @@ def rejudge_sweep(folder: Path) -> None:
     write_atomic(folder / EXPERIMENT_FILE, record)
 
 
-def main(folders: list[str]) -> None:
+def main(arguments: list[str]) -> None:
+    rewrite = "--rewrite-records" in arguments
+    folders = [argument for argument in arguments if argument != "--rewrite-records"]
     targets = [Path(f) for f in folders] or sorted(p.parent for p in Path("results").glob(f"*/{EXPERIMENT_FILE}"))
     for folder in targets:
+        if not rewrite:
+            rejudge_verdicts(folder)
+            continue
         migrate_experiment(folder)
         rejudge_runs(folder)
         # A protocol's trials were judged as they trained (its folder has no sweep outputs to write).
