@@ -37,7 +37,7 @@ from lbtrain.rounding import ceil_tolerant
 
 logger = logging.getLogger(__name__)
 
-# Beside ADVISOR_VALIDATION_FILE (lbtrain.results: lbtrain.studies.findings cites it), in OUTPUT.
+# Beside ADVISOR_VALIDATION_FILE (lbtrain.results: lab.findings renders the advisor's calibration from it), in OUTPUT.
 ADVISOR_VALIDATION_REPORT = "validation.md"
 ADVISOR_VALIDATION_FIGURE = "validation.png"
 

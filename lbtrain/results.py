@@ -72,8 +72,8 @@ ADVICE_FIGURE = "advice.png"
 # In the --output folder of lbtrain compare.
 COMPARE_FILE = "compare.md"
 COMPARE_JSON = "compare.json"
-# The advisor's validation against the committed studies (written by lab/advisor_validation.py,
-# cited by lbtrain.studies.findings).
+# The advisor's validation against the committed studies, from which the calibration in
+# lbtrain/studies/findings.json is rendered (both outside the package, by the repository's lab).
 ADVISOR_VALIDATION_FILE = "validation.json"
 # In the --output folder of lbtrain bench.
 BENCH_CSV = "bench.csv"

@@ -25,8 +25,8 @@ measured under Horovod can be passed instead). The LR recipe comes from the user
 first (``own_evidence``): the experiment's ``answer.json`` (``lbtrain scale``) at the world size
 nearest the recommended one, else its own runs (``summary.csv``: of the recipes whose every seed
 was ok at the global batch nearest the recommended one, the highest mean validation accuracy).
-Only without either does it fall back to lbtrain's own studies (``lbtrain.studies.findings``),
-and it says that this is another model's evidence, naming that study's model and data: of the recipes whose every seed was ok at the nearest multiple
+Only without either does it fall back to lbtrain's published studies (``lbtrain.studies.findings``),
+and it says that this is another model's evidence, naming that study by its title, model and data: of the recipes whose every seed was ok at the nearest multiple
 of the base batch, the one with the highest mean validation accuracy (ranked on validation,
 never test; its test accuracy is what is quoted), called *best on validation* only when the
 findings' ``standing`` (``lbtrain.reports.decisions.standing`` over the seeds) separates it from
@@ -234,7 +234,7 @@ def advise(experiment: ExperimentConfig, steps: int | None = None, *,
     if calibration and calibration["geometric_mean"]:
         calibrated = estimate.mean * calibration["geometric_mean"]
         probe["calibrated"] = {"b_crit": calibrated, "multiple": calibration["geometric_mean"], "pairs": calibration["pairs"],
-                               "report": calibration["report"], "world_size": recommended_world_size(worlds, calibrated)}
+                               "world_size": recommended_world_size(worlds, calibrated)}
     recipe = own_evidence(experiment, best) or recipe_advice(
         config.model.name, config.data.dataset, best * user.training.per_worker_batch / config.lr.base_batch)
     return Advice(experiment.name, probe, estimate, worlds, best, recipe, probe_steps)
@@ -351,8 +351,8 @@ def describe(advice: Advice) -> str:
     calibrated = probe.get("calibrated")
     if calibrated:
         measured = ", ".join(f"{pair['multiple']:.1f}x ({pair['pair']})" for pair in calibrated["pairs"])
-        lines.append(f"calibrated: on lbtrain's validation pairs the measured B_crit was {measured} the probe's B_simple "
-                     f"({calibrated['report']}); their geometric mean {calibrated['multiple']:.1f}x gives B_crit ~ "
+        lines.append(f"calibrated: on lbtrain's validation pairs the measured B_crit was {measured} the probe's B_simple; "
+                     f"their geometric mean {calibrated['multiple']:.1f}x gives B_crit ~ "
                      f"{calibrated['b_crit']:.0f}, {calibrated['world_size']} workers (fitted on those same pairs: a "
                      "correction, not a validation)")
     lines.append(_recipe_line(advice.recipe))
@@ -364,7 +364,7 @@ def _recipe_line(recipe: dict[str, Any] | None) -> str:
         return "LR recipe: no evidence of yours (run lbtrain scale) and no study findings shipped with this lbtrain"
     if recipe.get("source") in ("answer", "runs"):
         return _own_recipe_line(recipe)
-    where = (f"lbtrain's {recipe['study']} study ({recipe['model']} on {recipe['dataset']}, {recipe['budget']}, {recipe['report']}; "
+    where = (f"lbtrain's study \"{recipe['title']}\" ({recipe['model']} on {recipe['dataset']}, {recipe['budget']}; "
              f"another model's evidence, not yours: lbtrain scale measures your own) at {recipe['multiple']}x its base batch")
     if not recipe["held"]:
         return f"LR recipe: no recipe held in {where} (failed: {', '.join(recipe['failed'])}); train longer or use LARS"

@@ -126,5 +126,5 @@ def test_advise_without_an_answer_names_the_other_models_study_it_falls_back_to(
     assert own_evidence(experiment, 4) is None
     fallback = recipe_advice("ownpkg.models:convnet", "data.npz", 4.0)
     line = _recipe_line(fallback)
-    assert f"lbtrain's {fallback['study']} study ({fallback['model']} on {fallback['dataset']}" in line
+    assert f"lbtrain's study \"{fallback['title']}\" ({fallback['model']} on {fallback['dataset']}" in line
     assert "another model's evidence, not yours" in line
