@@ -257,7 +257,10 @@ class ProtocolConfig(_Strict):
     without warmup, at a fraction of the tuning); ``tuned_only`` lists recipes with tuned arms
     only, never carried by a rule (a recipe that is there as tuned, e.g. LARS in a study of SGD's
     rules). ``train_longer`` adds convergence controls
-    (``TrainLongerConfig``): an arm re-run for a multiple of its own updates."""
+    (``TrainLongerConfig``): an arm re-run for a multiple of its own updates.
+    ``tuning_seeds`` (default: none, each trial trains once with the run's ``training.seed``):
+    every trial trains once per listed seed and is scored on the mean of their validation
+    accuracies, so the pick is not one seed's luck; none of them may be a final seed."""
 
     seeds: list[int] = Field(default_factory=lambda: [1, 2, 3], min_length=1)
     exploratory: bool = False
@@ -271,6 +274,7 @@ class ProtocolConfig(_Strict):
     rule_only: list[str] = Field(default_factory=list)
     tuned_only: list[str] = Field(default_factory=list)
     train_longer: list[TrainLongerConfig] = Field(default_factory=list)
+    tuning_seeds: list[int] = Field(default_factory=list)
 
     @field_validator("search")
     @classmethod
@@ -292,7 +296,7 @@ class ProtocolConfig(_Strict):
                     raise ValueError(f"rules of {recipe!r}: {rule!r} is not a rule (allowed: linear, sqrt, none or a float exponent)") from None
         return rules
 
-    @field_validator("seeds")
+    @field_validator("seeds", "tuning_seeds")
     @classmethod
     def _distinct(cls, seeds: list[int]) -> list[int]:
         if len(set(seeds)) != len(seeds):
@@ -325,7 +329,7 @@ class ExperimentConfig(_Strict):
 
     ``imports`` lists modules of the user's (``my_pkg.models``) imported before anything else
     is checked, so the models and datasets they register (``lbtrain.register_model``) can be
-    named; the names reach every process the experiment starts (``lbtrain.registry``). The
+    named; the names reach every process the experiment starts (``lbtrain.references``). The
     command line's ``--import MODULE`` does the same.
     """
 
@@ -353,7 +357,7 @@ class ExperimentConfig(_Strict):
     @classmethod
     def _imports_first(cls, data: Any) -> Any:
         if isinstance(data, dict) and isinstance(data.get("imports"), list):
-            from lbtrain.registry import ReferenceError_, import_modules
+            from lbtrain.references import ReferenceError_, import_modules
 
             try:
                 import_modules(data["imports"], "imports")
@@ -365,10 +369,10 @@ class ExperimentConfig(_Strict):
     @classmethod
     def _callables_as_references(cls, section: Any, info: ValidationInfo) -> Any:
         """In Python, ``model={"name": build}`` and ``data={"dataset": load}`` take the callable
-        itself; it is kept as its reference (``lbtrain.registry.reference_of``)."""
+        itself; it is kept as its reference (``lbtrain.references.reference_of``)."""
         key = "dataset" if info.field_name == "data" else "name"
         if isinstance(section, dict) and callable(section.get(key)) and not isinstance(section.get(key), str):
-            from lbtrain.registry import reference_of
+            from lbtrain.references import reference_of
 
             return {**section, key: reference_of(section[key])}
         return section

@@ -154,7 +154,8 @@ def protocol_arms(experiment: ExperimentConfig) -> list[Arm]:
         base = with_overrides(experiment.base_run(), {path: value for path, value in variant.items() if path != "label"})
         search = _recipe_search({**experiment.search, **experiment.protocol.search.get(recipe, {})}, base)
         studies = {size: StudySpec(f"{experiment.name}-{label_slug(recipe)}-w{size}", size, base, search,
-                                   method=settings.search_method, startup_trials=settings.tpe_startup_trials, pruner="none")
+                                   method=settings.search_method, startup_trials=settings.tpe_startup_trials, pruner="none",
+                                   seeds=tuple(settings.tuning_seeds))
                    for size in sizes}
         rules = experiment.protocol.rules.get(recipe)
         tuned_everywhere, carried = recipe not in settings.rule_only, recipe not in settings.tuned_only
@@ -185,7 +186,9 @@ def _check_train_longer(experiment: ExperimentConfig, arms: list[Arm]) -> None:
 
 
 def tuning_seeds(experiment: ExperimentConfig, arms: list[Arm]) -> list[int]:
-    """The seeds the tuning trials train with (each arm's ``training.seed``)."""
+    """The seeds the tuning trials train with: ``protocol.tuning_seeds``, else each arm's ``training.seed``."""
+    if experiment.protocol.tuning_seeds:
+        return sorted(experiment.protocol.tuning_seeds)
     return sorted({run_config_from_dict(with_overrides(arm.base, {"training.world_size": arm.world_size})).training.seed
                    for arm in arms})
 
@@ -197,7 +200,8 @@ def check_final_seeds(experiment: ExperimentConfig, arms: list[Arm]) -> None:
     shared = sorted(set(experiment.protocol.seeds) & set(tuning_seeds(experiment, arms)))
     if shared:
         raise ConfigError(f"protocol.seeds {experiment.protocol.seeds} include the tuning trials' seed "
-                          f"{', '.join(map(str, shared))} (training.seed): the finals need seeds no trial used")
+                          f"{', '.join(map(str, shared))} ({'protocol.tuning_seeds' if experiment.protocol.tuning_seeds else 'training.seed'}"
+                          "): the finals need seeds no trial used")
 
 
 def untaken_points(study: optuna.Study, points: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -554,8 +558,7 @@ def protocol_markdown(experiment: ExperimentConfig, rows: list[dict[str, Any]], 
         f"# {experiment.name}: scaling rule vs tuning at the batch",
         f"Tuning budget: {budget_text}, scored on validation accuracy; each arm's best configuration re-run with seeds "
         f"{', '.join(str(seed) for seed in experiment.protocol.seeds)} and tested"
-        + ("" if tuning_seeds is None else f" (the tuning trials trained with seed {', '.join(map(str, tuning_seeds))}: no final "
-           "run repeats a trial's initial weights, validation split or data order)")
+        + ("" if tuning_seeds is None else _tuning_seeds_text(experiment, tuning_seeds))
         + f". *rule*: the recipe's search tuned at world size "
         f"{reference_world_size(experiment)} and carried by its LR rule; *tuned*: tuned at this world size; *reference*: the "
         "recipe's tuned arm at that world size, so *− reference* is what the larger batch costs. "
@@ -570,6 +573,13 @@ def protocol_markdown(experiment: ExperimentConfig, rows: list[dict[str, Any]], 
         *([] if not steps_rows else [_equal_steps_markdown(steps_rows, reference_world_size(experiment))]),
         *([] if not longer_rows else [_train_longer_markdown(longer_rows, reference_world_size(experiment))]),
     ]) + "\n"
+
+
+def _tuning_seeds_text(experiment: ExperimentConfig, tuning_seeds: list[int]) -> str:
+    seeds = ", ".join(map(str, tuning_seeds))
+    scored = (f"each trial scored on the mean validation accuracy of seeds {seeds}" if experiment.protocol.tuning_seeds
+              else f"the tuning trials trained with seed {seeds}")
+    return f" ({scored}: no final run repeats a trial's initial weights, validation split or data order)"
 
 
 def _search_markdown(search: dict[str, dict[str, Any]]) -> str:

@@ -24,6 +24,7 @@ import itertools
 import logging
 import math
 import os
+import statistics
 import warnings
 import zlib
 from pathlib import Path
@@ -75,10 +76,15 @@ class StudySpec:
     method: str | None = None
     startup_trials: int | None = None
     pruner: str | None = None
+    # The protocol's ``tuning_seeds``: each trial trains once per seed and scores their mean
+    # validation accuracy; empty: once, with the base run's ``training.seed``.
+    seeds: tuple[int, ...] = ()
 
-    def run(self, params: dict[str, Any]):
-        """The run config of one trial: the base run at the study's world size with ``params``."""
-        return run_config_from_dict(with_overrides(self.base, {"training.world_size": self.world_size, **params}))
+    def run(self, params: dict[str, Any], seed: int | None = None):
+        """The run config of one trial: the base run at the study's world size with ``params``
+        (and ``training.seed`` = ``seed`` when given)."""
+        seeded = {} if seed is None else {"training.seed": seed}
+        return run_config_from_dict(with_overrides(self.base, {"training.world_size": self.world_size, **params, **seeded}))
 
 
 def world_study(experiment: ExperimentConfig, world_size: int) -> StudySpec:
@@ -137,6 +143,7 @@ def open_study(experiment: ExperimentConfig, study: int | StudySpec, storage: st
         load_if_exists=True,
     )
     _check_objective(opened)
+    _check_tuning_seeds(opened, spec.seeds)
     seed = sampler_seed(experiment, spec.world_size, worker, finished_trials(opened), spec.name if spec.method else "")
     if spec.method == "grid":
         # Every trial of a grid is queued with its parameters (``lbtrain.studies.protocol``): none is sampled.
@@ -164,6 +171,22 @@ def _check_objective(study: optuna.Study) -> None:
             f"or delete that study")
     if "objective" not in study.user_attrs:
         study.set_user_attr("objective", OBJECTIVE)
+
+
+def _check_tuning_seeds(study: optuna.Study, seeds: tuple[int, ...]) -> None:
+    """A study's trials are scored on the seeds it records in its user attribute
+    ``tuning_seeds`` (none recorded: one seed each, the run's own); a study whose trials were
+    scored otherwise than ``seeds`` asks for is a ``ConfigError``, as their values would be
+    ranked together. A new study records its seeds."""
+    recorded = study.user_attrs.get("tuning_seeds")
+    if recorded is None and not finished_trials(study):
+        study.set_user_attr("tuning_seeds", list(seeds))
+        return
+    if list(recorded or []) != list(seeds):
+        raise ConfigError(
+            f"Optuna study {study.study_name!r} has trials scored on tuning seeds {list(recorded or []) or 'the run seed only'}, "
+            f"the experiment asks for {list(seeds) or 'the run seed only'} (protocol.tuning_seeds): keep them, rename the "
+            "experiment, set sweep.storage, or delete that study")
 
 
 def suggest(trial: optuna.trial.BaseTrial, search: dict[str, SearchParam]) -> dict[str, Any]:
@@ -270,12 +293,45 @@ def objective(experiment: ExperimentConfig, study: int | StudySpec):
     spec = _spec(experiment, study)
 
     def run_trial(trial: optuna.trial.Trial) -> float:
-        config = spec.run(suggest(trial, spec.search))
+        params = suggest(trial, spec.search)
+        if spec.seeds:
+            return _seeds_objective_value(trial, spec, params)
+        config = spec.run(params)
         world = SimulatedWorld(spec.world_size, config.training.micro_batches)
         pruning = _PruningCallback(trial, world, config.lr.warmup_epochs)
         return _objective_value(trial, train(config, world, callbacks=[pruning]), pruning, spec.pruner or experiment.sweep.pruner)
 
     return run_trial
+
+
+def _seeds_objective_value(trial: optuna.trial.Trial, spec: StudySpec, params: dict[str, Any]) -> float:
+    """A trial of a study tuned on several seeds (``StudySpec.seeds``): one run per seed, one
+    after another; the value is the mean of their validation accuracies,
+    ``(1/k) sum_i acc_val(seed_i)``. The trial takes the first verdict that is not ok (a run
+    that diverges ends the trial: it is pruned, as a one-seed trial); ``seed_values`` records
+    each seed's value. Nothing is reported per epoch: the protocol prunes only by divergence."""
+    values: dict[str, float] = {}
+    tests, status = [], OK
+    for seed in spec.seeds:
+        config = spec.run(params, seed)
+        world = SimulatedWorld(spec.world_size, config.training.micro_batches)
+        result = train(config, world, callbacks=[_PruningCallback(None, world, config.lr.warmup_epochs)])
+        trial.set_user_attr("learning_rate", result.learning_rate)
+        if not is_ok(result.status):
+            trial.set_user_attr("status", result.status)
+            trial.set_user_attr("reason", f"seed {seed}: {result.reason}")
+            trial.set_user_attr("epochs_run", len(result.history))
+            if result.status == "diverged":
+                raise optuna.TrialPruned(trial.user_attrs["reason"])
+            return float(result.metrics[OBJECTIVE])
+        values[str(seed)] = float(result.metrics[OBJECTIVE])
+        tests.append(result.metrics.get("test_accuracy"))
+        status = status if status != OK else result.status  # an ok-unstable seed makes the trial ok-unstable
+        trial.set_user_attr("epochs_run", len(result.history))
+    trial.set_user_attr("status", status)
+    trial.set_user_attr("seed_values", values)
+    trial.set_user_attr("test_accuracy", None if None in tests else statistics.fmean(tests))
+    return statistics.fmean(values.values())
 
 
 def finished_trials(study: optuna.Study) -> int:

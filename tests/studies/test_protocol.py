@@ -235,6 +235,45 @@ def test_a_grid_point_a_dead_process_left_running_is_waited_for_then_retried(tmp
         ("COMPLETE", 0.05), ("COMPLETE", 0.1), ("FAIL", 0.05)]
 
 
+def test_a_trial_tuned_on_two_seeds_scores_the_mean_of_their_validation_accuracies(tmp_path):
+    from lbtrain.trainer import train
+    from lbtrain.worlds.simulated import SimulatedWorld
+
+    experiment = ExperimentConfig.model_validate(protocol_spec(
+        tmp_path, protocol={"seeds": [1, 2, 3], "grid_extensions": 0, "tuning_seeds": [7, 8]}))
+    spec = tuned_studies(protocol_arms(experiment))[0]
+    assert spec.seeds == (7, 8)
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    tune(experiment, spec, storage)
+    trials = open_study(experiment, spec, storage).get_trials(states=FINISHED)
+    assert sorted(trial.params["lr.base_lr"] for trial in trials) == [0.05, 0.1]
+    for trial in trials:
+        alone = {seed: train(spec.run(trial.params, seed), SimulatedWorld(spec.world_size)).metrics["validation_accuracy"]
+                 for seed in (7, 8)}
+        assert trial.user_attrs["seed_values"] == {str(seed): pytest.approx(value) for seed, value in alone.items()}
+        assert trial.value == pytest.approx(statistics.fmean(alone.values()))
+        assert trial.user_attrs["status"] == "ok"
+
+
+def test_a_final_seed_that_is_a_tuning_seed_and_a_study_scored_on_other_seeds_are_refused(tmp_path):
+    from lbtrain.studies.protocol import check_final_seeds
+
+    experiment = ExperimentConfig.model_validate(protocol_spec(
+        tmp_path, protocol={"seeds": [1, 2, 3], "tuning_seeds": [3, 9]}))
+    with pytest.raises(ConfigError, match=r"protocol.seeds \[1, 2, 3\] include the tuning trials' seed 3 \(protocol.tuning_seeds\)"):
+        check_final_seeds(experiment, protocol_arms(experiment))
+    one_seed = ExperimentConfig.model_validate(protocol_spec(tmp_path, protocol={"seeds": [1, 2, 3], "grid_extensions": 0}))
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    spec = tuned_studies(protocol_arms(one_seed))[0]
+    study = open_study(one_seed, spec, storage)
+    study.enqueue_trial({"lr.base_lr": 0.05})
+    study.tell(study.ask(), 0.5)
+    two_seeds = ExperimentConfig.model_validate(protocol_spec(
+        tmp_path, protocol={"seeds": [1, 2, 3], "grid_extensions": 0, "tuning_seeds": [7, 8]}))
+    with pytest.raises(ConfigError, match=r"has trials scored on tuning seeds the run seed only, the experiment asks for \[7, 8\]"):
+        open_study(two_seeds, tuned_studies(protocol_arms(two_seeds))[0], storage)
+
+
 @pytest.mark.parametrize("changes, message", [
     ({"protocol": {"rule_only": ["adam"]}}, r"protocol.rule_only: 'adam' is not a recipe"),
     ({"grid": {"world_sizes": [1, 2], "variants": [{"label": "sqrt", "lr.rule": "sqrt", "training.per_worker_batch": 8},

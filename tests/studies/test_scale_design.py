@@ -6,7 +6,7 @@ import math
 import pytest
 
 from lbtrain.config import ConfigError, ExperimentConfig, run_config_from_dict
-from lbtrain.studies.price import Probe, StepCost, run_seconds
+from lbtrain.studies.price import Probe, StepCost
 from lbtrain.studies.protocol import protocol_arms
 from lbtrain.studies.scale import (
     default_world_sizes,
@@ -16,7 +16,7 @@ from lbtrain.studies.scale import (
     price_design,
     trim_to_budget,
 )
-from lbtrain.studies.scale.design import GRID_POINTS, TUNING_SEED
+from lbtrain.studies.scale.design import GRID_POINTS, TUNING_SEEDS
 from lbtrain.studies.search import grid_values
 
 
@@ -57,12 +57,13 @@ def test_a_world_size_the_data_cannot_fill_is_refused():
         design_study(experiment(), 1_000, [1, 64])
 
 
-def test_the_protocol_tunes_4_lrs_around_the_linear_rule_with_fresh_seeds_and_controls():
+def test_the_protocol_tunes_5_lrs_around_the_linear_rule_on_2_seeds_with_fresh_final_seeds_and_controls():
     design = design_study(experiment(), 40_000, [1, 4, 16])
     protocol = design.protocol_experiment()
-    assert grid_values(protocol.search["lr.base_lr"]) == [0.0125, 0.025, 0.05, 0.1]
+    assert grid_values(protocol.search["lr.base_lr"]) == [0.0125, 0.025, 0.05, 0.1, 0.2]  # 0.05 in the middle
     assert len(grid_values(protocol.search["lr.base_lr"])) == GRID_POINTS
-    assert protocol.protocol.seeds == [1, 2, 3, 4, 5] and TUNING_SEED not in protocol.protocol.seeds
+    assert protocol.protocol.seeds == [1, 2, 3, 4, 5] and protocol.protocol.tuning_seeds == [0, 100] == list(TUNING_SEEDS)
+    assert not set(protocol.protocol.seeds) & set(TUNING_SEEDS) and protocol.training["seed"] == 0
     assert protocol.protocol.rules == {"momentum+warmup": ["linear", "sqrt", "none"]}
     assert [(c.world_size, c.factor) for c in protocol.protocol.train_longer] == [(1, 3), (16, 3)]
     labels = {(arm.label, arm.world_size) for arm in protocol_arms(protocol)}
@@ -81,14 +82,6 @@ def probe(step_seconds: dict[int, float]) -> Probe:
                  launch_seconds=3.0)
 
 
-def test_a_run_is_priced_by_its_process_build_steps_and_evaluated_samples():
-    config = run_config_from_dict({"data": {"dataset": "mnist1d"}, "training": {"per_worker_batch": 32, "world_size": 4, "epochs": 3,
-                                                                                 "min_steps": 300}})
-    # 4,000 // 128 = 31 steps an epoch; the floor gives 300 steps over ceil(300 / 31) = 10 epochs.
-    expected = 3.0 + 2.0 + 300 * 0.05 + 1e-4 * (10 * 400 + 4_000 + 1_000)
-    assert run_seconds(config, probe({128: 0.05})) == pytest.approx(expected)
-
-
 def test_a_budget_trims_in_the_stated_order_and_refuses_what_cannot_fit():
     design = design_study(experiment(), 4_000, [1, 4, 16])
     costs = probe({32: 0.01, 128: 0.02, 512: 0.05})
@@ -96,6 +89,11 @@ def test_a_budget_trims_in_the_stated_order_and_refuses_what_cannot_fit():
     trimmed, price = trim_to_budget(design, 0.999 * full.total / 3600, costs)
     assert len(trimmed.seeds) == 3 and trimmed.trimmed[0].startswith("final seeds 5 -> 3: every interval about 2.0x wider")
     assert price.total < full.total
+    # Next in the order: the second tuning seed, which halves the tuning's price.
+    fewer_seeds = trimmed.replace(trimmed=())
+    one_tuning_seed, cheaper = trim_to_budget(fewer_seeds, 0.999 * price.total / 3600, costs)
+    assert one_tuning_seed.tuning_seeds == (0,) and one_tuning_seed.trimmed[0].startswith("tuning seeds 2 -> 1")
+    assert cheaper.trials == pytest.approx(price.trials / 2) and cheaper.finals == pytest.approx(price.finals)
     with pytest.raises(ConfigError, match=r"--budget 1e-06 h is too small for one run per arm: the smallest design \(world sizes 1, 16"):
         trim_to_budget(design, 1e-6, costs)
 

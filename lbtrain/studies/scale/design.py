@@ -12,11 +12,13 @@ design closes by construction (and states in its output):
   the design says which.
 - **Untuned or edge-tuned arms.** A recipe compared at one LR compares how lucky that LR was
   (Shallue et al. 2018; Nado et al. 2021). The LR is tuned at every world size on a log2 grid of
-  ``GRID_POINTS`` >= 4 base LRs around the linear rule's value (``base_lr x 2^k``, k = -2..1, each
-  scaled by ``(B / base_batch)``), extended past an edge while the best sits on it
+  ``GRID_POINTS`` = 5 base LRs centred on the linear rule's value (``base_lr x 2^k``, k = -2..2,
+  each scaled by ``(B / base_batch)``), extended past an edge while the best sits on it
   (``lbtrain.studies.search``), scored on validation, never test.
-- **One seed.** The best of every arm is re-run with ``FINAL_SEEDS`` fresh seeds (5; 3 when the
-  budget trims them), none of them the tuning trials' seed.
+- **One seed.** A trial is scored on the mean validation accuracy of ``TUNING_SEEDS`` (2; one
+  seed's pick may not survive more seeds: in goyal_v3 the LR picked on one seed lost to its
+  neighbour on five), and the best of every arm is re-run with ``FINAL_SEEDS`` fresh seeds (5; 3
+  when the budget trims them), none of them a tuning seed.
 
 The arms (``lbtrain.studies.protocol``): the user's optimizer with gradual warmup (Goyal et al.
 2017) tuned at every world size, and its reference tuning carried to every world size by the
@@ -41,12 +43,12 @@ from lbtrain.config import ConfigError, ExperimentConfig, run_config_from_dict, 
 from lbtrain.config.experiment import MIN_PROTOCOL_SEEDS
 from lbtrain.reports.regime import MAX_BATCH_FRACTION, MIN_UPDATES
 
-__all__ = ["CONTROL_FACTOR", "FINAL_SEEDS", "GRID_POINTS", "ScaleDesign", "WorldPlan", "default_world_sizes", "design_study",
+__all__ = ["CONTROL_FACTOR", "FINAL_SEEDS", "GRID_POINTS", "TUNING_SEEDS", "ScaleDesign", "WorldPlan", "default_world_sizes", "design_study",
            "parse_world_sizes"]
 
-GRID_POINTS = 4  # base_lr x 2^k for k = -2, -1, 0, 1
+GRID_POINTS = 5  # base_lr x 2^k for k = -2..2
 FINAL_SEEDS = 5
-TUNING_SEED = 0
+TUNING_SEEDS = (0, 100)
 CONTROL_FACTOR = 3
 # Gradual warmup when the experiment has none: about 6% of the epochs (Goyal et al. 2017: 5 of
 # 90), at least a tenth of an epoch.
@@ -99,6 +101,7 @@ class ScaleDesign:
     recipe: str
     layerwise: str | None
     seeds: tuple[int, ...]
+    tuning_seeds: tuple[int, ...]
     grid_extensions: int
     controls: tuple[int, ...]
     trimmed: tuple[str, ...] = ()
@@ -195,12 +198,18 @@ def design_study(experiment: ExperimentConfig, train_size: int, world_sizes: lis
     layerwise = LAYERWISE.get(optimizer, (None,))[0]
     recipe = f"{optimizer}+warmup"
     return ScaleDesign(experiment, train_size, worlds, epochs, min_updates, warmup, recipe, layerwise,
-                       tuple(range(1, (seeds or FINAL_SEEDS) + 1)), 3, (sizes[0], sizes[-1]))
+                       tuple(range(1, (seeds or FINAL_SEEDS) + 1)), TUNING_SEEDS, 3, (sizes[0], sizes[-1]))
 
 
 def lr_grid(base_lr: float) -> dict[str, Any]:
-    """The search of ``lr.base_lr``: ``GRID_POINTS`` values ``base_lr x 2^k``, k = -2..1 (a log2 grid)."""
-    return {"type": "float", "low": float(f"{base_lr / 4:.12g}"), "high": float(f"{base_lr * 2:.12g}"), "log": True}
+    """The search of ``lr.base_lr``: ``GRID_POINTS`` values ``base_lr x 2^k``, k = -2..2 (a log2 grid).
+
+    >>> from lbtrain.config import SearchParam
+    >>> from lbtrain.studies.search import grid_values
+    >>> grid_values(SearchParam(**lr_grid(0.1)))
+    [0.025, 0.05, 0.1, 0.2, 0.4]
+    """
+    return {"type": "float", "low": float(f"{base_lr / 4:.12g}"), "high": float(f"{base_lr * 4:.12g}"), "log": True}
 
 
 def protocol_experiment(design: ScaleDesign) -> ExperimentConfig:
@@ -211,7 +220,7 @@ def protocol_experiment(design: ScaleDesign) -> ExperimentConfig:
     user = design.experiment
     base = run_config_from_dict(user.base_run())
     training = {**user.training, "epochs": design.epochs, "steps": None, "samples": None, "min_steps": design.min_updates,
-                "seed": TUNING_SEED, "world_size": design.reference}
+                "seed": design.tuning_seeds[0], "world_size": design.reference}
     recipe = {"label": design.recipe, "lr.warmup_epochs": design.warmup_epochs, "lr.rule": "linear"}
     variants = [recipe]
     search_by_recipe = {}
@@ -231,7 +240,8 @@ def protocol_experiment(design: ScaleDesign) -> ExperimentConfig:
         # The storage as given: a dump masks its password (lbtrain.config.SweepConfig), which would not open it.
         "sweep": {**user.sweep.model_dump(mode="json"), "storage": user.sweep.storage, "pruner": "none"},
         "protocol": {
-            "seeds": list(design.seeds), "exploratory": len(design.seeds) < MIN_PROTOCOL_SEEDS, "grid_extensions": design.grid_extensions, "rules": {design.recipe: list(RULES)},
+            "seeds": list(design.seeds), "exploratory": len(design.seeds) < MIN_PROTOCOL_SEEDS,
+            "tuning_seeds": list(design.tuning_seeds), "grid_extensions": design.grid_extensions, "rules": {design.recipe: list(RULES)},
             "tuned_only": [label for label in search_by_recipe], "search": search_by_recipe,
             "train_longer": [{"world_size": size, "factor": CONTROL_FACTOR} for size in design.controls],
         },
@@ -273,8 +283,9 @@ def describe_design(design: ScaleDesign) -> list[str]:
     lines.append(f"arms: {design.recipe} (gradual warmup {design.warmup_epochs:g} epochs) tuned at every world size and carried "
                  f"from world {design.reference} by the {rules} rules"
                  + (f"; {design.layerwise}+warmup tuned at every world size" if design.layerwise else ""))
-    lines.append(f"LR grid: {GRID_POINTS} base LRs x 2^k (k = -2..1) around the linear rule's value, scored on validation, extended "
-                 f"past an edge up to {design.grid_extensions} times while the best sits on it; trials train with seed {TUNING_SEED}")
+    lines.append(f"LR grid: {GRID_POINTS} base LRs x 2^k (k = -2..2) around the linear rule's value, extended past an edge up to "
+                 f"{design.grid_extensions} times while the best sits on it; each trial scored on validation, on the mean of "
+                 f"seed{'s' if len(design.tuning_seeds) > 1 else ''} {', '.join(map(str, design.tuning_seeds))}")
     lines.append(f"finals: each arm's best re-run with seeds {', '.join(map(str, design.seeds))} (never a tuning seed)"
                  + (f"; EXPLORATORY: fewer than {MIN_PROTOCOL_SEEDS} seeds, no claim rests on them"
                     if len(design.seeds) < MIN_PROTOCOL_SEEDS else ""))
@@ -282,7 +293,7 @@ def describe_design(design: ScaleDesign) -> list[str]:
                  + f" re-run for {CONTROL_FACTOR}x its updates" if design.controls else "convergence controls: none")
     arms = final_arms(design)
     finals = sum(arms.values()) * len(design.seeds)
-    lines.append(f"runs: about {grid_trials(design)} tuning trials, {finals} final runs, "
+    lines.append(f"runs: about {grid_trials(design)} tuning trials ({grid_trials(design) * len(design.tuning_seeds)} runs), {finals} final runs, "
                  f"{len(design.controls) * len(design.seeds)} control runs")
     lines += [f"trimmed by the budget: {entry}" for entry in design.trimmed]
     return lines

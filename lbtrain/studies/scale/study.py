@@ -41,7 +41,7 @@ __all__ = ["TRIM_ORDER", "Price", "answer_from_results", "design_configs", "pric
 logger = logging.getLogger(__name__)
 
 # What a budget gives up, in this order (``trim_to_budget``).
-TRIM_ORDER = ("final seeds 5 -> 3", "the convergence control at the reference world size", "the layer-wise optimizer's arm",
+TRIM_ORDER = ("final seeds 5 -> 3", "tuning seeds 2 -> 1", "the convergence control at the reference world size", "the layer-wise optimizer's arm",
               "world sizes between the reference and the largest, from the largest down",
               "the convergence control at the largest world size")
 
@@ -85,7 +85,8 @@ def design_configs(design: ScaleDesign) -> dict[int, RunConfig]:
 
 def price_design(design: ScaleDesign, probe: Probe) -> Price:
     """The design's priced seconds (``lbtrain.studies.price``): ``GRID_POINTS`` + 1 trials per
-    tuned study (trained in this process: no process start), every arm's final seeds, and each
+    tuned study of one run per tuning seed each (trained in this process: no process start),
+    every arm's final seeds, and each
     control's seeds at ``CONTROL_FACTOR`` x the updates. The finals and controls start a process
     each, or one for them all where the mode's launcher keeps a child between runs (a simulated
     world), as ``lbtrain.studies.runner.price_runs`` counts them."""
@@ -94,7 +95,7 @@ def price_design(design: ScaleDesign, probe: Probe) -> Price:
     configs = design_configs(design)
     without_start = dataclasses.replace(probe, launch_seconds=0.0)
     recipes = 1 + (design.layerwise is not None)
-    trials = sum(recipes * (GRID_POINTS + 1) * estimate_seconds([config], without_start) for config in configs.values())
+    trials = sum(recipes * (GRID_POINTS + 1) * len(design.tuning_seeds) * estimate_seconds([config], without_start) for config in configs.values())
     arms = final_arms(design)
     final_runs = {size: arms[size] * len(design.seeds) for size in configs}
     finals = sum(final_runs[size] * estimate_seconds([config], without_start) for size, config in configs.items())
@@ -117,6 +118,12 @@ def _trim_steps(design: ScaleDesign) -> list[tuple[str, Callable[[ScaleDesign], 
         return None if len(d.seeds) <= MIN_PROTOCOL_SEEDS else d.replace(
             seeds=d.seeds[:MIN_PROTOCOL_SEEDS],
             trimmed=d.trimmed + (f"final seeds {len(d.seeds)} -> {MIN_PROTOCOL_SEEDS}: every interval about {widening:.1f}x wider",))
+
+    def fewer_tuning_seeds(d: ScaleDesign) -> ScaleDesign | None:
+        return None if len(d.tuning_seeds) <= 1 else d.replace(
+            tuning_seeds=d.tuning_seeds[:1],
+            trimmed=d.trimmed + (f"tuning seeds {len(d.tuning_seeds)} -> 1: each LR is picked on one seed's validation "
+                                 "accuracy, which another seed may reverse",))
 
     def reference_control(d: ScaleDesign) -> ScaleDesign | None:
         if d.reference not in d.controls or len(d.controls) < 2:
@@ -141,7 +148,7 @@ def _trim_steps(design: ScaleDesign) -> list[tuple[str, Callable[[ScaleDesign], 
             controls=(), trimmed=d.trimmed + ("the convergence control at the largest world size: whether its budget has "
                                               "converged is not measured",))
 
-    return [("seeds", fewer_seeds), ("reference control", reference_control), ("layerwise", layerwise),
+    return [("seeds", fewer_seeds), ("tuning seeds", fewer_tuning_seeds), ("reference control", reference_control), ("layerwise", layerwise),
             ("middle world", middle_world), ("last control", last_control)]
 
 
