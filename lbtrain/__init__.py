@@ -39,7 +39,7 @@ _LOCATIONS = {
     **dict.fromkeys(("launch_multiworker", "launch_parameter_server"), "lbtrain.launch.cluster"),
     "GhostBatchNormalization": "lbtrain.layers",
     **dict.fromkeys(("MODELS", "ModelError", "build_model", "set_virtual_batch_size"), "lbtrain.models"),
-    **dict.fromkeys(("register_dataset", "register_model"), "lbtrain.registry"),
+    **dict.fromkeys(("register_dataset", "register_model"), "lbtrain.references"),
     **dict.fromkeys(("LAMB", "LARS", "OPTIMIZERS", "build_optimizer"), "lbtrain.optimizers"),
     **dict.fromkeys(("PreciseBatchNorm", "recompute_batch_norm_statistics"), "lbtrain.precise_bn"),
     "RunResult": "lbtrain.results",

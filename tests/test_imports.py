@@ -11,7 +11,7 @@ import yaml
 
 from lbtrain.cli import main
 from lbtrain.config import ConfigError, load_experiment
-from lbtrain.registry import MODEL_REGISTRY
+from lbtrain.references import MODEL_REGISTRY
 
 MODULE = """
     import keras

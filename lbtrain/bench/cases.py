@@ -63,9 +63,9 @@ def default_models(device: str) -> list[str]:
 
 def model_names(models: Sequence[str | Callable[..., Any]]) -> list[str]:
     """The models by name: a factory given as a Python function becomes its reference
-    (``lbtrain.registry.reference_of``), which ``check_models`` refuses if no other process can
+    (``lbtrain.references.reference_of``), which ``check_models`` refuses if no other process can
     import it."""
-    from lbtrain.registry import reference_of
+    from lbtrain.references import reference_of
 
     return [model if isinstance(model, str) else reference_of(model) for model in models]
 
@@ -76,7 +76,7 @@ def check_models(models: Sequence[str]) -> None:
     nothing callable), ``BenchError`` for an unknown name or a model only this process can build
     (every configuration runs in a fresh process)."""
     from lbtrain.models import MODELS, ModelError, model_source
-    from lbtrain.registry import MODEL_REGISTRY, is_reference
+    from lbtrain.references import MODEL_REGISTRY, is_reference
     from lbtrain.spelling import did_you_mean
 
     for name in models:

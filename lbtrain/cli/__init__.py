@@ -54,9 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _import_modules(args: argparse.Namespace) -> None:
-    """``--import MODULE``: each imported before the command runs (``lbtrain.registry.import_modules``)."""
+    """``--import MODULE``: each imported before the command runs (``lbtrain.references.import_modules``)."""
     from lbtrain.config import ConfigError
-    from lbtrain.registry import ReferenceError_, import_modules
+    from lbtrain.references import ReferenceError_, import_modules
 
     try:
         import_modules(getattr(args, "imports", []), "--import")

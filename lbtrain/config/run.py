@@ -43,9 +43,9 @@ def _takes_none(field) -> bool:
 
 
 def _reference_if_callable(value: Any) -> Any:
-    """A model or dataset given as a Python callable becomes its reference (``lbtrain.registry``)."""
+    """A model or dataset given as a Python callable becomes its reference (``lbtrain.references``)."""
     if callable(value) and not isinstance(value, str):
-        from lbtrain.registry import reference_of
+        from lbtrain.references import reference_of
 
         return reference_of(value)
     return value

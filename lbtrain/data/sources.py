@@ -42,7 +42,7 @@ import numpy as np
 
 from lbtrain.config.limits import memory_problem, quote
 from lbtrain.data.errors import DatasetError
-from lbtrain.registry import DATASET_REGISTRY, ReferenceError_, check_options, import_reference, is_reference, process_local
+from lbtrain.references import DATASET_REGISTRY, ReferenceError_, check_options, import_reference, is_reference, process_local
 
 __all__ = ["TASKS", "check_source_options", "is_user_dataset", "load_user_data", "source_process_local"]
 

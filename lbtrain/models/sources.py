@@ -3,7 +3,7 @@
 ``model.name`` is one of:
 
 - a model of lbtrain's zoo (``mlp``, ``cnn``, ``resnet``: ``lbtrain.models.zoo``);
-- a reference ``"package.module:build"`` or a registered name (``lbtrain.registry``): the
+- a reference ``"package.module:build"`` or a registered name (``lbtrain.references``): the
   factory ``build(input_shape, num_classes, **options) -> keras.Model``, called with the shape
   of one sample (a tuple, no batch axis), the width the output must have (the number of classes;
   for regression, the number of targets) and the config's ``model.options``;
@@ -27,7 +27,7 @@ import tensorflow as tf
 from lbtrain.models.errors import ModelError
 from lbtrain.models.zoo import MODELS, build_zoo_model
 from lbtrain.models.zoo import check_model_options as check_zoo_options
-from lbtrain.registry import MODEL_REGISTRY, ReferenceError_, check_options, import_reference, is_reference, process_local
+from lbtrain.references import MODEL_REGISTRY, ReferenceError_, check_options, import_reference, is_reference, process_local
 from lbtrain.spelling import did_you_mean
 
 __all__ = ["APPLICATION_PREFIXES", "ModelSource", "build_model", "check_model_options", "model_source"]
@@ -45,7 +45,7 @@ class ModelSource:
 
     @property
     def process_local(self) -> bool:
-        """Whether only this process can build it (see ``lbtrain.registry``)."""
+        """Whether only this process can build it (see ``lbtrain.references``)."""
         return process_local(self.name) or (self.kind == "registered" and MODEL_REGISTRY.is_local(self.name))
 
 

@@ -143,7 +143,7 @@ def expand(experiment: ExperimentConfig) -> list[PlannedRun]:
 def process_local_problem(config: RunConfig, why: str) -> str | None:
     """Why ``config`` cannot train in another process, or None: its model or dataset is a
     callable only this process holds (a lambda, a closure, a ``__main__`` function;
-    ``lbtrain.registry``). ``why`` says which process would train it."""
+    ``lbtrain.references``). ``why`` says which process would train it."""
     from lbtrain.data.sources import source_process_local
     from lbtrain.models import model_source
 

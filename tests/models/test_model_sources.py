@@ -10,7 +10,7 @@ import tensorflow as tf
 
 import lbtrain
 from lbtrain.models import ModelError, build_model, check_model_options, model_source
-from lbtrain.registry import MODEL_REGISTRY
+from lbtrain.references import MODEL_REGISTRY
 
 
 @pytest.fixture

@@ -80,7 +80,7 @@ def refuse_standard_library(module_name: str, what: str, reference: str) -> None
     >>> refuse_standard_library("os.path", "dataset", "os.path:join")
     Traceback (most recent call last):
       ...
-    lbtrain.registry.ReferenceError_: dataset 'os.path:join' names Python's standard library (os); a reference names a function of your own module or of an installed package
+    lbtrain.references.ReferenceError_: dataset 'os.path:join' names Python's standard library (os); a reference names a function of your own module or of an installed package
     """
     top = module_name.split(".")[0]
     if top in _STANDARD_LIBRARY:

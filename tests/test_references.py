@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from lbtrain.registry import (
+from lbtrain.references import (
     DATASET_REGISTRY,
     MODEL_REGISTRY,
     ReferenceError_,
@@ -106,7 +106,7 @@ def test_a_registered_name_is_exported_to_child_processes(package):
     assert "userpkg-net=userpkg.things:registered" in os.environ[MODEL_REGISTRY.environment_variable]
     assert not MODEL_REGISTRY.is_local("userpkg-net")
     child = subprocess.run(
-        [sys.executable, "-c", "from lbtrain.registry import MODEL_REGISTRY; print(MODEL_REGISTRY.get('userpkg-net')((1,), 2))"],
+        [sys.executable, "-c", "from lbtrain.references import MODEL_REGISTRY; print(MODEL_REGISTRY.get('userpkg-net')((1,), 2))"],
         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(package.parent)}, timeout=120)
     assert child.returncode == 0, child.stderr[-2000:]
     assert child.stdout.strip() == "registered"
