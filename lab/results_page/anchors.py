@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Callable, Mapping, NamedTuple
 
 from lab.results_page.asynchrony import anchor_async_lr, anchor_staleness, anchor_staleness_damping
 from lab.results_page.common import figure_lines
@@ -24,6 +24,7 @@ from lab.results_page.goyal import (
 from lab.results_page.goyal_v3 import CRITICAL_BATCH_STUDY, anchor_goyal_v3_longer
 from lab.results_page.keskar import anchor_hoffer, anchor_keskar, anchor_keskar_v3
 from lab.results_page.lr_scaling import anchor_malladi
+from lbtrain.reports.decisions import BETTER, CLAIMS, MATCHES, WORSE
 from lbtrain.reports.regime import (
     MAX_BATCH_FRACTION,
     MIN_UPDATES,
@@ -60,17 +61,59 @@ def _compared(study: str) -> Callable[[Path], list[str]]:
     return studies
 
 
+HOLDS = "the claim holds"
+DOES_NOT_HOLD = "the claim does not hold"
+UNDECIDED = "the claim: inconclusive"
+
+# Which decision on the difference supports a claim (``HOLDS``) and which contradicts it
+# (``DOES_NOT_HOLD``); a decision not named leaves the claim inconclusive (``UNDECIDED``).
+# A claim that the arm is as good (linear scaling with warmup matches the small batch; LARS holds):
+AS_GOOD = {MATCHES: HOLDS, BETTER: HOLDS, WORSE: DOES_NOT_HOLD}
+# A claim that the arm loses (without warmup, large batches, staleness):
+LOSES = {WORSE: HOLDS, MATCHES: DOES_NOT_HOLD, BETTER: DOES_NOT_HOLD}
+# A claim that the arm gains (damping the LR, a smaller asynchronous LR): no worse is no support.
+GAINS = {BETTER: HOLDS, WORSE: DOES_NOT_HOLD}
+# A value against the value a paper claims (``common.departure_claim``, the fits): never better.
+AGREES = {MATCHES: HOLDS, WORSE: DOES_NOT_HOLD}
+
+
 class Anchor(NamedTuple):
     """One published finding: its paper (a key of ``PAPER_REGIMES``), the claim, its judge
     (results folder -> (verdict, evidence)), the studies the judge reads (results folder -> the
-    committed ones) and the edition of the studies that test it (3: the third edition, in the
-    papers' regime; 2: the second and the first)."""
+    committed ones), the edition of the studies that test it (3: the third edition, in the
+    papers' regime; 2: the second and the first) and which decision supports the claim
+    (``supports``: decision -> ``HOLDS`` or ``DOES_NOT_HOLD``; ``claim_text``)."""
 
     paper: str
     claim: str
     judge: Callable[[Path], tuple[str, str]]
     studies: Callable[[Path], list[str]]
     edition: int = 2
+    supports: Mapping[str, str] = AS_GOOD
+
+
+def claim_text(verdict: str, supports: Mapping[str, str]) -> str:
+    """What the decision ``verdict`` on the difference says of the claim, by ``supports``: ``the
+    claim holds``, ``the claim does not hold`` or ``inconclusive``; a verdict per place
+    (``common.claims_at``) gives one per place; empty for a verdict that is not a decision (not
+    measured yet); one word when every place gives the same.
+
+    >>> claim_text("worse", LOSES), claim_text("matches", LOSES), claim_text("matches", AS_GOOD), claim_text("matches", GAINS)
+    ('the claim holds', 'the claim does not hold', 'the claim holds', 'the claim: inconclusive')
+    >>> claim_text("matches at batch 128; inconclusive at batch 512", AS_GOOD)
+    'the claim holds at batch 128; the claim: inconclusive at batch 512'
+    >>> claim_text("matches at W=2; inconclusive at W=4", GAINS)
+    'the claim: inconclusive'
+    """
+    parts = []
+    for part in verdict.split("; "):
+        decision = next((word for word in CLAIMS if part == word or part.startswith(word + " ")), None)
+        if decision is None:
+            return ""
+        parts.append((supports.get(decision, UNDECIDED), part[len(decision):]))
+    if len({word for word, _ in parts}) == 1:
+        return parts[0][0]
+    return "; ".join(word + place for word, place in parts)
 
 
 GOYAL_LINEAR = "linear scaling with gradual warmup matches the small batch (up to 8k on ImageNet)"
@@ -85,32 +128,33 @@ KESKAR = "large batches reach sharper minima and test worse"
 # first's), each kept and marked superseded where a third-edition anchor re-tests its claim.
 ANCHORS: list[Anchor] = [
     Anchor("Goyal et al. 2017", GOYAL_LINEAR, functools.partial(anchor_goyal_linear_warmup, study="goyal_v3"), _each("goyal_v3"), 3),
-    Anchor("Goyal et al. 2017", GOYAL_NO_WARMUP, functools.partial(anchor_goyal_no_warmup, study="goyal_v3"), _each("goyal_v3"), 3),
-    Anchor("Keskar et al. 2017", KESKAR, anchor_keskar_v3, _each("keskar_v3"), 3),
+    Anchor("Goyal et al. 2017", GOYAL_NO_WARMUP, functools.partial(anchor_goyal_no_warmup, study="goyal_v3"), _each("goyal_v3"), 3,
+           LOSES),
+    Anchor("Keskar et al. 2017", KESKAR, anchor_keskar_v3, _each("keskar_v3"), 3, LOSES),
     Anchor("Shallue et al. 2018", SHALLUE, functools.partial(anchor_shallue, studies=(CRITICAL_BATCH_STUDY,)),
-           _first(CRITICAL_BATCH_STUDY), 3),
+           _first(CRITICAL_BATCH_STUDY), 3, AGREES),
     Anchor("McCandlish et al. 2018", MCCANDLISH, functools.partial(anchor_mccandlish, studies=(CRITICAL_BATCH_STUDY,)),
-           _first(CRITICAL_BATCH_STUDY), 3),
+           _first(CRITICAL_BATCH_STUDY), 3, AGREES),
     Anchor("Hoffer et al. 2017", HOFFER, anchor_goyal_v3_longer, _each("goyal_v3"), 3),
     Anchor("You et al. 2017", YOU, functools.partial(anchor_lars, study="goyal_v3"), _each("goyal_v3"), 3),
     Anchor("Goyal et al. 2017", GOYAL_LINEAR, anchor_goyal_linear_warmup, _each("goyal_bn")),
-    Anchor("Goyal et al. 2017", GOYAL_NO_WARMUP, anchor_goyal_no_warmup, _each("goyal_bn")),
-    Anchor("Keskar et al. 2017", KESKAR, anchor_keskar,
-           _each("keskar_v2", "keskar_gap")),
-    Anchor("Shallue et al. 2018", SHALLUE, anchor_shallue, _first("steps_to_target", "critical_batch")),
-    Anchor("McCandlish et al. 2018", MCCANDLISH, anchor_mccandlish, _first("steps_to_target", "critical_batch")),
+    Anchor("Goyal et al. 2017", GOYAL_NO_WARMUP, anchor_goyal_no_warmup, _each("goyal_bn"), supports=LOSES),
+    Anchor("Keskar et al. 2017", KESKAR, functools.partial(anchor_keskar, studies=("keskar_v2",)), _each("keskar_v2"), supports=LOSES),
+    Anchor("Keskar et al. 2017", KESKAR, functools.partial(anchor_keskar, studies=("keskar_gap",)), _each("keskar_gap"), supports=LOSES),
+    Anchor("Shallue et al. 2018", SHALLUE, anchor_shallue, _first("steps_to_target", "critical_batch"), supports=AGREES),
+    Anchor("McCandlish et al. 2018", MCCANDLISH, anchor_mccandlish, _first("steps_to_target", "critical_batch"), supports=AGREES),
     Anchor("Hoffer et al. 2017", HOFFER, anchor_hoffer, _each("keskar_v2", "goyal_bn")),
     Anchor("You et al. 2017", YOU, anchor_lars, _each("goyal_bn")),
     Anchor("Nado et al. 2021", "tuned Nesterov momentum matches LARS and LAMB at large batches", anchor_nado,
            _each("goyal_bn")),
     Anchor("Malladi et al. 2022", "Adam's LR should grow as the square root of the batch", anchor_malladi,
-           _each("adam_scaling")),
+           _each("adam_scaling"), supports=AGREES),
     Anchor("Lian et al. 2015; Dutta et al. 2018", "asynchronous SGD degrades as the staleness grows", anchor_staleness,
-           _each("staleness")),
+           _each("staleness"), supports=LOSES),
     Anchor("Zhang et al. 2016", "dividing the LR by the staleness keeps asynchronous SGD training", anchor_staleness_damping,
-           _each("staleness")),
+           _each("staleness"), supports=GAINS),
     Anchor("Mitliagkas et al. 2016", "asynchrony acts as implicit momentum: per sample, the best asynchronous LR is smaller "
-           "than synchronous SGD's", anchor_async_lr, _compared("sync_vs_async")),
+           "than synchronous SGD's", anchor_async_lr, _compared("sync_vs_async"), supports=GAINS),
 ]
 
 
@@ -126,7 +170,8 @@ def superseded_by(results: Path, anchor: Anchor) -> list[str]:
 
 def anchor_row(results: Path, anchor: Anchor) -> list[str]:
     """One row of the table: paper, claim, edition, the paper's regime, each judged study's
-    regime, the verdict shown and the evidence. The verdict shown is ``out of regime`` when any
+    regime, the verdict shown with what it says of the claim (``claim_text``) and the evidence.
+    The verdict shown is ``out of regime`` when any
     study the judge reads lies outside the paper's regime (``lbtrain.reports.regime.in_regime``
     at its largest batch), with the judge's own verdict kept in the evidence as ``(judged anyway:
     ...)``; else the judge's verdict (``not measured yet`` when no study is committed). An
@@ -148,7 +193,8 @@ def anchor_row(results: Path, anchor: Anchor) -> list[str]:
         out += [] if inside else [study]
     if out and verdict != NOT_MEASURED_YET:
         verdict, evidence = OUT_OF_REGIME, f"(judged anyway: {verdict}) {evidence}"
-    shown = f"**{verdict}**"
+    claim = claim_text(verdict, anchor.supports)
+    shown = f"**{verdict}**" + (f": {claim}" if claim else "")
     later = superseded_by(results, anchor)
     if later:
         shown += f" (superseded by {', '.join(later)})"

@@ -17,6 +17,7 @@ from lab.results_page.common import (
     judged_points,
     opening,
     points_text,
+    shown,
     study_json,
     study_runs,
     trained_share_claim,
@@ -65,7 +66,7 @@ def section_staleness(results: Path) -> list[str]:
         if key not in accuracies:
             return f"{failed} (of {sum(statuses[key].values())})"
         against = "the reference" if key == (0, "none") else judged_points(difference_interval(accuracies[key], synchronous))
-        text = f"{mean_interval(accuracies[key]).describe()}; {against}"
+        text = f"{shown(mean_interval(accuracies[key]))}; {against}"
         return text + (f"; {failed}" if failed else "")
 
     table = [[tau, *[cell(tau, damping) for damping in STALENESS_DAMPINGS]] for tau in taus]
@@ -168,6 +169,18 @@ def anchor_staleness_damping(results: Path) -> tuple[str, str]:
                      f"LR / (tau + 1) {sync['linear']}, undamped {sync['none']}")
 
 
+def updates_text(cell: dict[str, Any]) -> str:
+    """``lbtrain.reports.comparison.count_text`` of a compare.json cell (updates to the target,
+    then reached/ok seeds), its interval shown only from 3 seeds (``shown``).
+
+    >>> updates_text({"ok_runs": 3, "reached": 2, "updates_to_target": {"mean": 527.0, "low": 64.0, "high": 989.0, "n": 2, "df": 1}})
+    '527 (n=2; 1 or 2 seeds: no interval), 2/3'
+    """
+    if not cell["ok_runs"] or cell["updates_to_target"]["mean"] is None:
+        return count_text(cell)
+    return f"{shown(as_estimate(cell['updates_to_target']), 0)}, {cell['reached']}/{cell['ok_runs']}"
+
+
 def section_sync_vs_async(results: Path) -> list[str]:
     lines, record = opening(results, "sync_vs_async", "synchronous against asynchronous SGD at the same world size", COMPARE_JSON,
                              "lbtrain run experiments/sync_vs_async_sync.yaml; lbtrain run experiments/sync_vs_async_async.yaml; "
@@ -180,10 +193,10 @@ def section_sync_vs_async(results: Path) -> list[str]:
         if not cell["ok_runs"]:
             return f"no ok run ({failed_text(cell['not_ok'])})"
         failed = failed_text(cell["not_ok"])
-        return as_estimate(cell["test_accuracy"]).describe() + (f"; {failed}" if failed else "")
+        return shown(as_estimate(cell["test_accuracy"])) + (f"; {failed}" if failed else "")
 
     table = [[row["world_size"], f"{row['first']['learning_rate']:.4g}", accuracy(row["first"]), accuracy(row["second"]),
-              judged_points(row["test_difference"]), count_text(row["first"]), count_text(row["second"]),
+              judged_points(row["test_difference"]), updates_text(row["first"]), updates_text(row["second"]),
               "-" if row["second"]["staleness"] is None else f"{row['second']['staleness']:.2f}"] for row in record["rows"]]
     works = [f"- {works_sentence(world, record[key]['label'], by_side[key])}" for world, by_side in record["lr_that_works"].items()
              for key in ("first", "second")]

@@ -14,6 +14,7 @@ against the value a paper claims, within a stated tolerance, in the same words.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any, Mapping, Sequence
 import scipy.stats
 import yaml
 
+from lbtrain.reports.answer import MIN_SEEDS
 from lbtrain.reports.decisions import (
     BEST,
     BETTER,
@@ -33,6 +35,7 @@ from lbtrain.reports.decisions import (
     claim_from_interval,
     standing,
 )
+from lbtrain.reports.regime import OUT_OF_REGIME, PAPER_REGIMES, PaperRegime, in_regime, study_regimes
 from lbtrain.reports.report import machine_minutes as folder_minutes
 from lbtrain.reports.statistics import Estimate
 from lbtrain.reports.tables import markdown_table, read_summary
@@ -86,7 +89,36 @@ def opening(results: Path, study: str, title: str, file: str, command: str) -> t
         experiment = results / study / EXPERIMENT_FILE
         sizing = str(yaml.safe_load(experiment.read_text()).get("sizing") or "") if experiment.is_file() else ""
         lines += [f"Sized {sizing}", ""] if sizing else []
+        lines += regime_line(results, study)
     return lines, data
+
+
+# The page's own rule where no published finding reads a study: its largest batch at most 5% of
+# the training set, with at least 300 updates (``lbtrain.reports.regime``).
+PAGE_RULE = PaperRegime(paper="the page's rule", data="-", source="lbtrain.reports.regime: MAX_BATCH_FRACTION, MIN_UPDATES")
+
+
+def regime_line(results: Path, study: str) -> list[str]:
+    """A section's regime label: the study's largest batch (``lbtrain.reports.regime``; for an
+    ``lbtrain compare`` record, its compared folders') and, for each paper whose finding the page
+    judges on this study (``anchors.ANCHORS``), *in regime* or *out of regime* with why, judged on
+    this study alone (another study on the finding's row does not move it); the page's own rule
+    (``PAGE_RULE``) where no finding reads it; *not read* when no committed run records it."""
+    from lab.results_page.anchors import ANCHORS  # the anchors import every section's module
+
+    compared = study_json(results, study, COMPARE_JSON)
+    folders = [compared["first"]["name"], compared["second"]["name"]] if compared else [study]
+    regimes = [regime for folder in folders for regime in study_regimes(results, folder)[-1:]]
+    if not regimes:
+        return ["*Regime*: not read (no committed run records its batches and updates).", ""]
+    largest = max(regimes, key=lambda regime: (regime.fraction, -regime.updates))
+    papers = list(dict.fromkeys(anchor.paper for anchor in ANCHORS if {study, *folders} & set(anchor.studies(results))))
+    verdicts: dict[str, list[str]] = {}
+    for paper in papers or [PAGE_RULE.paper]:
+        inside, reason = in_regime(PAPER_REGIMES.get(paper, PAGE_RULE), largest)
+        verdicts.setdefault("**in regime**" if inside else f"**{OUT_OF_REGIME}** ({reason})", []).append(paper)
+    return [f"*Regime* at its largest batch, {largest.describe()}: " + "; ".join(
+        f"{verdict} for {' and '.join(names)}" for verdict, names in verdicts.items()) + ".", ""]
 
 
 def figure_lines(results: Path, study: str, name: str, caption: str) -> list[str]:
@@ -214,11 +246,40 @@ def as_estimate(record: dict[str, Any] | None) -> Estimate | None:
     return None if record is None else Estimate(**record)
 
 
+# The words beside an estimate with fewer than ``MIN_SEEDS`` values on a side (its interval not shown).
+FEW_SEEDS = "1 or 2 seeds: no interval"
+
+
+def few_seeds(estimate: Estimate | None) -> bool:
+    """Whether ``estimate`` (a mean, or a difference of two) rests on fewer than ``MIN_SEEDS``
+    values on a side (``lbtrain.reports.answer.MIN_SEEDS``, 3): two seeds give a t interval of
+    12.7 standard errors, a number, not a bound, so none is shown and no claim rests on it."""
+    return estimate is not None and estimate.mean is not None and min(estimate.n, estimate.n_second or estimate.n) < MIN_SEEDS
+
+
+def shown(estimate: Estimate | None, digits: int = 3, signed: bool = False) -> str:
+    """``Estimate.describe`` as the page shows it: with fewer than 3 seeds on a side, the mean and
+    n marked ``FEW_SEEDS`` instead of an interval (``lbtrain.reports.answer.estimate_text``);
+    ``-`` for no value.
+
+    >>> shown(Estimate(0.523, -0.436, 1.481, 2, df=1)), shown(Estimate(0.884, 0.879, 0.889, 3, df=2))
+    ('0.523 (n=2; 1 or 2 seeds: no interval)', '0.884 [0.879, 0.889] (n=3, df=2)')
+    """
+    if estimate is None or estimate.mean is None:
+        return "-"
+    if not few_seeds(estimate):
+        return estimate.describe(digits, signed=signed)
+    text = dataclasses.replace(estimate, low=None, high=None, df=None).describe(digits, signed=signed)
+    return f"{text[:-1]}; {FEW_SEEDS})"
+
+
 def points_text(record: dict[str, Any] | Estimate | None) -> str:
     """A difference of accuracies in points, ``-1.2 [-2.0, -0.4] (n=3 vs 3, df=3.9)``."""
     estimate = record if isinstance(record, Estimate) or record is None else Estimate(**record)
     if estimate is None or estimate.mean is None:
         return "-"
+    if few_seeds(estimate):
+        return f"{100 * estimate.mean:+.1f} ({dataclasses.replace(estimate, df=None).count_text()}; {FEW_SEEDS})"
     if estimate.low is None or estimate.high is None:
         return f"{100 * estimate.mean:+.1f} ({estimate.count_text()})"
     return f"{100 * estimate.mean:+.1f} [{100 * estimate.low:+.1f}, {100 * estimate.high:+.1f}] ({estimate.count_text()})"
@@ -226,9 +287,10 @@ def points_text(record: dict[str, Any] | Estimate | None) -> str:
 
 def judge(record: dict[str, Any] | Estimate | None) -> str:
     """The claim on a difference arm − reference (``lbtrain.reports.decisions.claim`` with the
-    page's ``MARGIN``): ``matches``, ``better``, ``worse`` or ``inconclusive``."""
+    page's ``MARGIN``): ``matches``, ``better``, ``worse`` or ``inconclusive``; ``inconclusive``
+    with fewer than 3 seeds on a side (``few_seeds``: no interval is shown, so none decides)."""
     estimate = record if isinstance(record, Estimate) or record is None else Estimate(**record)
-    return claim(estimate, MARGIN)
+    return INCONCLUSIVE if few_seeds(estimate) else claim(estimate, MARGIN)
 
 
 def claims_at(claims: list[str], places: list[str]) -> str:
@@ -269,7 +331,7 @@ def accuracy_cell(row: dict[str, Any] | None) -> str:
     if not row.get("ok_runs"):
         return f"{failures} (of {row['total']})" if failures else "-"
     estimate = Estimate(row["test_accuracy"], row["low"], row["high"], row["ok_runs"], df=row.get("df"))
-    return estimate.describe() + (f"; {failures}" if failures else "")
+    return shown(estimate) + (f"; {failures}" if failures else "")
 
 
 ACCURACY_TABLE_NOTE = ("Bold, chosen on validation (test accuracy is only reported): at each batch the recipe with the "

@@ -30,7 +30,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from lab.results_page.common import FIT_RMS_TOLERANCE, MIN_FIT_POINTS, figure_lines, opening, study_json
+from lab.results_page.common import FIT_RMS_TOLERANCE, MIN_FIT_POINTS, figure_lines, opening, shown, study_json
 from lbtrain.reports.scaling_laws import CriticalBatchFit, counts_in_fit
 from lbtrain.reports.statistics import Estimate
 from lbtrain.reports.tables import markdown_table, read_summary
@@ -110,7 +110,7 @@ def section_steps_to_target(results: Path, study: str = "steps_to_target",
     fitted = {r["global_batch"]: r["fitted_steps"] for r in fit.get("residuals") or []}
     b_crit = fit.get("b_crit")
     best = best_rows(report["steps_to_target"])
-    table = [[batch, row["recipe"], Estimate(row["steps_to_target"], row["low"], row["high"], row["reached"]).describe(0),
+    table = [[batch, row["recipe"], shown(Estimate(row["steps_to_target"], row["low"], row["high"], row["reached"]), 0),
               f"{row['reached']} of {row['runs']}", "-" if batch not in fitted else f"{fitted[batch]:.0f}",
               "-" if b_crit is None else shallue_region(batch, b_crit)] for batch, row in sorted(best.items())]
     table = sorted(table + unreached_rows(report["steps_to_target"], best), key=lambda cells: cells[0])

@@ -24,6 +24,7 @@ from lab.results_page.common import (
     points_text,
     runs_by_cell,
     seed_accuracies,
+    shown,
     standing_text,
     status_counts,
     study_json,
@@ -127,11 +128,11 @@ def what_to_use_rows(protocol: dict[str, Any], arms: list[dict[str, Any]], runs:
             else:
                 label = f"{steps['arm']} equal steps"
                 longer_seeds = arm_accuracies(runs, (label,), size)
-                at_steps = [f"{mean_interval(longer_seeds).describe()}, {steps['steps']} updates" + excluded_text(runs, (label,), size),
+                at_steps = [f"{shown(mean_interval(longer_seeds))}, {steps['steps']} updates" + excluded_text(runs, (label,), size),
                             judged_points(difference_interval(longer_seeds, reference))]
         _, ranks = validation_choice(final_runs(runs, size))
         name = f"{arm['label']}; {standing_text(arm['run_label'], ranks)}" if arm["run_label"] in ranks else arm["label"]
-        rows.append([size, arm["global_batch"], name, mean_interval(seeds).describe(), at_epochs, *at_steps])
+        rows.append([size, arm["global_batch"], name, shown(mean_interval(seeds)), at_epochs, *at_steps])
     return rows
 
 
@@ -161,7 +162,7 @@ def section_goyal_bn(results: Path) -> list[str]:
     reference_arm, reference = goyal_bn_reference(protocol, runs)
     sizes = sorted({a["world_size"] for a in arms})
     stated = (f"the arm chosen on validation at world size {reference_arm['world_size']}, {reference_arm['label']} "
-              f"({mean_interval(reference).describe()})")
+              f"({shown(mean_interval(reference))})")
     lines += [
         f"The resnet with batch norm on Fashion-MNIST (experiments/goyal_bn.yaml); every recipe tuned with "
         f"{' or '.join(map(str, trials))} trials per study on validation, the best of every arm re-run with "
@@ -179,7 +180,7 @@ def section_goyal_bn(results: Path) -> list[str]:
                         "equal steps: test accuracy", "− reference (points)"], what_to_use_rows(protocol, arms, runs)),
         "",
         f"Each recipe tuned at world size {reference_arm['world_size']}, test accuracy (each rule's difference from its own "
-        "recipe there is in the protocol): " + "; ".join(f"{row['recipe']} {as_estimate(row['tuned']).describe()}" for row in references) + ".",
+        "recipe there is in the protocol): " + "; ".join(f"{row['recipe']} {shown(as_estimate(row['tuned']))}" for row in references) + ".",
         "",
         f"Every arm, test accuracy minus the reference ({reference_arm['label']} at world size {reference_arm['world_size']}):",
         "",
@@ -207,7 +208,7 @@ def section_warmup_ablation(results: Path) -> list[str]:
     against = [f"{label} {judged_points(difference)}" for label in labels[1:]
                for difference in [difference_interval(ok_accuracies(runs, label, largest), ok_accuracies(runs, baseline, largest))]]
     return lines + [f"Linear scaling at goyal_bn's tuned base LR; test accuracy [95% interval] (n, df) per arm and batch, then each "
-                    f"minus goyal_bn's momentum recipe tuned at world size 1 ({mean_interval(reference).describe()}), "
+                    f"minus goyal_bn's momentum recipe tuned at world size 1 ({shown(mean_interval(reference))}), "
                     f"in points, with its claim. {ACCURACY_TABLE_NOTE} [report](warmup_ablation/report.md)", "",
                     accuracy_table(report, runs), "",
                     markdown_table(["warmup", *[f"world {size} − reference" for size in sizes]], table), "",
@@ -233,7 +234,7 @@ def best_per_batch_sentences(results: Path, study: str, report: dict[str, Any]) 
             return "no recipe had every seed ok"
         tied = [name for name, rank in ranks.items() if rank == TIED_WITH_THE_BEST and name != chosen]
         standing_words = BEST if ranks[chosen] == BEST else f"{TIED_WITH_THE_BEST} with {', '.join(tied)}"
-        return f"{chosen} ({standing_words}), test {mean_interval(seeds.get((chosen, batch), [])).describe()}"
+        return f"{chosen} ({standing_words}), test {shown(mean_interval(seeds.get((chosen, batch), [])))}"
 
     base_batch = next((batch for batch in batches if choices[batch][0] is not None), None)
     if base_batch is None:

@@ -20,6 +20,8 @@ from lab.results_page.common import (
     judged_points,
     opening,
     points_text,
+    regime_line,
+    shown,
     standing_text,
     study_json,
     study_runs,
@@ -170,7 +172,7 @@ def lead_rows(results: Path, protocol: dict[str, Any]) -> list[list[Any]]:
         if twins:
             name += f" (the same runs as {', '.join(twins)})"
         seeds = arm_accuracies(runs, (arm["run_label"],), size)
-        accuracy = mean_interval(seeds).describe() + excluded_text(runs, (arm["run_label"],), size)
+        accuracy = shown(mean_interval(seeds)) + excluded_text(runs, (arm["run_label"],), size)
         if size == reference_arm["world_size"]:
             against, goyal = "the reference", "the reference"
         else:
@@ -204,7 +206,7 @@ def control_sentence(protocol: dict[str, Any]) -> str:
         longer = as_estimate(row["longer"])
         left_out = row["longer_runs"] - (longer.n or 0)
         parts.append(f"{row['arm']} at world size {row['world_size']} (batch {row['global_batch']:,}) trained {row['factor']:g}x longer "
-                     f"({row['longer_steps']:,} updates against {row['steps']:,}): test {longer.describe()}"
+                     f"({row['longer_steps']:,} updates against {row['steps']:,}): test {shown(longer)}"
                      + (f" ({left_out} of {row['longer_runs']} runs not ok, left out)" if left_out else "")
                      + f", {_points_claim(row['gain'])} over its own budget ({converged_text(row['gain'])}) and "
                      f"{_points_claim(row['longer_minus_reference'])} against {row['recipe']} tuned at world size 1")
@@ -222,13 +224,13 @@ def section_lead(results: Path) -> list[str]:
     if not protocol.get("best_arms"):
         return lines + [f"{STUDY}: no arm had every seed ok at any world size, so none is chosen.", ""]
     reference_arm, reference = goyal_bn_reference(protocol, study_runs(results, STUDY))
-    return lines + [
+    return lines + regime_line(results, STUDY) + [
         f"From {STUDY} (study 1 of the third edition: Goyal et al. 2017's question in its regime, below): the resnet with ghost "
         "batch norm on full Fashion-MNIST, every recipe's LR searched on a log2 grid on validation, each arm's best re-run with "
         f"{len(protocol['seeds']['finals'])} fresh seeds ({', '.join(map(str, protocol['seeds']['finals']))}; the tuning "
         f"trials used {', '.join(map(str, protocol['seeds']['tuning']))}) and tested. The reference of every difference: the arm "
         f"chosen on validation at world size {reference_arm['world_size']}, {reference_arm['label']} "
-        f"({mean_interval(reference).describe()}). *Updates*: the equal-epoch budget's, the cost in updates beside world size "
+        f"({shown(mean_interval(reference))}). *Updates*: the equal-epoch budget's, the cost in updates beside world size "
         f"{reference_arm['world_size']}'s. Differences in points with Welch's 95% interval and the decision rule's word (margin "
         "1 point).",
         "",
@@ -267,12 +269,12 @@ def section_goyal_v3(results: Path) -> list[str]:
         "size and carried from world size 1 by the linear and the sqrt rule; momentum SGD without warmup, tuned at world size "
         "1 and carried by the linear rule only; LARS with warmup and polynomial decay, on its own grid at every world size "
         f"(You et al. 2017). *− reference*: test accuracy minus {reference_arm['label']} at world size "
-        f"{reference_arm['world_size']} ({mean_interval(reference).describe()}), in points, with Welch's 95% interval, n (ok "
+        f"{reference_arm['world_size']} ({shown(mean_interval(reference))}), in points, with Welch's 95% interval, n (ok "
         "seeds of the arm vs the reference), df and the claim; *LR*: the learning rate the arm trained with at that batch. "
         f"[protocol]({STUDY}/protocol.md) (the grid each study searched, and where its best sits)",
         "",
         f"Each recipe tuned at world size {reference_arm['world_size']}, test accuracy: " +
-        "; ".join(f"{row['recipe']} {as_estimate(row['tuned']).describe()}" for row in references) + ".",
+        "; ".join(f"{row['recipe']} {shown(as_estimate(row['tuned']))}" for row in references) + ".",
         "",
         markdown_table(["arm", *[column for size in sizes for column in (f"world {size} (batch {batches[size]:,}) − reference", "LR")]],
                        table),

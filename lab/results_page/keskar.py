@@ -19,6 +19,7 @@ from lab.results_page.common import (
     opening,
     points_text,
     seed_accuracies,
+    shown,
     study_json,
     study_runs,
 )
@@ -80,7 +81,7 @@ def flatness_reading(difference: Estimate) -> str:
 def flatness_text(differences: dict[str, Estimate]) -> str:
     """``sharpness -1.1 [-2.6, +0.4] (n=5 vs 5, df=7.1) (neither sharper nor flatter), top
     Hessian eigenvalue ...``, each with its ``flatness_reading``."""
-    return ", ".join(f"{FLATNESS[key]} {difference.describe(2, signed=True)} ({flatness_reading(difference)})"
+    return ", ".join(f"{FLATNESS[key]} {shown(difference, 2, signed=True)} ({flatness_reading(difference)})"
                      for key, difference in differences.items())
 
 
@@ -111,11 +112,11 @@ def section_keskar_v2(results: Path, study: str = "keskar_v2", title: str = "gen
 
     def measure(table: dict[str, Any], recipe: str, key: str, digits: int) -> str:
         row = table.get(recipe)
-        return "-" if row is None or row[key] is None else Estimate(row[key], row["low"], row["high"], row["n"], df=row.get("df")).describe(digits)
+        return "-" if row is None or row[key] is None else shown(Estimate(row[key], row["low"], row["high"], row["n"], df=row.get("df")), digits)
 
     table = [[row["recipe"], row["global_batch"], _mean_of(runs, row["recipe"], "total_steps", 0), _mean_of(runs, row["recipe"], "train_loss", 3),
-              as_estimate(row["train_accuracy"]).describe(), accuracy_cell(row), judged_points(differences.get(row["recipe"])),
-              as_estimate(row["gap_accuracy"]).describe(), measure(sharp, row["recipe"], "sharpness", 1),
+              shown(as_estimate(row["train_accuracy"])), accuracy_cell(row), judged_points(differences.get(row["recipe"])),
+              shown(as_estimate(row["gap_accuracy"])), measure(sharp, row["recipe"], "sharpness", 1),
               measure(hessian, row["recipe"], "hessian_top_eigenvalue", 2)] for row in report["accuracy"]]
     epochs, steps, loss = (differences.get(label) for label in ("LB equal epochs", "LB equal steps", "LB equal loss"))
     measured = "; ".join(f"at equal {budget} {points_text(difference)} points, {judge(difference)}" for budget, difference in
@@ -159,9 +160,9 @@ def section_keskar_gap(results: Path) -> list[str]:
     table = []
     for row in report["accuracy"]:
         s = sharp.get(row["recipe"])
-        table.append([f"{row['recipe']}", as_estimate(row["train_accuracy"]).describe(), accuracy_cell(row),
-                      as_estimate(row["gap_accuracy"]).describe(),
-                      "-" if s is None else Estimate(s["sharpness"], s["low"], s["high"], s["n"], df=s.get("df")).describe(1)])
+        table.append([f"{row['recipe']}", shown(as_estimate(row["train_accuracy"])), accuracy_cell(row),
+                      shown(as_estimate(row["gap_accuracy"])),
+                      "-" if s is None else shown(Estimate(s["sharpness"], s["low"], s["high"], s["n"], df=s.get("df")), 1)])
     small, large = report["accuracy"][0], report["accuracy"][-1]
     seeds = seed_accuracies(results, "keskar_gap")
     difference = difference_interval(seeds.get((large["recipe"], large["global_batch"]), []),
@@ -202,17 +203,18 @@ def _keskar_judgement(small: dict[str, Any], large: dict[str, Any], sharp: dict[
     return judge(difference), evidence
 
 
-def anchor_keskar(results: Path) -> tuple[str, str]:
-    """Judged on each edition committed: keskar_v2 (small batch 32 against 256 at equal epochs)
-    and the first edition's keskar_gap (its smallest against its largest batch)."""
+def anchor_keskar(results: Path, studies: tuple[str, ...] = ("keskar_v2", "keskar_gap")) -> tuple[str, str]:
+    """Judged on each of ``studies`` committed: keskar_v2 (small batch 32 against 256 at equal
+    epochs) and the first edition's keskar_gap (its smallest against its largest batch). The page
+    judges each on its own row (``anchors.ANCHORS``), so one study's regime does not move the other's."""
     judgements = []
-    v2 = study_json(results, "keskar_v2", REPORT_JSON)
+    v2 = study_json(results, "keskar_v2", REPORT_JSON) if "keskar_v2" in studies else None
     if v2 is not None:
         rows = {row["recipe"]: row for row in v2["accuracy"]}
         differences = keskar_v2_differences(results)
         judgements.append(("second edition",) + _keskar_judgement(
             rows["SB"], rows["LB equal epochs"], {row["recipe"]: row for row in v2["sharpness"]}, differences["LB equal epochs"]))
-    v1 = study_json(results, "keskar_gap", REPORT_JSON)
+    v1 = study_json(results, "keskar_gap", REPORT_JSON) if "keskar_gap" in studies else None
     if v1 is not None:
         small, large = v1["accuracy"][0], v1["accuracy"][-1]
         seeds = seed_accuracies(results, "keskar_gap")
@@ -221,7 +223,8 @@ def anchor_keskar(results: Path) -> tuple[str, str]:
         judgements.append(("first edition",) + _keskar_judgement(small, large, {row["recipe"]: row for row in v1["sharpness"]},
                                                                   difference))
     if not judgements:
-        return "not measured yet", "neither keskar_v2 nor keskar_gap is committed"
+        return "not measured yet", (f"{studies[0]} is not committed" if len(studies) == 1 else
+                                    f"neither {' nor '.join(studies)} is committed")
     if len(judgements) == 1:
         return judgements[0][1], judgements[0][2]
     return (claims_at([verdict for _, verdict, _ in judgements], [f"({edition})" for edition, _, _ in judgements]),

@@ -15,6 +15,7 @@ from lab.results_page.common import (
     figure_lines,
     judged_points,
     opening,
+    shown,
     study_json,
     study_runs,
 )
@@ -32,11 +33,11 @@ def section_adam_scaling(results: Path) -> list[str]:
 
     def rule_cell(row: dict[str, Any]) -> str:
         if row["rule"]["mean"] is not None or row["rule_name"] == "reference":
-            return as_estimate(row["rule"]).describe()
+            return shown(as_estimate(row["rule"]))
         return no_ok_seed({"run_labels": run_labels(row, "rule"), "world_size": row["world_size"]}, runs)
 
     table = [[row["world_size"], row["global_batch"], row["rule_name"], rule_cell(row),
-              judged_points(row["rule_minus_reference"]) if row["rule_minus_reference"] else "-", as_estimate(row["tuned"]).describe(),
+              judged_points(row["rule_minus_reference"]) if row["rule_minus_reference"] else "-", shown(as_estimate(row["tuned"])),
               judged_points(row["tuned_minus_reference"]) if row["tuned_minus_reference"] else "-"]
              for row in protocol["rows"]]
     tuned = markdown_table(["global batch", "ok trials", "tuned LR (geometric mean of the top 3)"],
@@ -45,7 +46,7 @@ def section_adam_scaling(results: Path) -> list[str]:
     verdict, evidence = anchor_malladi(results)
     return lines + [f"The MNIST-1D cnn with Adam (experiments/adam_scaling.yaml): each rule carries the LR tuned at batch "
                     f"{reference['global_batch']}. One reference: Adam tuned at batch {reference['global_batch']} "
-                    f"({as_estimate(reference['tuned']).describe()}); *− reference*: test accuracy minus the reference's, in points, "
+                    f"({shown(as_estimate(reference['tuned']))}); *− reference*: test accuracy minus the reference's, in points, "
                     "with its 95% Welch interval and the claim on it. [protocol](adam_scaling/protocol.md)", "",
                     markdown_table(["world", "global batch", "rule", "rule: test acc", "rule − reference", "tuned: test acc",
                                     "tuned − reference"], table), "", tuned, "", f"{evidence[0].upper()}{evidence[1:]}: **{verdict}**.", "",

@@ -394,7 +394,8 @@ def anchor(claim_text, edition):
 def test_a_second_edition_anchor_is_superseded_once_goyal_v3s_summary_is_committed(tmp_path):
     second, third = anchor(GOYAL_LINEAR, 2), anchor(GOYAL_LINEAR, 3)
     write_study(tmp_path, study="goyal_bn")
-    shown = "**matches at batch 128; worse at batch 512**"
+    # The decision on the difference, then what it says of the claim (linear scaling matches: matches supports it).
+    shown = "**matches at batch 128; worse at batch 512**: the claim holds at batch 128; the claim does not hold at batch 512"
     assert superseded_by(tmp_path, second) == [] and anchor_row(tmp_path, second)[5] == shown
 
     write_study(tmp_path, summary=False)  # goyal_v3's protocol.json without its summary.csv: not committed

@@ -124,7 +124,7 @@ def test_a_first_edition_table_bolds_and_chooses_on_validation_when_test_says_ot
     table = accuracy_table(report, study_runs(tmp_path, "study"))
     # Batch 128: only "a" is bold (best on validation); "b", higher on test, and "c", with a
     # diverged seed, are not. Batch 1024: "a" and "b" tied on validation; "c" (best on test) not.
-    assert "| 128 | **0.860 [0.858, 0.862] (n=3, df=2)** | 0.880 [0.878, 0.882] (n=3, df=2) | 0.950 [0.950, 0.950] (n=2, df=1); 1 diverged |" in table
+    assert "| 128 | **0.860 [0.858, 0.862] (n=3, df=2)** | 0.880 [0.878, 0.882] (n=3, df=2) | 0.950 (n=2; 1 or 2 seeds: no interval); 1 diverged |" in table
     assert "| 1024 | **0.840 [0.790, 0.890] (n=3, df=2)** | **0.800 [0.750, 0.850] (n=3, df=2)** | 0.900 [0.898, 0.902] (n=3, df=2) |" in table
 
     text = best_per_batch_sentences(tmp_path, "study", report)
@@ -148,7 +148,7 @@ def test_the_committed_first_edition_and_warmup_ablation_choose_on_validation():
     # tied with the best on validation.
     text = "\n".join(section_warmup_ablation(RESULTS))
     row_1024 = next(line for line in text.splitlines() if line.startswith("| 1024 |"))
-    assert "| 0.523 [-0.436, 1.481] (n=2, df=1); 1 collapsed |" in row_1024
+    assert "| 0.523 (n=2; 1 or 2 seeds: no interval); 1 collapsed |" in row_1024
     assert "| **0.827 [0.814, 0.840] (n=3, df=2)** |" in next(line for line in text.splitlines() if line.startswith("| 128 |"))
 
 
@@ -205,7 +205,8 @@ def test_goyal_bns_tables_take_every_difference_against_the_arm_chosen_at_world_
             "matches |") in text  # +1.0 [+0.8, +1.2]: above −1 point, not above +1
     # Every arm against the same reference, the runs left out named beside.
     assert f"| momentum, tuned | {judged(seeds('momentum tuned', 8))}: worse |" in text
-    assert f"| momentum, linear rule | {judged(seeds('momentum linear rule', 8))}: inconclusive; 1 diverged |" in text  # n=2: wide
+    two_seeds = difference_interval(seeds("momentum linear rule", 8), reference)  # n=2: no interval shown, no claim
+    assert f"| momentum, linear rule | {100 * two_seeds.mean:+.1f} (n=2 vs 3; 1 or 2 seeds: no interval): inconclusive; 1 diverged |" in text
 
 
 # Anchors beyond a difference of accuracies ---------------------------------------------------
@@ -304,3 +305,22 @@ def test_lars_without_an_ok_seed_and_nado_with_the_trials_the_protocol_ran():
     protocol = json.loads((RESULTS / "goyal_bn" / "protocol.json").read_text())
     trials = {row["tuned_trials"] for row in protocol["rows"] if row["world_size"] == 64}
     assert f"at batch 1024 ({' or '.join(map(str, sorted(trials)))} trials each)" in anchor_nado(RESULTS)[1]
+
+
+def test_no_interval_with_fewer_than_three_seeds_is_shown_and_none_decides():
+    """Two seeds give a t interval of 12.7 standard errors: the page shows the mean and n, marked
+    "1 or 2 seeds: no interval", and the claim on such a difference is inconclusive."""
+    import re
+
+    from lab.results_page import render_results_page
+    from lab.results_page.common import judge, points_text, shown
+    from lbtrain.reports.statistics import Estimate, difference_interval
+
+    worse_by_two_seeds = difference_interval([0.70, 0.71], [0.80, 0.81, 0.82])
+    assert worse_by_two_seeds.high < -0.01  # the interval alone would say worse
+    assert judge(worse_by_two_seeds) == "inconclusive"
+    assert points_text(worse_by_two_seeds) == "-10.5 (n=2 vs 3; 1 or 2 seeds: no interval)"
+    assert shown(Estimate(0.742, None, None, 1)) == "0.742 (n=1; 1 or 2 seeds: no interval)"
+    page = render_results_page(RESULTS)
+    assert not re.search(r"\] \((n=[12](, | vs )|n=[0-9]+ vs [12], )", page)
+    assert "0.946 (n=2; 1 or 2 seeds: no interval); 1 collapsed" in page

@@ -36,3 +36,37 @@ def test_the_anchors_on_goyal_bn_read_out_of_regime_with_both_regimes_shown():
 def test_an_anchor_with_no_study_committed_stays_not_measured_yet(tmp_path):
     anchor = next(anchor for anchor in ANCHORS if anchor.paper == "You et al. 2017")
     assert anchor_row(tmp_path, anchor)[4:6] == ["-", "**not measured yet**"]
+
+
+def test_every_section_of_every_edition_carries_its_regime_label():
+    """Each study's section opens with its regime at its largest batch, in or out of regime for
+    each finding the page judges on it; keskar_gap (Keskar et al.'s own 10% of the data, 200
+    updates) is in regime on its own row, whatever keskar_v2 on the same claim says."""
+    from lab.results_page import render_results_page
+
+    page = render_results_page(RESULTS)
+    sections = page.split("\n## ")[1:]
+    studies = [section for section in sections if not section.startswith("Published findings")]
+    assert studies and all("*Regime*" in section for section in studies)
+    gap = next(section for section in sections if section.startswith("keskar_gap:"))
+    assert ("*Regime* at its largest batch, batch 6,000 = 10% of 60,000; 200 updates (20 epochs): **in regime** for Keskar et al. 2017."
+            in gap)
+    first_edition = next(section for section in sections if section.startswith("goyal_scaling:"))
+    assert "**out of regime** (15.2% of the data > 5%; 60 updates < 300) for the page's rule." in first_edition
+    rows = [anchor_row(RESULTS, anchor) for anchor in ANCHORS if anchor.paper == "Keskar et al. 2017" and anchor.edition == 2]
+    assert [(row[4].split(":")[0], row[5].split(" (superseded")[0]) for row in rows] == [
+        ("keskar_v2", f"**{OUT_OF_REGIME}**"), ("keskar_gap", "**worse**: the claim holds")]
+
+
+def test_each_anchor_says_what_the_decision_says_of_its_claim():
+    """"matches" supports Goyal's claim and contradicts Keskar's: each anchor names the decisions
+    that support its claim."""
+    from lab.results_page.anchors import AS_GOOD, DOES_NOT_HOLD, HOLDS, LOSES, claim_text
+
+    goyal = next(anchor for anchor in ANCHORS if anchor.paper == "Goyal et al. 2017" and anchor.edition == 3 and "matches" in anchor.claim)
+    keskar = next(anchor for anchor in ANCHORS if anchor.paper == "Keskar et al. 2017" and anchor.edition == 3)
+    assert (goyal.supports, keskar.supports) == (AS_GOOD, LOSES)
+    assert (claim_text("matches", goyal.supports), claim_text("matches", keskar.supports)) == (HOLDS, DOES_NOT_HOLD)
+    shown = {(anchor.paper, anchor.edition): anchor_row(RESULTS, anchor)[5] for anchor in ANCHORS}
+    assert shown[("Keskar et al. 2017", 3)] == "**matches**: the claim does not hold"
+    assert shown[("McCandlish et al. 2018", 3)] == "**matches**: the claim holds"
