@@ -65,7 +65,10 @@ def test_the_protocol_tunes_5_lrs_around_the_linear_rule_on_2_seeds_with_fresh_f
     assert protocol.protocol.seeds == [1, 2, 3, 4, 5] and protocol.protocol.tuning_seeds == [0, 100] == list(TUNING_SEEDS)
     assert not set(protocol.protocol.seeds) & set(TUNING_SEEDS) and protocol.training["seed"] == 0
     assert protocol.protocol.rules == {"momentum+warmup": ["linear", "sqrt", "none"]}
-    assert [(c.world_size, c.factor) for c in protocol.protocol.train_longer] == [(1, 3), (16, 3)]
+    assert [(c.world_size, c.factor, c.arm) for c in protocol.protocol.train_longer] == [
+        (1, 3, None), (16, 3, "momentum+warmup linear rule")]  # the best arm at the reference; the linear rule's at the largest
+    assert ("convergence controls: the best arm at world 1 and momentum+warmup linear rule at world 16 re-run for 3x its updates"
+            in describe_design(design))
     labels = {(arm.label, arm.world_size) for arm in protocol_arms(protocol)}
     assert ("momentum+warmup linear rule", 16) in labels and ("momentum+warmup none rule", 4) in labels
     assert ("lars+warmup tuned", 16) in labels and ("momentum+warmup tuned", 16) in labels

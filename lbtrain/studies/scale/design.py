@@ -25,8 +25,9 @@ The arms (``lbtrain.studies.protocol``): the user's optimizer with gradual warmu
 linear rule, the sqrt rule and no scaling (``protocol.rules``); beside it the layer-wise optimizer
 that applies (LARS for SGD/momentum, You et al. 2017; LAMB for Adam, You et al. 2020), tuned at
 every world size. Convergence controls (``protocol.train_longer``): the best arm at the
-reference world size and at the largest one re-run for ``CONTROL_FACTOR`` x its updates: is a
-loss at the large batch the budget's? The runs measure the gradient noise scale
+reference world size and the linear rule's arm at the largest one (the arm the linear rule's
+claim is about) re-run for ``CONTROL_FACTOR`` x its updates: is a loss at the large batch the
+budget's? The runs measure the gradient noise scale
 (``analysis.noise_scale``, McCandlish et al. 2018) for the answer's critical-batch prediction.
 
 Pure: plain data in, an ``ExperimentConfig`` out; no TensorFlow, no user code.
@@ -243,13 +244,19 @@ def protocol_experiment(design: ScaleDesign) -> ExperimentConfig:
             "seeds": list(design.seeds), "exploratory": len(design.seeds) < MIN_PROTOCOL_SEEDS,
             "tuning_seeds": list(design.tuning_seeds), "grid_extensions": design.grid_extensions, "rules": {design.recipe: list(RULES)},
             "tuned_only": [label for label in search_by_recipe], "search": search_by_recipe,
-            "train_longer": [{"world_size": size, "factor": CONTROL_FACTOR} for size in design.controls],
+            "train_longer": [_control(design, size) for size in design.controls],
         },
     }
     try:
         return ExperimentConfig.model_validate(data)
     except Exception as error:  # a pydantic error names the field; one line for the CLI
         raise ConfigError(f"the scaling study's design does not validate: {' '.join(str(error).split())[:240]}") from None
+
+
+def _control(design: ScaleDesign, world_size: int) -> dict[str, Any]:
+    """A convergence control: the best arm at the reference world size, the linear rule's arm elsewhere."""
+    control = {"world_size": world_size, "factor": CONTROL_FACTOR}
+    return control if world_size == design.reference else {**control, "arm": f"{design.recipe} linear rule"}
 
 
 def grid_trials(design: ScaleDesign) -> int:
@@ -289,8 +296,9 @@ def describe_design(design: ScaleDesign) -> list[str]:
     lines.append(f"finals: each arm's best re-run with seeds {', '.join(map(str, design.seeds))} (never a tuning seed)"
                  + (f"; EXPLORATORY: fewer than {MIN_PROTOCOL_SEEDS} seeds, no claim rests on them"
                     if len(design.seeds) < MIN_PROTOCOL_SEEDS else ""))
-    lines.append("convergence controls: the best arm at world " + " and at world ".join(map(str, design.controls))
-                 + f" re-run for {CONTROL_FACTOR}x its updates" if design.controls else "convergence controls: none")
+    lines.append("convergence controls: " + " and ".join(
+        ("the best arm" if size == design.reference else f"{design.recipe} linear rule") + f" at world {size}"
+        for size in design.controls) + f" re-run for {CONTROL_FACTOR}x its updates" if design.controls else "convergence controls: none")
     arms = final_arms(design)
     finals = sum(arms.values()) * len(design.seeds)
     lines.append(f"runs: about {grid_trials(design)} tuning trials ({grid_trials(design) * len(design.tuning_seeds)} runs), {finals} final runs, "
