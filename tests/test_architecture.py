@@ -22,7 +22,7 @@ ARCHITECTURE_PAGE = PACKAGE.parent / "docs" / "architecture.md"
 # Bottom to top: a module may import its own layer and those below it, never one above.
 LAYERS = (
     ("foundation", ("lbtrain._lazy", "lbtrain._registration", "lbtrain.errors", "lbtrain.files", "lbtrain.spelling",
-                    "lbtrain.recipe", "lbtrain.scaling", "lbtrain.modes", "lbtrain.worlds.modes", "lbtrain.logs", "lbtrain.measures.noise_scale",
+                    "lbtrain.recipe", "lbtrain.scaling", "lbtrain.mode_names", "lbtrain.modes", "lbtrain.worlds.modes", "lbtrain.logs", "lbtrain.measures.noise_scale",
                     "lbtrain.measures.steps_to_target", "lbtrain.launch.error_line", "lbtrain.results", "lbtrain.storage_urls", "lbtrain.references",
                     "lbtrain.rounding", "lbtrain.verdict", "lbtrain.config.limits")),
     ("keras library", ("lbtrain._keras", "lbtrain.kernels", "lbtrain.layers", "lbtrain.schedules", "lbtrain.elastic", "lbtrain.optimizers", "lbtrain.models",

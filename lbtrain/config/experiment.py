@@ -12,8 +12,8 @@ from pydantic_core import PydanticCustomError
 from lbtrain.config.limits import MAX_SEED, check_grid_size, quote
 from lbtrain.config.run import AnalysisConfig, DataConfig, LRConfig, ModelConfig, OptimizerConfig, TrainingConfig, _Strict
 from lbtrain.errors import ConfigError
+from lbtrain.mode_names import DEFAULT_MODE, MODE_NAMES
 from lbtrain.results import HOROVOD_TIMELINE_FILE
-from lbtrain.worlds.modes import DEFAULT_MODE, MODE_NAMES
 
 RUN_SECTION_SCHEMAS: dict[str, type[BaseModel]] = {
     "data": DataConfig, "model": ModelConfig, "optimizer": OptimizerConfig, "lr": LRConfig, "training": TrainingConfig,

@@ -1,8 +1,9 @@
 """The registry of modes: every way lbtrain can run a training job, by the name a YAML gives
 (``mode: simulated``), and the one place that knows what each needs. The modes themselves live
 beside it in ``lbtrain.worlds``, one module each; this registry imports no TensorFlow and nothing
-of lbtrain but its errors (it sits in the foundation layer), so the config schema and the
-command line can name the modes without loading them.
+of lbtrain but its errors and the modes' names (``lbtrain.mode_names``, which the config schema
+validates against; it sits in the foundation layer), so the command line can name the modes
+without loading them.
 
 A ``Mode`` names the module that implements it (``lbtrain.worlds.<name>``: its ``World``, and
 optionally ``launch_problem()`` — why this stack cannot run it —, ``unsupported_setting(config)``
@@ -26,6 +27,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from lbtrain.errors import ConfigError
+from lbtrain.mode_names import DEFAULT_MODE, MODE_NAMES
 
 if TYPE_CHECKING:
     from lbtrain.config import RunConfig
@@ -132,8 +134,8 @@ MODES: dict[str, Mode] = {mode.name: mode for mode in (
     Mode("parameter_server", "lbtrain.worlds.parameter_server", "ParameterServerWorld", "ParameterServerLauncher",
          "asynchronous SGD: a chief, W workers and parameter servers (tf.distribute)", sweepable=False),
 )}
-MODE_NAMES = tuple(MODES)
-DEFAULT_MODE = "simulated"
+if tuple(MODES) != MODE_NAMES:  # the names the config schema accepts (lbtrain.mode_names) are these modes'
+    raise ImportError(f"lbtrain.mode_names lists {MODE_NAMES}, the mode registry {tuple(MODES)}: they must be the same names")
 # Set by horovodrun (Gloo), mpirun (Open MPI) and MPICH/Intel MPI respectively.
 LAUNCHER_VARIABLES = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 
