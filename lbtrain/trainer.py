@@ -575,6 +575,8 @@ def train(
     verdict = judge(
         initial_loss=guard.initial_loss, final_train_loss=metrics["train_loss"], final_train_accuracy=metrics["train_accuracy"],
         chance=chance(built.data), divergence=guard.reason, epoch_losses=[row.get("loss", math.nan) for row in history],
+        epoch_accuracies=[row.get("accuracy") for row in history],
+        num_classes=built.data.num_classes if built.data.task != "regression" else None,
         factor=config.training.divergence_factor, margin=config.training.collapse_margin,
         instability_factor=config.training.instability_factor,
     )

@@ -132,8 +132,9 @@ def chance_plateau(epoch_accuracies: Sequence[float | None], num_classes: int | 
                    epochs: int = CHANCE_PLATEAU_EPOCHS, share: float = CHANCE_PLATEAU_SHARE) -> str | None:
     """Why a run's epoch-mean train accuracies mean it sat at chance, or None: the longest
     stretch of epochs in a row within ``tolerance`` of ``1 / num_classes`` lasts ``epochs`` or
-    more, or covers the last ``share`` of the epochs (rounded up; a run of fewer than
-    ``epochs / share`` epochs is judged on that). None for fewer than two classes (regression)
+    more, or covers the last ``share`` of the epochs (rounded up) of a run of at least
+    ``epochs`` epochs (a run of one or two epochs is judged by its final numbers only: one epoch
+    near chance is a slow start, not a collapse). None for fewer than two classes (regression)
     or no recorded accuracy; an epoch without one ends a stretch.
 
     >>> chance_plateau([0.10, 0.11, 0.09, 0.10, 0.45, 0.80], 10)
@@ -156,7 +157,7 @@ def chance_plateau(epoch_accuracies: Sequence[float | None], num_classes: int | 
     if longest >= epochs:
         return f"train accuracy sat at {where} for {longest} epochs in a row (epochs {first}-{first + longest - 1} of {total})"
     tail = math.ceil(share * total)
-    if all(at_chance[total - tail:]):
+    if total >= epochs and all(at_chance[total - tail:]):
         return f"train accuracy sat at {where} through the last third of its epochs (epochs {total - tail + 1}-{total} of {total})"
     return None
 

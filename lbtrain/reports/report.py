@@ -204,7 +204,10 @@ def applied_schedules(records: Sequence[RunRecord]) -> dict[str, list[Line]]:
             if not result.steps_per_epoch or not result.total_steps or result.config["training"].get("elastic"):
                 continue
             # Its data and model as lbtrain's own: the schedule needs neither, and a report imports no code of the user's.
-            neutral = {**result.config, "data": {"dataset": "synthetic"}, "model": {"name": "mlp"}}
+            # Its validation split stays: a stop_at on validation accuracy needs one to validate.
+            split = (result.config.get("data") or {}).get("validation_split")
+            neutral = {**result.config, "data": {"dataset": "synthetic", **({"validation_split": split} if split else {})},
+                       "model": {"name": "mlp"}}
             schedule = run_config_from_dict(neutral).schedule(result.steps_per_epoch)
             steps = result.total_steps
             panels.setdefault(f"world {at_batch[0].row['world_size']} (batch {batch})", []).append(

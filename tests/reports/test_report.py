@@ -474,3 +474,20 @@ def test_a_committed_study_is_ranked_on_validation_where_its_test_accuracy_disag
     assert {e["recipe"]: e["standing_on_validation"] for e in summary["accuracy"] if e["global_batch"] == 64}["adam linear rule"] == "best"
     assert summary["reference"] == {"recipe": "adam tuned", "global_batch": 32, "world_size": 1}
     assert unsupported_numbers(text, summary) == []
+
+
+def test_the_applied_schedule_of_a_run_that_stops_at_a_validation_target_is_rebuilt():
+    """A run with ``training.stop_at.val_accuracy`` (critical_batch_v3's) keeps its validation
+    split when its schedule is rebuilt on lbtrain's own data: without it the config is refused."""
+    from lbtrain.reports.report import applied_schedules
+    from lbtrain.reports.tables import RunRecord
+    from lbtrain.results import RunResult
+
+    config = {"data": {"dataset": "fashion_mnist", "validation_split": 0.1}, "model": {"name": "resnet"},
+              "lr": {"base_lr": 0.1, "base_batch": 16, "warmup_epochs": 1},
+              "training": {"per_worker_batch": 16, "epochs": 2, "stop_at": {"val_accuracy": 0.8}}}
+    row = {"run_id": "r", "label": "a", "status": "ok", "world_size": 1, "global_batch": 16, "seed": 0}
+    record = RunRecord(row, RunResult(config=config, status="ok", history=[], steps_per_epoch=4, global_batch=16, total_steps=8))
+    (line,) = applied_schedules([record])["world 1 (batch 16)"]
+    assert line.x == [step / 4 for step in range(8)]
+    assert line.y == pytest.approx([0.1] * 8)  # warmup from the base batch's LR, which at the base batch is the LR
