@@ -5,8 +5,12 @@
 - ``resnet``: a small residual network (He et al. 2016) with batch normalization; its
   ``virtual_batch_size`` gives ghost batch norm (Hoffer et al. 2017), which is how a
   simulated world of W workers normalizes each worker's share of the global batch apart.
+- ``vit``: a small Vision Transformer (Dosovitskiy et al. 2021) on non-overlapping patches,
+  pre-norm blocks and global average pooling; layer norm only, so no sample's output depends
+  on the others' and a simulated world has nothing to split.
 
-Inputs of rank 1 (signals such as MNIST-1D) use 1-D convolutions, rank 2 or 3 (images) 2-D.
+Inputs of rank 1 (signals such as MNIST-1D) use 1-D convolutions (1-D patches for ``vit``),
+rank 2 or 3 (images) 2-D.
 """
 
 from __future__ import annotations
@@ -39,6 +43,13 @@ def _spatial_input(inputs: tf.Tensor, input_shape: tuple[int, ...]) -> tuple[tf.
     if len(input_shape) == 3:
         return inputs, 2
     raise ModelError(f"convolutional models take inputs of rank 1 to 3, got shape {input_shape}")
+
+
+def _conv_input(input_shape: Sequence[int]) -> tuple[int, int, list[int]]:
+    """The conv rank, channels and spatial sizes ``_spatial_input`` gives an input."""
+    rank = 1 if len(input_shape) == 1 else 2
+    channels = int(input_shape[-1]) if len(input_shape) == 3 else 1
+    return rank, channels, [int(d) for d in (input_shape[:2] if len(input_shape) == 3 else input_shape)]
 
 
 def _conv(rank: int, filters: int, kernel: int, name: str, **kwargs) -> tf.keras.layers.Layer:
@@ -139,21 +150,155 @@ def build_resnet(
     return _global_pool(rank)(x)
 
 
+# Patches ``vit`` cuts an input into at least, unless its option ``patch_size`` says otherwise:
+# 16, as the 7x7 patches of a 28x28 image.
+MIN_PATCHES = 16
+
+
+def _patch_grid(input_shape: Sequence[int]) -> tuple[list[int], int]:
+    """The spatial sizes of an input (one for a signal, two for an image) and its channels."""
+    if not 1 <= len(input_shape) <= 3:
+        raise ModelError(f"model 'vit' takes inputs of rank 1 to 3, got shape {tuple(input_shape)}")
+    _, channels, spatial = _conv_input(input_shape)
+    return spatial, channels
+
+
+def vit_patch_size(input_shape: Sequence[int], patch_size: int | None = None) -> int:
+    """The side of ``vit``'s patches on inputs of ``input_shape``: ``patch_size`` when it divides
+    every spatial size, else ``ModelError`` naming the sizes that do; ``None`` picks the largest
+    that leaves at least ``MIN_PATCHES`` patches (1 when none does).
+
+    >>> vit_patch_size((28, 28, 1)), vit_patch_size((40,)), vit_patch_size((28, 28), 4)
+    (7, 2, 4)
+    >>> vit_patch_size((28, 28, 1), 5)
+    Traceback (most recent call last):
+      ...
+    lbtrain.models.ModelError: patch_size must divide the input's size 28x28 for model 'vit', got 5 (allowed: 1, 2, 4, 7, 14, 28)
+    """
+    spatial, _ = _patch_grid(input_shape)
+    allowed = [p for p in range(1, min(spatial) + 1) if all(d % p == 0 for d in spatial)]
+    if patch_size is None:
+        return max(p for p in allowed if p == 1 or math.prod(d // p for d in spatial) >= MIN_PATCHES)
+    if patch_size not in allowed:
+        raise ModelError(f"patch_size must divide the input's size {'x'.join(map(str, spatial))} for model 'vit', "
+                         f"got {patch_size} (allowed: {', '.join(map(str, allowed))})")
+    return patch_size
+
+
+def build_vit(
+    inputs: tf.Tensor,
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    *,
+    patch_size: int | None = None,
+    dim: int = 64,
+    depth: int = 2,
+    heads: int = 4,
+    mlp_ratio: int = 4,
+    dropout: float = 0.0,
+) -> tf.Tensor:
+    """A small Vision Transformer (Dosovitskiy et al. 2021): the input cut into non-overlapping
+    patches of ``patch_size`` (``vit_patch_size``: 7x7 on 28x28 images, 16 patches; 2 on a
+    length-40 signal), each mapped linearly to ``dim`` plus a learned position embedding, then
+    ``depth`` pre-norm blocks (LayerNorm, ``heads``-head self-attention, residual; LayerNorm, an
+    MLP of ``mlp_ratio * dim`` GELU units and ``dim``, residual), a final LayerNorm and the mean
+    over patches (global average pooling, as Beyer et al. 2022's plain ViT, rather than a class
+    token). ``dropout`` drops each residual branch's output. The position embedding is the
+    patch embedding's bias, one vector per patch (an ``EinsumDense`` bias over patches and
+    width), so the model holds only layers both Keras lines ship and reloads without lbtrain."""
+    size = vit_patch_size(input_shape, patch_size)
+    spatial, channels = _patch_grid(input_shape)
+    patches, patch_values = math.prod(d // size for d in spatial), size ** len(spatial) * channels
+    if len(spatial) == 1:
+        x = tf.keras.layers.Reshape((patches, patch_values), name="patches")(inputs)
+    else:
+        (height, width) = spatial
+        x = tf.keras.layers.Reshape((height // size, size, width // size, size, channels), name="patch_grid")(inputs)
+        x = tf.keras.layers.Permute((1, 3, 2, 4, 5), name="patch_order")(x)
+        x = tf.keras.layers.Reshape((patches, patch_values), name="patches")(x)
+    x = tf.keras.layers.EinsumDense("bnp,pd->bnd", output_shape=(patches, dim), bias_axes="nd", name="patch_embedding",
+                                    bias_initializer=tf.keras.initializers.RandomNormal(stddev=0.02))(x)
+    for block in range(depth):
+        prefix = f"block{block}"
+        y = tf.keras.layers.LayerNormalization(epsilon=1e-6, name=f"{prefix}_layer_norm_a")(x)
+        y = tf.keras.layers.MultiHeadAttention(heads, dim // heads, name=f"{prefix}_attention")(y, y)
+        if dropout:
+            y = tf.keras.layers.Dropout(dropout, name=f"{prefix}_dropout_a")(y)
+        x = tf.keras.layers.Add(name=f"{prefix}_add_a")([x, y])
+        y = tf.keras.layers.LayerNormalization(epsilon=1e-6, name=f"{prefix}_layer_norm_b")(x)
+        y = tf.keras.layers.Dense(mlp_ratio * dim, activation="gelu", name=f"{prefix}_mlp_hidden")(y)
+        y = tf.keras.layers.Dense(dim, name=f"{prefix}_mlp_out")(y)
+        if dropout:
+            y = tf.keras.layers.Dropout(dropout, name=f"{prefix}_dropout_b")(y)
+        x = tf.keras.layers.Add(name=f"{prefix}_add_b")([x, y])
+    x = tf.keras.layers.LayerNormalization(epsilon=1e-6, name="layer_norm")(x)
+    return tf.keras.layers.GlobalAveragePooling1D(name="pool")(x)
+
+
+def _count_mlp(input_shape: Sequence[int], settings: dict[str, Any]) -> tuple[int, int]:
+    width, count = math.prod(int(d) for d in input_shape), 0
+    for layer in settings["widths"]:
+        width, count = layer, count + width * layer + layer
+    return count, width
+
+
+def _count_cnn(input_shape: Sequence[int], settings: dict[str, Any]) -> tuple[int, int]:
+    rank, channels, spatial = _conv_input(input_shape)
+    count = 0
+    for layer in settings["filters"]:
+        count += settings["kernel_size"] ** rank * channels * layer + layer
+        channels, spatial = layer, [-(-d // 2) for d in spatial]
+    width = math.prod(spatial) * channels
+    for layer in settings["dense"]:
+        width, count = layer, count + width * layer + layer
+    return count, width
+
+
+def _count_resnet(input_shape: Sequence[int], settings: dict[str, Any]) -> tuple[int, int]:
+    """Convolutions only: batch norms left out."""
+    rank, channels, _ = _conv_input(input_shape)
+    widths, kernel = settings["widths"], 3 ** rank
+    count, previous = kernel * channels * widths[0], widths[0]
+    for stage, width in enumerate(widths):
+        for block in range(settings["blocks_per_stage"]):
+            entering = previous if block == 0 else width
+            count += kernel * entering * width + kernel * width * width
+            if block == 0 and (stage > 0 or entering != width):
+                count += entering * width
+        previous = width
+    return count, widths[-1]
+
+
+def _count_vit(input_shape: Sequence[int], settings: dict[str, Any]) -> tuple[int, int]:
+    """Every weight, layer norms included (``count_params`` of the built model)."""
+    size = vit_patch_size(input_shape, settings["patch_size"])
+    spatial, channels = _patch_grid(input_shape)
+    dim, hidden = settings["dim"], settings["mlp_ratio"] * settings["dim"]
+    patches = math.prod(d // size for d in spatial)
+    embedding = size ** len(spatial) * channels * dim + patches * dim
+    # Two layer norms; query, key, value and output projections (heads x dim/heads = dim wide); the MLP.
+    block = 2 * 2 * dim + 4 * (dim * dim + dim) + dim * hidden + hidden + hidden * dim + dim
+    return embedding + settings["depth"] * block + 2 * dim, dim
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelInfo:
-    """One registry entry: the body builder and what it is."""
+    """One registry entry: the body builder, what it is, and ``count_body(input_shape, settings)``:
+    the body's weights and output width for its options (``settings``, defaults filled in)."""
 
     name: str
     description: str
     build_body: Callable[..., tf.Tensor]
+    count_body: Callable[[Sequence[int], dict[str, Any]], tuple[int, int]]
 
 
 MODELS: dict[str, ModelInfo] = {
     info.name: info
     for info in (
-        ModelInfo("mlp", "Keskar F1 fully connected net; options widths, batch_norm, dropout", build_mlp),
-        ModelInfo("cnn", "small C1-like conv net; options filters, kernel_size, dense, batch_norm, dropout", build_cnn),
-        ModelInfo("resnet", "small residual net with BN; options widths, blocks_per_stage", build_resnet),
+        ModelInfo("mlp", "Keskar F1 fully connected net; options widths, batch_norm, dropout", build_mlp, _count_mlp),
+        ModelInfo("cnn", "small C1-like conv net; options filters, kernel_size, dense, batch_norm, dropout", build_cnn, _count_cnn),
+        ModelInfo("resnet", "small residual net with BN; options widths, blocks_per_stage", build_resnet, _count_resnet),
+        ModelInfo("vit", "small Vision Transformer; options patch_size, dim, depth, heads, mlp_ratio, dropout", build_vit, _count_vit),
     )
 }
 
@@ -171,6 +316,9 @@ def _is_counts(value: Any) -> bool:
     return isinstance(value, (list, tuple)) and len(value) <= MAX_ZOO_LAYERS and all(_is_count(item) for item in value)
 
 
+# The widest ``vit`` (ViT-22B is 6144 wide): the divisors of its width, which ``heads`` must be, are listed in its error.
+MAX_VIT_DIM = 2**16
+
 # What each option of the zoo must be: checked before a model is built, because an impossible
 # layer (a Dense of width 0) is not a Python error but an abort inside oneDNN that ends the process.
 OPTION_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
@@ -179,6 +327,11 @@ OPTION_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "dense": (f"a list of at most {MAX_ZOO_LAYERS} positive integers", _is_counts),
     "kernel_size": ("a positive integer", _is_count),
     "blocks_per_stage": (f"an integer from 1 to {MAX_ZOO_LAYERS}", lambda value: _is_count(value) and value <= MAX_ZOO_LAYERS),
+    "depth": (f"an integer from 1 to {MAX_ZOO_LAYERS}", lambda value: _is_count(value) and value <= MAX_ZOO_LAYERS),
+    "patch_size": ("a positive integer or null", lambda value: value is None or _is_count(value)),
+    "dim": (f"an integer from 1 to {MAX_VIT_DIM}", lambda value: _is_count(value) and value <= MAX_VIT_DIM),
+    "heads": ("a positive integer", _is_count),
+    "mlp_ratio": ("a positive integer", _is_count),
     "virtual_batch_size": ("a positive integer", _is_count),
     "batch_norm": ("true or false", lambda value: isinstance(value, bool)),
     "dropout": ("a number in [0, 1)", lambda value: isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1),
@@ -213,43 +366,26 @@ def check_model_options(name: str, options: dict[str, Any]) -> None:
             raise ModelError(f"{key} must be {what}, got {quote(value)}")
     if name == "resnet" and not options.get("widths", (16,)):
         raise ModelError("widths must name at least one stage for model 'resnet', got []")
+    if name == "vit":
+        dim, heads = options.get("dim", 64), options.get("heads", 4)
+        if dim % heads:
+            divisors = [str(d) for d in range(1, dim + 1) if dim % d == 0]
+            raise ModelError(f"heads must divide dim ({dim}) for model 'vit', got {heads} (allowed: {', '.join(divisors)})")
 
 
 def parameter_count(name: str, input_shape: Sequence[int], num_classes: int, options: dict[str, Any]) -> int:
     """The number of weights zoo model ``name`` would have, counted from its options without
-    building it (convolutions and dense layers with their biases; batch norms left out).
+    building it (convolutions and dense layers with their biases; the resnet's batch norms left
+    out, the vit's layer norms counted: its count is ``count_params()`` of the built model).
 
     >>> parameter_count("mlp", (40,), 10, {"widths": [16]}), parameter_count("cnn", (28, 28, 1), 10, {})
     (826, 857738)
+    >>> parameter_count("vit", (28, 28, 1), 10, {})
+    104906
     """
-    defaults = {key: parameter.default for key, parameter in inspect.signature(model_info(name).build_body).parameters.items()}
-    settings = {**defaults, **options}
-    rank = 1 if len(input_shape) == 1 else 2
-    channels = int(input_shape[-1]) if len(input_shape) == 3 else 1
-    spatial = [int(d) for d in (input_shape[:2] if len(input_shape) == 3 else input_shape)]
-    if name == "mlp":
-        width, count = math.prod(int(d) for d in input_shape), 0
-        for layer in settings["widths"]:
-            width, count = layer, count + width * layer + layer
-    elif name == "cnn":
-        count = 0
-        for layer in settings["filters"]:
-            count += settings["kernel_size"] ** rank * channels * layer + layer
-            channels, spatial = layer, [-(-d // 2) for d in spatial]
-        width = math.prod(spatial) * channels
-        for layer in settings["dense"]:
-            width, count = layer, count + width * layer + layer
-    else:
-        widths, kernel = settings["widths"], 3 ** rank
-        count, previous = kernel * channels * widths[0], widths[0]
-        for stage, width in enumerate(widths):
-            for block in range(settings["blocks_per_stage"]):
-                entering = previous if block == 0 else width
-                count += kernel * entering * width + kernel * width * width
-                if block == 0 and (stage > 0 or entering != width):
-                    count += entering * width
-            previous = width
-        width = widths[-1]
+    info = model_info(name)
+    defaults = {key: parameter.default for key, parameter in inspect.signature(info.build_body).parameters.items()}
+    count, width = info.count_body(input_shape, {**defaults, **options})
     return count + width * num_classes + num_classes
 
 
