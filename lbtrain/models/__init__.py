@@ -12,7 +12,7 @@ Every public name is importable from ``lbtrain.models`` itself.
 from lbtrain.models.errors import ModelError
 from lbtrain.models.ghost_bn import batch_norm_layers, set_virtual_batch_size
 from lbtrain.models.sources import APPLICATION_PREFIXES, ModelSource, build_model, check_model_options, model_source
-from lbtrain.models.zoo import MODELS, ModelInfo, build_cnn, build_mlp, build_resnet, model_info, model_options
+from lbtrain.models.zoo import MODELS, ModelInfo, build_cnn, build_mlp, build_resnet, build_vit, model_info, model_options
 
 __all__ = [
     "APPLICATION_PREFIXES",
@@ -25,6 +25,7 @@ __all__ = [
     "build_mlp",
     "build_model",
     "build_resnet",
+    "build_vit",
     "check_model_options",
     "model_info",
     "model_options",

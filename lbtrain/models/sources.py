@@ -2,7 +2,7 @@
 
 ``model.name`` is one of:
 
-- a model of lbtrain's zoo (``mlp``, ``cnn``, ``resnet``: ``lbtrain.models.zoo``);
+- a model of lbtrain's zoo (``mlp``, ``cnn``, ``resnet``, ``vit``: ``lbtrain.models.zoo``);
 - a reference ``"package.module:build"`` or a registered name (``lbtrain.references``): the
   factory ``build(input_shape, num_classes, **options) -> keras.Model``, called with the shape
   of one sample (a tuple, no batch axis), the width the output must have (the number of classes;
@@ -125,7 +125,7 @@ def build_model(
       num_classes: width of the output (classes, or regression targets).
       seed: when given, ``tf.keras.utils.set_random_seed(seed)`` runs first, so the same
         seed gives the same initial weights in every process.
-      **options: the model's own options (zoo models also take ``virtual_batch_size``).
+      **options: the model's own options (zoo models with batch norm also take ``virtual_batch_size``).
 
     Raises:
       ModelError: an unknown name or option, a factory that raises or returns no ``keras.Model``.
