@@ -36,7 +36,7 @@ def test_run_config_defaults_and_round_trip():
         ({"optimizer": {"name": "adamw"}}, "optimizer.name: unknown optimizer 'adamw' (allowed: sgd, momentum, adam, lars, lamb)"),
         ({"optimizer": {"name": "lars", "params": {"eta": -1}}}, "optimizer.params: LARS: eta must be > 0, got -1"),
         ({"data": {"dataset": "cifar"}}, "data.dataset: unknown dataset 'cifar' (allowed: fashion_mnist, mnist, mnist1d, synthetic, a registered name, a .npz path, package.module:function or tfds:<name>)"),
-        ({"model": {"name": "vgg"}}, "model.name: unknown model 'vgg' (allowed: mlp, cnn, resnet, a reference package.module:function, or keras.applications.<Name>)"),
+        ({"model": {"name": "vgg"}}, "model.name: unknown model 'vgg' (allowed: mlp, cnn, resnet, vit, a reference package.module:function, or keras.applications.<Name>)"),
         ({"training": {"world_size": 3, "micro_batches": 2}}, "training.micro_batches (2) must divide training.world_size (3)"),
     ],
 )

@@ -122,7 +122,7 @@ BAD_ARGUMENTS = {
     "world without size": (["--worlds", "simulated"], "argument --worlds: world 'simulated' needs a size: simulated:N"),
     "zero batch": (["--batches", "64,0"], "argument --batches: expected a whole number >= 1, got 0"),
     "negative seconds": (["--seconds", "-1"], "argument --seconds: expected a number > 0, got '-1'"),
-    "unknown model": (["--models", "mlp,vgg16"], "unknown model 'vgg16' (allowed: mlp, cnn, resnet, resnet50, "
+    "unknown model": (["--models", "mlp,vgg16"], "unknown model 'vgg16' (allowed: mlp, cnn, resnet, vit, resnet50, "
                                                  "a reference package.module:function, or keras.applications.<Name>)"),
 }
 

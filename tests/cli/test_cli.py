@@ -48,7 +48,7 @@ BAD_INPUTS = {
     "unknown rule": (lambda tmp: [str(experiment_file(tmp, lr={"rule": "cube"}))], r"lr.rule: rule must be one of 'linear', 'sqrt', 'none' or a float exponent, got 'cube'"),
     "unknown optimizer": (lambda tmp: [str(experiment_file(tmp, optimizer={"name": "rmsprop"}))], r"optimizer.name: unknown optimizer 'rmsprop' \(allowed: sgd, momentum, adam, lars, lamb\)"),
     "unknown dataset": (lambda tmp: [str(experiment_file(tmp, data={"dataset": "imagenet"}))], r"data.dataset: unknown dataset 'imagenet' \(allowed: fashion_mnist, mnist, mnist1d, synthetic, a registered name, a .npz path, package.module:function or tfds:<name>\)"),
-    "unknown model": (lambda tmp: [str(experiment_file(tmp, model={"name": "vit"}))], r"model.name: unknown model 'vit' \(allowed: mlp, cnn, resnet, a reference package.module:function, or keras.applications.<Name>\)"),
+    "unknown model": (lambda tmp: [str(experiment_file(tmp, model={"name": "vgg"}))], r"model.name: unknown model 'vgg' \(allowed: mlp, cnn, resnet, vit, a reference package.module:function, or keras.applications.<Name>\)"),
     "world size zero": (lambda tmp: [str(experiment_file(tmp, grid={"world_sizes": [1, 0]}))], r"training.world_size: Input should be greater than 0 \(got 0\)"),
     "world size fraction": (lambda tmp: [str(experiment_file(tmp, grid={"world_sizes": [2.5]}))], r"training.world_size: Input should be a valid integer \(got 2.5\)"),
     "set unknown path": (lambda tmp: [str(experiment_file(tmp)), "--set", "training.epoch=2"], r"--set training.epoch: no such field"),
@@ -136,7 +136,7 @@ def test_dry_run_lists_runs_and_writes_nothing(tmp_path, capsys):
     assert main(["run", str(experiment_file(tmp_path)), "--dry-run", "--set", "grid.seeds=[0, 1]"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"cli: 4 runs (simulated) -> {tmp_path / 'results' / 'cli'}"
-    assert len(out) == 5 and "world 2 x 16" in out[-1]
+    assert len(out) == 6 and "world 2 x 16" in out[-2] and out[-1].startswith("price: about ")
     assert not (tmp_path / "results").exists()
 
 
