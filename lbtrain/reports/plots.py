@@ -16,6 +16,10 @@ Every figure follows the same conventions, so a reader can trust it:
   best (on validation, never test) is said in the report's tables by the decision rule;
 - one seed's learning curve is a thin line, a mean over seeds a thick one; on a batch axis
   the measured points are dotted;
+- a line never vouches for a point it does not have (``Line.n``, ``_draw_line``): a point on
+  fewer seeds than the line's most is an open circle labelled ``n=1``/``n=2`` and the segments
+  into and out of it are dashed; where a recipe has no value (no seed ok, or none reached the
+  target: its runs are marks at the edge) the line is broken, never drawn across;
 - the legend outside the panels.
 
 matplotlib is imported inside the drawing functions (no backend is chosen at import): the
@@ -66,15 +70,21 @@ class Line:
     """One line of a panel: points ``(x[i], y[i])``, a 95% band ``low[i]..high[i]`` where both
     are given (None elsewhere), in the colour of ``label`` (a recipe); ``thin`` for one seed's
     curve; ``reference`` lines (perfect scaling, a fit, a rule) are grey and dashed, their label
-    in the legend."""
+    in the legend.
+
+    ``n[i]``, when given, is how many seeds point i rests on: a point on fewer than the line's
+    most is drawn open, labelled ``n=k``, with dashed segments into and out of it; a point with
+    ``n[i] = 0`` has no value (``y[i]`` None) and breaks the line, and its runs must be marks at
+    its x (figures show failures)."""
 
     label: str
     x: Sequence[float]
-    y: Sequence[float]
+    y: Sequence[float | None]
     low: Sequence[float | None] | None = None
     high: Sequence[float | None] | None = None
     thin: bool = False
     reference: bool = False
+    n: Sequence[int] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,24 +148,97 @@ def _colors_of(panels: Mapping[str, Sequence[Line | Mark]], colors: Mapping[str,
     return {**known, **{label: OKABE_ITO[(len(known) + i) % len(OKABE_ITO)] for i, label in enumerate(extra)}}
 
 
-def _draw_line(axes: Axes, line: Line, color: str, reference_style: str, beside_seeds: bool, dotted: bool) -> None:
+SHORT_FACE = "white"  # the face of a point on fewer seeds than its line's most (an open circle)
+SHORT_STYLE = "--"  # the segments into and out of it
+SHORT_LEGEND = "fewer seeds than the line's other points (n shown)"
+
+
+def _gaps(line: Line, marks: Sequence[Mark]) -> list[float]:
+    """The x where ``line``'s recipe has marks (runs that gave it no value) strictly inside the
+    line's span, but the line no point: the line is broken there. Only for a line whose x rise."""
+    xs = list(line.x)
+    if line.reference or len(xs) < 2 or any(b <= a for a, b in zip(xs, xs[1:])):
+        return []
+    points = set(xs)
+    return sorted({mark.x for mark in marks if mark.recipe == line.label and xs[0] < mark.x < xs[-1] and mark.x not in points})
+
+
+def _points(line: Line, gaps: Sequence[float]) -> list[tuple[float, float, float, float, int | None]]:
+    """``(x, y, low, high, n)`` of each point in x order, NaN for a missing value (None) and at
+    each gap (n = 0 there)."""
+    def value(values: Sequence[float | None] | None, index: int) -> float:
+        item = None if values is None else values[index]
+        return math.nan if item is None else float(item)
+
+    points = [(float(x), value(line.y, i), value(line.low, i), value(line.high, i), None if line.n is None else int(line.n[i]))
+              for i, x in enumerate(line.x)]
+    points += [(float(x), math.nan, math.nan, math.nan, 0) for x in gaps]
+    return sorted(points, key=lambda point: point[0]) if gaps else points
+
+
+def short_points(line: Line) -> list[int]:
+    """The indices of ``line``'s points on fewer seeds than its most (none when ``n`` is not
+    given), leaving out those without a value (n = 0).
+
+    >>> short_points(Line("a", [32, 64, 128], [0.9, 0.8, 0.7], n=[3, 1, 3]))
+    [1]
+    """
+    if line.n is None or line.reference or line.thin:
+        return []
+    most = max(line.n, default=0)
+    return [i for i, n in enumerate(line.n) if 0 < n < most]
+
+
+def _runs(indices: Sequence[int]) -> list[list[int]]:
+    """Consecutive integers grouped: [1, 2, 4] -> [[1, 2], [4]]."""
+    groups: list[list[int]] = []
+    for index in indices:
+        if groups and groups[-1][-1] == index - 1:
+            groups[-1].append(index)
+        else:
+            groups.append([index])
+    return groups
+
+
+def _draw_line(axes: Axes, line: Line, color: str, reference_style: str, beside_seeds: bool, dotted: bool,
+               gaps: Sequence[float] = ()) -> None:
     """A reference grey in its dash style; else the line in ``color`` (thin for a seed, thick
     for a mean beside seeds, dotted at measured points and at a lone point), with its band or,
-    for a single point, its interval as a bar."""
+    for a single point, its interval as a bar. The line is broken at points without a value and
+    at ``gaps``; a point on fewer seeds than the line's most is an open circle labelled ``n=k``,
+    the segments into and out of it dashed (module doc)."""
     if line.reference:
         axes.plot(line.x, line.y, color=REFERENCE_COLOR, linestyle=reference_style, linewidth=1.2)
         return
     style = {"linewidth": 0.8, "alpha": 0.6} if line.thin else {"linewidth": 2.2 if beside_seeds else 1.6}
     marker = {"marker": "o", "markersize": 3.5} if (dotted or len(line.x) == 1) and not line.thin else {}
-    axes.plot(line.x, line.y, color=color, **style, **marker)
+    points = _points(line, gaps)
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    most = max((p[4] or 0 for p in points), default=0)
+    short = [] if line.thin else [i for i, p in enumerate(points) if p[4] is not None and 0 < p[4] < most]
+    if not short:
+        axes.plot(xs, ys, color=color, **style, **marker)
+    else:
+        # Solid between two points on the line's most seeds; dashed along every segment that
+        # touches a short point; the short points open, with their n.
+        axes.plot(xs, [math.nan if i in short else y for i, y in enumerate(ys)], color=color, **style, **marker)
+        dashed = sorted({j for i in short for j in (i - 1, i) if 0 <= j < len(points) - 1
+                         and not math.isnan(ys[j]) and not math.isnan(ys[j + 1])})
+        for run in _runs(dashed):
+            span = range(run[0], run[-1] + 2)
+            axes.plot([xs[j] for j in span], [ys[j] for j in span], color=color, linestyle=SHORT_STYLE, **style)
+        axes.plot([xs[i] for i in short], [ys[i] for i in short], linestyle="none", marker="o", markersize=6, markeredgewidth=1.5,
+                  color=color, markerfacecolor=SHORT_FACE, zorder=4)
+        for i in short:
+            axes.annotate(f"n={points[i][4]}", (xs[i], ys[i]), xytext=(0, 5), textcoords="offset points", ha="center",
+                          va="bottom", fontsize=6.5, color=color)
     if line.low is None or line.high is None:
         return
-    low = [math.nan if value is None else value for value in line.low]
-    high = [math.nan if value is None else value for value in line.high]
+    low, high = [p[2] for p in points], [p[3] for p in points]
     if len(line.x) == 1:
         axes.vlines(line.x, low, high, color=color, alpha=0.5, linewidth=5)
     else:
-        axes.fill_between(line.x, low, high, color=color, alpha=0.2, linewidth=0)
+        axes.fill_between(xs, low, high, color=color, alpha=0.2, linewidth=0)
 
 
 def _draw_mark(axes: Axes, mark: Mark, color: str, x: float) -> None:
@@ -262,11 +345,29 @@ def _legend_handles(panels: Mapping[str, Sequence[Line | Mark]], colors: Mapping
             handles += [Line2D([], [], color=REFERENCE_COLOR, linewidth=2.2, label="mean of ok seeds")]
     if any(value is not None for line in lines for value in (line.low or [])):
         handles.append(Patch(color=REFERENCE_COLOR, alpha=0.3, label=band_label))
+    if any(short_points(line) for line in lines):
+        handles.append(Line2D([], [], color=REFERENCE_COLOR, linestyle=SHORT_STYLE, linewidth=1.6, marker="o", markersize=6,
+                              markeredgewidth=1.5, markerfacecolor=SHORT_FACE, label=SHORT_LEGEND))
     for kind, (marker, filled, text) in MARK_STYLES.items():
         if any(isinstance(item, Mark) and item.kind == kind for item in items):
             handles.append(Line2D([], [], linestyle="none", marker=marker, markersize=7, markeredgewidth=2, color=REFERENCE_COLOR,
                                   markerfacecolor=REFERENCE_COLOR if filled else "none", label=text))
     return handles
+
+
+def _check_marked(lines: Sequence[Line], marks: Sequence[Mark]) -> None:
+    """Refuses a line whose ``n`` does not match its points (a count each; n = 0 exactly where
+    there is no value), and a point without a value whose recipe has no mark at its x: figures
+    show failures."""
+    for line in lines:
+        if line.n is not None and len(line.n) != len(line.x):
+            raise ValueError(f"line {line.label!r}: n has {len(line.n)} counts for {len(line.x)} points")
+        for i, (x, y) in enumerate(zip(line.x, line.y)):
+            n = None if line.n is None else line.n[i]
+            if (n is not None and n < 0) or (y is None) != (n == 0):
+                raise ValueError(f"line {line.label!r} at x = {x:g}: n = {n} with value {y!r} (n = 0 exactly where there is no value)")
+            if y is None and not any(mark.recipe == line.label and mark.x == x for mark in marks):
+                raise ValueError(f"line {line.label!r} has no value at x = {x:g} and no mark there: mark its runs (figures show failures)")
 
 
 def _draw_panel(axes: Axes, items: Sequence[Line | Mark], colors: Mapping[str, str], styles: Mapping[str, str], *,
@@ -277,8 +378,10 @@ def _draw_panel(axes: Axes, items: Sequence[Line | Mark], colors: Mapping[str, s
     lines = [item for item in items if isinstance(item, Line)]
     marks = [item for item in items if isinstance(item, Mark)]
     beside_seeds = any(line.thin for line in lines)
+    _check_marked(lines, marks)
     for line in lines:
-        _draw_line(axes, line, colors.get(line.label, REFERENCE_COLOR), styles.get(line.label, "-"), beside_seeds, dotted=log2_x)
+        _draw_line(axes, line, colors.get(line.label, REFERENCE_COLOR), styles.get(line.label, "-"), beside_seeds, dotted=log2_x,
+                   gaps=_gaps(line, marks))
     offsets = _mark_offsets(marks, list(colors), log2_x)
     for mark in marks:
         _draw_mark(axes, mark, colors[mark.recipe], offsets[id(mark)])
