@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 
 from lbtrain.files import write_atomic, write_json_atomic
 from lbtrain.measures.noise_scale import simple_noise_scale
-from lbtrain.measures.steps_to_target import steps_to_target
+from lbtrain.measures.steps_to_target import measured_points, steps_to_target
 from lbtrain.reports.decisions import DEFAULT_CLAIM_MARGIN, WORSE, claim
 from lbtrain.reports.plots import Line, Mark, plot_panels, recipe_colors
 from lbtrain.reports.scaling_laws import SEED_RULE, CriticalBatchFit, counts_in_fit, critical_batch, reachable_target
@@ -130,7 +130,8 @@ def comparison_axis(records: Sequence[RunRecord], panels: dict[str, list[Line | 
 
 def batch_lines(items: Sequence[Aggregate], names: Sequence[str]) -> list[Line]:
     """Per recipe, its mean at each global batch with ok runs, and the 95% Student-t band
-    where two or more seeds gave a value."""
+    where two or more seeds gave a value; each point carries its seeds (``Line.n``: a point on
+    fewer than the line's most is drawn open and labelled)."""
     lines = []
     for recipe in names:
         mine = [item for item in items if item.recipe == recipe and item.mean is not None]
@@ -138,7 +139,7 @@ def batch_lines(items: Sequence[Aggregate], names: Sequence[str]) -> list[Line]:
         if mine:
             lines.append(Line(recipe, [item.global_batch for item in mine], [e.mean for e in estimates],
                               low=[e.low if e.n > 1 else None for e in estimates],
-                              high=[e.high if e.n > 1 else None for e in estimates]))
+                              high=[e.high if e.n > 1 else None for e in estimates], n=[e.n for e in estimates]))
     return lines
 
 
@@ -218,25 +219,51 @@ def applied_schedules(records: Sequence[RunRecord]) -> dict[str, list[Line]]:
 # Steps to target, critical batch, noise scale ---------------------------------------------
 
 
-def _reached_in_first_epoch(record: RunRecord, target: float, metric: str) -> bool:
-    first = record.result.history[0].get(metric) if record.result.history else None
-    return first is not None and first >= target
+def _reached_at_first_measurement(record: RunRecord, target: float, metric: str) -> bool:
+    """Whether ``metric`` met ``target`` at its first measurement (the first validation point, or
+    the first epoch's end): the count is then an upper bound."""
+    measured = measured_points(record.result.history, record.result.steps_per_epoch, metric, record.result.validation_points)
+    return bool(measured) and measured[0][1] >= target
+
+
+def _record_steps(record: RunRecord, target: float, metric: str) -> float | None:
+    result = record.result
+    return steps_to_target(result.history, result.steps_per_epoch, target, metric, points=result.validation_points)
+
+
+def validation_every(records: Sequence[RunRecord]) -> list[int]:
+    """The distinct ``training.validation_every_steps`` of the runs that measured validation
+    points (empty when every count comes from epoch ends)."""
+    return sorted({int(r.result.config.get("training", {}).get("validation_every_steps"))
+                   for r in records if r.result.validation_points and r.result.config.get("training", {}).get("validation_every_steps")})
+
+
+def resolution_text(records: Sequence[RunRecord]) -> str:
+    """How the counts were read: between validation points every N steps, or between epoch ends."""
+    every = validation_every(records)
+    if not every:
+        return "interpolated between epoch ends"
+    steps = " or ".join(f"{n:,}" for n in every)
+    mixed = "" if all(r.result.validation_points for r in records if r.ok) else "; between epoch ends for runs without points"
+    return f"interpolated between validation points measured every {steps} steps{mixed}"
 
 
 def steps_rows(records: Sequence[RunRecord], target: float, metric: str) -> list[dict[str, Any]]:
     """Per (recipe, global batch): mean steps to ``target`` over the seeds that reached it, with
     its 95% Student-t interval (``low``, ``high``, ``df``); ``reached`` of ``ok_runs`` ok runs (of
     ``runs``); ``seed_steps``, each of those seeds' steps (what ``critical_batch`` resamples);
-    ``upper_bound`` when a seed reached it by the end of its first epoch (the first point
-    measured), so the true count may be lower."""
+    ``upper_bound`` when a seed reached it at its first measurement (its first validation point,
+    or the end of its first epoch), so the true count may be lower. Counts are read from a run's
+    validation points every N steps when it has them (``training.validation_every_steps``), from
+    its epoch ends otherwise (``lbtrain.measures.steps_to_target``)."""
     rows = []
-    for item in aggregate(records, lambda r: steps_to_target(r.result.history, r.result.steps_per_epoch, target, metric)):
+    for item in aggregate(records, lambda r: _record_steps(r, target, metric)):
         group = [r for r in records if r.recipe == item.recipe and r.global_batch == item.global_batch]
         estimate = item.estimate()
         rows.append({"recipe": item.recipe, "global_batch": item.global_batch, "world_size": item.world_size,
                      "steps_to_target": item.mean, "low": estimate.low, "high": estimate.high, "df": estimate.df, "reached": item.runs,
                      "ok_runs": item.ok_runs, "runs": len(group), "seed_steps": list(item.values),
-                     "upper_bound": any(r.ok and _reached_in_first_epoch(r, target, metric) for r in group)})
+                     "upper_bound": any(r.ok and _reached_at_first_measurement(r, target, metric) for r in group)})
     return rows
 
 
@@ -262,7 +289,8 @@ def _steps_text(row: dict[str, Any]) -> str:
 
 
 def steps_panel(rows: Sequence[dict[str, Any]], records: Sequence[RunRecord], fit: CriticalBatchFit) -> list[Line | Mark]:
-    """Per recipe, measured steps (with bands) as a line; upper bounds as down-pointing marks;
+    """Per recipe, measured steps (with bands) as a line, each point with the seeds that reached
+    the target (``Line.n``: survivors are drawn open and labelled); upper bounds as down-pointing marks;
     ok runs that never reached the target as marks on the top edge; runs that were not ok on
     the bottom edge; the perfect-scaling line through the smallest batch of the best recipes
     (``best_steps``: every seed reached, not a bound), and the critical-batch fit when there is one."""
@@ -272,7 +300,7 @@ def steps_panel(rows: Sequence[dict[str, Any]], records: Sequence[RunRecord], fi
         if measured:
             items.append(Line(recipe, [r["global_batch"] for r in measured], [r["steps_to_target"] for r in measured],
                               low=[r["low"] if r["reached"] > 1 else None for r in measured],
-                              high=[r["high"] if r["reached"] > 1 else None for r in measured]))
+                              high=[r["high"] if r["reached"] > 1 else None for r in measured], n=[r["reached"] for r in measured]))
         mine = [r for r in rows if r["recipe"] == recipe]
         items += [Mark("upper bound", recipe, r["global_batch"], r["steps_to_target"]) for r in mine
                   if r["upper_bound"] and r["steps_to_target"] is not None]
@@ -550,9 +578,9 @@ def _steps_section(report: _Report, records: Sequence[RunRecord], target: float 
         report.summary["noise_scale"] = {**noise_summary, "runs_at_target": noise}
     report.add(
         "## Steps to target",
-        f"Optimizer steps until `{metric}` first reaches **{target:.3f}** (interpolated between epoch ends; mean over the seeds "
+        f"Optimizer steps until `{metric}` first reaches **{target:.3f}** ({resolution_text(records)}; mean over the seeds "
         f"that reached it). Perfect scaling halves the steps when the batch doubles (Shallue et al. 2018). "
-        f"≤ marks a count reached by the end of the first epoch, the first point measured: an upper bound.",
+        f"≤ marks a count reached at the first point measured: an upper bound.",
         markdown_table(["recipe", "global batch", "steps to target", "reached"],
                        [[row["recipe"], row["global_batch"], _steps_text(row), f"{row['reached']}/{row['runs']}"] for row in rows]),
         "### Critical batch (McCandlish et al. 2018)",

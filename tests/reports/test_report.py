@@ -208,7 +208,7 @@ def test_batch_figures_keep_every_bad_run_as_a_mark_and_band_only_with_two_seeds
     records = [synthetic("a", 1, 0, [0.5], test=0.80), synthetic("a", 1, 1, [0.5], test=0.84), synthetic("a", 4, 0, [0.5], test=0.70),
                synthetic("a", 4, 1, [0.1], "diverged"), synthetic("b", 4, 0, [0.1], "collapsed"), synthetic("b", 4, 1, [0.1], "collapsed")]
     (line,) = batch_lines(aggregate(records, column("test_accuracy")), ["a", "b"])  # "b" has no ok run: no line ...
-    assert line.x == [16, 64] and line.y == pytest.approx([0.82, 0.70])
+    assert line.x == [16, 64] and line.y == pytest.approx([0.82, 0.70]) and line.n == [2, 1]  # seeds behind each point
     # Two seeds 0.80 and 0.84: 0.82 ± t(0.975, 1) * 0.02; one seed: no band.
     half = scipy.stats.t.ppf(0.975, 1) * 0.02
     assert line.low == pytest.approx([0.82 - half, None]) and line.high == pytest.approx([0.82 + half, None])
@@ -227,8 +227,8 @@ def test_arms_compared_at_one_batch_get_a_position_each_and_keep_their_marks():
     panels, axis = comparison_axis(records, {"test": [*batch_lines(aggregate(records, column("test_accuracy")), ["SB", "LB", "LB longer"]),
                                                       *status_marks(records)]})
     assert axis == {"xlabel": "arm (global batch)", "log2_x": False, "x_labels": {1: "SB (16)", 2: "LB (64)", 3: "LB longer (64)"}}
-    assert panels["test"] == [Line("SB", [1], [0.86], [None], [None]), Line("LB", [2], [0.84], [None], [None]),
-                              Line("LB longer", [3], [0.88], [None], [None]), Mark("diverged", "LB longer", 3)]
+    assert panels["test"] == [Line("SB", [1], [0.86], [None], [None], n=[1]), Line("LB", [2], [0.84], [None], [None], n=[1]),
+                              Line("LB longer", [3], [0.88], [None], [None], n=[1]), Mark("diverged", "LB longer", 3)]
     (axes,) = draw_panels(panels, ylabel="test accuracy", **axis).axes
     assert [label.get_text() for label in axes.get_xticklabels()] == ["SB (16)", "LB (64)", "LB longer (64)"]
     # A recipe at several batches, or one arm per batch: the batch axis shows them apart.
@@ -256,12 +256,38 @@ def test_steps_rows_best_steps_and_failures_on_synthetic_runs():
     fit = critical_batch(rows)
     assert not fit.fitted and fit.excluded == ({"recipe": "b", "global_batch": 32, "reached": 1, "runs": 1, "upper_bound": True},)
     panel = steps_panel(rows, records, fit)
-    assert panel[0] == Line("a", [16, 32], pytest.approx([20.0, 7.5]), low=[None, None], high=[None, None])
+    assert panel[0] == Line("a", [16, 32], pytest.approx([20.0, 7.5]), low=[None, None], high=[None, None], n=[1, 1])
     assert panel[1:4] == [Mark("upper bound", "b", 32, 5.0), Mark("not reached", "b", 64), Mark("diverged", "b", 64)]
     assert panel[4] == Line("perfect scaling", [16, 32], [20.0, 10.0], reference=True) and len(panel) == 5  # no fit from 2 points
     # One seed a group: no interval, so no arm is worse than the reference by the decision rule; the diverged run is listed.
     found = failures(records, aggregate(records, column("test_accuracy")))
     assert [failure_sentence(f) for f in found] == ["`b` at global batch 64 (world 4, seed 0, lr 0.4) diverged: loss became nan"]
+
+
+def test_steps_to_target_reads_validation_points_when_a_run_has_them_and_epoch_ends_otherwise():
+    """Run a (world 1, 10 steps an epoch, points every 4 steps) crosses 0.7 between its points at
+    steps 8 (0.6) and 12 (0.8): 10 steps, where its epoch ends alone would say 15 (0.5 at 10, 0.9
+    at 20). A run whose first point already meets the target is an upper bound; the run without
+    points is read at its epoch ends, and the report says which."""
+    from lbtrain.reports.report import resolution_text, steps_rows
+
+    points = [{"step": 4, "val_accuracy": 0.3}, {"step": 8, "val_accuracy": 0.6}, {"step": 12, "val_accuracy": 0.8},
+              {"step": 16, "val_accuracy": 0.85}]
+    finer = synthetic("a", 1, 0, [0.5, 0.9])
+    finer.result.validation_points, finer.result.config = points, {"training": {"validation_every_steps": 4}}
+    early = synthetic("a", 1, 1, [0.8, 0.9])
+    early.result.validation_points = [{"step": 4, "val_accuracy": 0.75}, {"step": 8, "val_accuracy": 0.8}]
+    early.result.config = {"training": {"validation_every_steps": 4}}
+    coarse = synthetic("a", 2, 0, [0.6, 0.8])
+    rows = steps_rows([finer, early, coarse], 0.7, "val_accuracy")
+    assert [(r["global_batch"], r["seed_steps"], r["upper_bound"]) for r in rows] == [
+        (16, pytest.approx([10.0, 4.0]), True), (32, pytest.approx([7.5]), False)]
+    assert steps_rows([finer], 0.7, "val_accuracy")[0]["steps_to_target"] == pytest.approx(10.0)
+    assert steps_rows([finer], 0.7, "val_accuracy")[0]["upper_bound"] is False
+    assert resolution_text([finer, early]) == "interpolated between validation points measured every 4 steps"
+    assert resolution_text([finer, coarse]) == ("interpolated between validation points measured every 4 steps; between "
+                                                "epoch ends for runs without points")
+    assert resolution_text([coarse]) == "interpolated between epoch ends"
 
 
 def with_noise(record, *rows):
