@@ -23,6 +23,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--seeds", type=arguments.positive_int, metavar="N",
                         help="fresh final seeds per arm (default 5; fewer than 3 make an exploratory study whose answer "
                              "flags every claim)")
+    parser.add_argument("--tuning-seeds", type=arguments.positive_int, metavar="N",
+                        help="seeds each tuning trial trains and is scored on (their mean validation accuracy; default 2)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the design and its price (the probe trains a few steps at each global batch), run nothing")
     parser.add_argument("--storage", help="an SQLAlchemy URL for the tuning studies (default: $LBTRAIN_STORAGE, else sweep.storage, "
@@ -54,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     if sizes is None and len(experiment.grid.get("world_sizes", [])) > 1:
         sizes = parse_world_sizes(",".join(map(str, experiment.grid["world_sizes"])))
     design = design_study(experiment, training_size(experiment), sizes, min_updates=args.min_updates or MIN_UPDATES,
-                          seeds=args.seeds)
+                          seeds=args.seeds, tuning_seeds=args.tuning_seeds)
     probe = probe_costs(design_configs(design).values())
     if args.budget is not None:
         design, price = trim_to_budget(design, args.budget, probe)

@@ -13,6 +13,9 @@ Per world size W (global batch B = W x b):
   ``inconclusive``;
 - **what each rule costs** against the LR tuned at W: tuned − rule (Welch).
 
+The tuned LR's exponent in the batch per recipe (``lbtrain.reports.scaling_laws.lr_exponent``, from the
+tuning trials), beside the rules' 0.5 and 1.
+
 Across world sizes: *the linear rule holds up to N* (the largest world size at which the linear
 rule's arm, carried from the reference tuning, ``matches`` the reference's chosen arm, every
 smaller one matching too) and *the first N where it is worse*, else "not reached within the
@@ -36,6 +39,7 @@ from typing import Any, Mapping, Sequence
 
 from lbtrain.reports.decisions import DEFAULT_CLAIM_MARGIN, TIED_WITH_THE_BEST, WORSE, claim, standing
 from lbtrain.reports.regime import MAX_BATCH_FRACTION, MIN_UPDATES
+from lbtrain.reports.scaling_laws import LrExponentFit
 from lbtrain.reports.statistics import Estimate, difference_interval, mean_interval
 from lbtrain.results import ANSWER_FIGURES, FIGURES_FOLDER
 from lbtrain.verdict import is_ok
@@ -67,7 +71,8 @@ class StudyFacts:
     size, the reference world size, each world size's planned updates, the design's lines, the
     searched studies' edge flags (study name -> best interior or not) and the tuning seconds.
     ``updates`` and ``global_batches`` map each world size of the design to its planned updates
-    and global batch (a world size may have no finished run to read them from)."""
+    and global batch (a world size may have no finished run to read them from). ``lr_exponents``:
+    per recipe, the exponent of its tuned LR in the batch (``LrExponentFit.to_dict()``)."""
 
     experiment: str
     model: str
@@ -79,6 +84,7 @@ class StudyFacts:
     design: Sequence[str] = ()
     interior: Mapping[str, bool] = dataclasses.field(default_factory=dict)
     tuning_seconds: float = 0.0
+    lr_exponents: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
 
 
 def _rows(summary: Sequence[Mapping[str, Any]], label: str, world_size: int) -> list[Mapping[str, Any]]:
@@ -234,6 +240,7 @@ def answer_data(summary: Sequence[Mapping[str, Any]], arms: Sequence[ArmSpec], f
         "per_world_size": per_world,
         "linear_rule_holds_up_to": holds, "first_worse": first_worse,
         "noise_scale": _noise_scale(summary, histories or {}),
+        "lr_exponent": {recipe: dict(fit) for recipe, fit in facts.lr_exponents.items()},
         "controls": controls,
         "flags": _flags(per_world, summary, facts, controls),
         "machine_hours": seconds / 3600,
@@ -301,6 +308,11 @@ def answer_markdown(answer: Mapping[str, Any]) -> str:
                         "size − rule):\n\n" + markdown_table(
                             ["world", "rule", "test acc [95% CI]", f"− world {reference}", "decision", "cost (tuned − rule)", "not ok"],
                             rule_rows))
+    if answer.get("lr_exponent"):
+        sections.append("The tuned LR against the global batch, per recipe (`lr ~ B^alpha`: 1 is the linear rule, 0.5 the "
+                        "sqrt rule; least squares over the log of each world size's top 3 ok trials' LRs, bootstrap interval "
+                        "over trials):\n\n" + "\n".join(f"- {recipe}: {LrExponentFit.from_dict(fit).describe()}"
+                                                         for recipe, fit in answer["lr_exponent"].items()))
     if answer["controls"]:
         sections.append("Convergence controls (the arm trained longer, same seeds):\n\n" + markdown_table(
             ["world", "arm", "factor", "longer: test acc", "gain (longer − arm)", "decision"],

@@ -106,3 +106,24 @@ def test_a_world_size_without_a_finished_run_still_has_its_batch_and_says_no_arm
     assert (large["global_batch"], large["use"], large["decision"]) == (128, None, "inconclusive")
     assert "world 4: no arm had every seed ok" in answer["flags"]
     assert "holds up to: **no larger world size shown**; its decision at each world size: none measured." in answer_markdown(answer)
+
+
+def test_the_tuned_lrs_exponent_in_the_batch_is_stated_with_its_interval():
+    import dataclasses
+
+    from lbtrain.reports.scaling_laws import lr_exponent
+
+    # Trials whose best LR grows as B^0.5: the fit says 0.5, and the answer carries it as fitted.
+    trials = {b: [{"learning_rate": 0.1 * (b / 32) ** 0.5 * f, "validation_accuracy": a}
+                  for f, a in ((1, 0.9), (2, 0.89), (0.5, 0.88))] for b in (32, 128, 512, 2048)}
+    fit = lr_exponent(trials).to_dict()
+    facts = dataclasses.replace(FACTS, lr_exponents={"momentum+warmup": fit})
+    answer = answer_data(summary(), arms(), facts)
+    assert answer["lr_exponent"]["momentum+warmup"]["alpha"] == pytest.approx(0.5)
+    text = answer_markdown(answer)
+    low, high = fit["alpha_95_low"], fit["alpha_95_high"]
+    assert low < 0.5 < high
+    assert (f"- momentum+warmup: tuned lr ~ global_batch^0.50 (95% CI {low:.2f} to {high:.2f}; top 3 ok trials at each of 4 "
+            "batch sizes)") in text
+    assert "lr_exponent" in answer_data(summary(), arms(), FACTS) and "The tuned LR against" not in answer_markdown(
+        answer_data(summary(), arms(), FACTS))

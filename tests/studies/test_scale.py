@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_own_model import write_package
+from helpers import write_package
 
 from lbtrain.config import load_experiment
 from lbtrain.reports.decisions import claim
@@ -72,8 +72,9 @@ def test_bad_input_is_one_line_exit_2_before_anything_runs(project, lbtrain_here
 
 @pytest.mark.slow
 def test_a_tiny_study_answers_from_its_runs_and_a_rerun_trains_nothing(project, lbtrain_here):
-    # Two seeds, as a CI-sized first look: the protocol runs it as exploratory and the answer flags every world size.
-    arguments = ("scale", "experiment.yaml", "--world-sizes", "1,4", "--seeds", "2", "--min-updates", "120")
+    # Two seeds, as a CI-sized first look: the protocol runs it as exploratory and the answer flags every world size;
+    # one tuning seed (the design's 2 would double the tuning).
+    arguments = ("scale", "experiment.yaml", "--world-sizes", "1,4", "--seeds", "2", "--tuning-seeds", "1", "--min-updates", "120")
     result = lbtrain_here(*arguments, cwd=project)
     assert result.returncode == 0, result.stderr[-3000:]
     folder = project / "results" / "own_scale"

@@ -132,3 +132,10 @@ def test_a_simulated_study_pays_one_process_start_trials_none():
     costs = probe({32: 0.01, 128: 0.02})
     started = price_design(design, costs).total - price_design(design, dataclasses.replace(costs, launch_seconds=0.0)).total
     assert started == pytest.approx(3.0)
+
+
+def test_tuning_seeds_can_be_set_and_never_meet_a_final_seed():
+    assert design_study(experiment(), 40_000, [1, 4], tuning_seeds=1).protocol_experiment().protocol.tuning_seeds == [0]
+    three = design_study(experiment(), 40_000, [1, 4], tuning_seeds=3)
+    assert three.tuning_seeds == (0, 100, 200) and not set(three.tuning_seeds) & set(three.seeds)
+    assert "each trial scored on validation, on the mean of seeds 0, 100, 200" in "\n".join(describe_design(three))

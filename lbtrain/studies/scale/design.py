@@ -180,10 +180,11 @@ def _check_sizes(sizes: list[int], update_batch: int, train_size: int) -> None:
 
 
 def design_study(experiment: ExperimentConfig, train_size: int, world_sizes: list[int] | None = None, *,
-                 min_updates: int = MIN_UPDATES, seeds: int | None = None) -> ScaleDesign:
+                 min_updates: int = MIN_UPDATES, seeds: int | None = None, tuning_seeds: int | None = None) -> ScaleDesign:
     """The full design (module doc) for ``experiment`` on a training set of ``train_size``
     samples at ``world_sizes`` (default ``default_world_sizes``), every run at least
-    ``min_updates`` updates, ``seeds`` final seeds (default ``FINAL_SEEDS``). ``ConfigError`` for
+    ``min_updates`` updates, ``seeds`` final seeds (default ``FINAL_SEEDS``), each trial scored
+    on ``tuning_seeds`` seeds (default ``len(TUNING_SEEDS)``: 0, 100, 200, ...). ``ConfigError`` for
     a world size the data cannot fill, or an experiment the design cannot take (a grid, a protocol)."""
     if experiment.protocol is not None or set(experiment.grid) - {"world_sizes"}:
         raise ConfigError("lbtrain scale designs the grid and the protocol itself: give an experiment with a base run only "
@@ -199,7 +200,12 @@ def design_study(experiment: ExperimentConfig, train_size: int, world_sizes: lis
     layerwise = LAYERWISE.get(optimizer, (None,))[0]
     recipe = f"{optimizer}+warmup"
     return ScaleDesign(experiment, train_size, worlds, epochs, min_updates, warmup, recipe, layerwise,
-                       tuple(range(1, (seeds or FINAL_SEEDS) + 1)), TUNING_SEEDS, 3, (sizes[0], sizes[-1]))
+                       tuple(range(1, (seeds or FINAL_SEEDS) + 1)), _tuning_seeds(tuning_seeds), 3, (sizes[0], sizes[-1]))
+
+
+def _tuning_seeds(count: int | None) -> tuple[int, ...]:
+    """``TUNING_SEEDS``, or ``count`` seeds 0, 100, 200, ... (never a final seed 1..N while N < 100)."""
+    return TUNING_SEEDS if count is None else tuple(100 * index for index in range(count))
 
 
 def lr_grid(base_lr: float) -> dict[str, Any]:

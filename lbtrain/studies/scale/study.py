@@ -199,6 +199,7 @@ def _tuning_seconds(experiment: ExperimentConfig, storage: str) -> tuple[float, 
 def answer_from_results(design: ScaleDesign, storage: str) -> dict[str, Any]:
     """Reads the study's runs and writes ``answer.json``, ``answer.md`` and its figures; returns the answer."""
     from lbtrain.reports.tables import load_records
+    from lbtrain.studies.protocol import protocol_arms, recipe_lr_fits
 
     experiment = design.protocol_experiment()
     folder = experiment.results_dir
@@ -210,7 +211,8 @@ def answer_from_results(design: ScaleDesign, storage: str) -> dict[str, Any]:
     base = run_config_from_dict(experiment.base_run())
     facts = StudyFacts(experiment.name, str(base.model.name), str(base.data.dataset), design.train_size, design.reference,
                        {world.world_size: world.updates for world in design.worlds},
-                       {world.world_size: world.global_batch for world in design.worlds}, describe_design(design), interior, seconds)
+                       {world.world_size: world.global_batch for world in design.worlds}, describe_design(design), interior, seconds,
+                       recipe_lr_fits(experiment, protocol_arms(experiment), storage))
     answer = answer_data(summary, arms, facts, histories=histories)
     write_json_atomic(folder / ANSWER_FILE, answer)
     write_answer_figures(answer, summary, arms, folder / FIGURES_FOLDER)
