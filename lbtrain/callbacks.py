@@ -4,6 +4,7 @@ lbtrain's own runs keep the learning rate in a schedule object (``lbtrain.schedu
 ``LearningRateWarmup`` is for models compiled with a float learning rate, the way Horovod's
 examples warm up, and ``LearningRateLogger`` records the rate actually applied either way.
 The trainer adds ``Throughput``, ``DivergenceGuard``, ``BudgetStop`` and ``GeneralizationGap`` to every run,
+``ValidationPoints`` when ``training.validation_every_steps`` asks for validation between epoch ends,
 and ``GradientNoiseScale`` when the run's ``analysis.noise_scale`` asks for it and its world
 cannot measure it inside the train step (``lbtrain.train_step``): one simulated worker with batch
 norm, whose batch a split would change.
@@ -357,10 +358,57 @@ class BudgetStop(tf.keras.callbacks.Callback):
             self.model.stop_training = True
 
     def on_epoch_end(self, epoch, logs=None):
+        if self.reached_step is not None:  # met at a validation point inside the epoch (``ValidationPoints``)
+            self.model.stop_training = True
+            return
         value = (logs or {}).get(self.stop_at.metric) if self.stop_at is not None else None
         if value is not None and math.isfinite(float(value)) and self.stop_at.reached(float(value)):
             self.reached_step = self._step()
             self.model.stop_training = True
+
+
+class ValidationPoints(tf.keras.callbacks.Callback):
+    """Validation every ``every`` optimizer steps (``training.validation_every_steps``), beside
+    Keras's validation at epoch ends: after the update that makes the optimizer's step a multiple
+    of ``every``, ``evaluate()`` gives ``{"val_loss": ..., "val_accuracy": ...}`` on the whole
+    validation split, appended to ``points`` as ``{"step": step, **values}``. ``evaluate`` must not
+    touch the model's compiled metrics (the trainer's computes its own sums), so the epoch's
+    training means are unchanged, and must give every rank the same numbers (the trainer's
+    averages the per-rank sums over ranks, as the epoch-end validation is averaged): every rank
+    then takes the same decision at the same step.
+
+    With a ``stop_at`` on ``val_accuracy`` and a ``budget`` (the run's ``BudgetStop``), the first
+    point that meets the target sets ``budget.reached_step`` to its step and stops training there,
+    not at the end of its epoch. Each epoch's log gets ``step`` (the optimizer's step at its end), so
+    a last epoch cut short by a point says where it ended. ``points`` starts from ``previous`` (a
+    resumed run's, restored with its checkpoint)."""
+
+    def __init__(self, every: int, evaluate, stop_at=None, budget: BudgetStop | None = None, previous=()):
+        super().__init__()
+        if not isinstance(every, int) or every < 1:
+            raise ValueError(f"every must be a positive integer, got {every!r}")
+        self.every, self.evaluate, self.stop_at, self.budget = every, evaluate, stop_at, budget
+        self.points: list[dict[str, float]] = [dict(point) for point in previous]
+        self._epoch_start = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_start = optimizer_step(self.model.optimizer)
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = self._epoch_start + batch + 1  # the optimizer's step after this batch (no variable read)
+        if step % self.every or (self.points and self.points[-1]["step"] >= step):
+            return
+        point = {"step": step, **{key: float(value) for key, value in self.evaluate().items()}}
+        self.points.append(point)
+        value = point.get(self.stop_at.metric) if self.stop_at is not None else None
+        if (self.budget is not None and self.budget.reached_step is None and value is not None and math.isfinite(value)
+                and self.stop_at.reached(value)):
+            self.budget.reached_step = step
+            self.model.stop_training = True
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            logs["step"] = optimizer_step(self.model.optimizer)
 
 
 class GeneralizationGap(tf.keras.callbacks.Callback):

@@ -137,7 +137,9 @@ class RunResult:
     and new world size, old and new learning rate), empty for a fixed world. ``experiment``: the
     name of the experiment whose results folder the run was written in (``write_run`` reads it
     from the folder's ``owner.json``; None outside one, and in runs written before it was kept),
-    so a run copied into another experiment's folder is told apart.
+    so a run copied into another experiment's folder is told apart. ``validation_points``: with
+    ``training.validation_every_steps``, the validation loss and accuracy measured every N steps
+    (``{"step", "val_loss", "val_accuracy"}``, ``lbtrain.callbacks.ValidationPoints``), empty otherwise.
     """
 
     config: dict[str, Any]
@@ -158,6 +160,7 @@ class RunResult:
     world_changes: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     task: str = "classification"
     experiment: str | None = None
+    validation_points: list[dict[str, float]] = dataclasses.field(default_factory=list)
     model: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     def __post_init__(self):

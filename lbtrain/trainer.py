@@ -27,7 +27,15 @@ import numpy as np
 import tensorflow as tf
 
 from lbtrain._keras import optimizer_step
-from lbtrain.callbacks import BudgetStop, DivergenceGuard, GeneralizationGap, GradientNoiseScale, LearningRateLogger, Throughput
+from lbtrain.callbacks import (
+    BudgetStop,
+    DivergenceGuard,
+    GeneralizationGap,
+    GradientNoiseScale,
+    LearningRateLogger,
+    Throughput,
+    ValidationPoints,
+)
 from lbtrain.config import ConfigError, RunConfig
 from lbtrain.data import Dataset, make_input_pipeline, sample_stream, steps_per_epoch
 from lbtrain.elastic import ElasticLearningRate, WorldChange, WorldSegment, plan_run, replay_changes
@@ -51,7 +59,8 @@ class _RunState:
     (NaN until measured) and the history so far (as JSON in a string variable, so it is saved
     in the same atomic checkpoint)."""
 
-    def __init__(self, model: tf.keras.Model, optimizer: tf.keras.optimizers.Optimizer, elastic_job: bool = False):
+    def __init__(self, model: tf.keras.Model, optimizer: tf.keras.optimizers.Optimizer, elastic_job: bool = False,
+                 validation_points: bool = False):
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
         self.initial_loss = tf.Variable(math.nan, dtype=tf.float64, trainable=False, name="initial_loss")
         self.history_json = tf.Variable("[]", dtype=tf.string, trainable=False, name="history")
@@ -59,6 +68,10 @@ class _RunState:
         # its steps do not say how many samples were seen. Only its checkpoints hold it.
         self.progress_json = tf.Variable("{}", dtype=tf.string, trainable=False, name="progress") if elastic_job else None
         extra = {"progress": self.progress_json} if elastic_job else {}
+        # The validation points so far (``training.validation_every_steps``): only such runs' checkpoints hold them.
+        self.points_json = tf.Variable("[]", dtype=tf.string, trainable=False, name="validation_points") if validation_points else None
+        if validation_points:
+            extra["validation_points"] = self.points_json
         self.checkpoint = tf.train.Checkpoint(
             model=model, optimizer=optimizer, epoch=self.epoch, initial_loss=self.initial_loss, history=self.history_json, **extra,
         )
@@ -66,6 +79,10 @@ class _RunState:
     def progress(self) -> dict[str, Any]:
         """The restored progress of an elastic job (empty if none)."""
         return json.loads(self.progress_json.numpy().decode()) if self.progress_json is not None else {}
+
+    def points(self) -> list[dict[str, float]]:
+        """The restored validation points (empty if none)."""
+        return json.loads(self.points_json.numpy().decode()) if self.points_json is not None else []
 
     def restore(self, directory: Path, set_aside: bool = True) -> tuple[int, list[dict], float | None]:
         """Restores the latest checkpoint of ``directory`` if any; returns (epochs done, history,
@@ -139,6 +156,8 @@ class _RunCheckpoint(tf.keras.callbacks.Callback):
         self.history = list(previous_history)
         # An elastic job's: what its progress is at an epoch end (``_fit_elastic_job`` sets it).
         self.progress: Callable[[], dict[str, Any]] | None = None
+        # The run's validation points (``ValidationPoints.points``) when it measures them between epoch ends.
+        self.points: Callable[[], list[dict[str, float]]] | None = None
         self.manager = tf.train.CheckpointManager(state.checkpoint, str(directory), max_to_keep=1)
 
     def on_epoch_end(self, epoch, logs=None):
@@ -150,6 +169,8 @@ class _RunCheckpoint(tf.keras.callbacks.Callback):
         self.state.history_json.assign(json.dumps(finite_or_none(self.history)))
         if self.progress is not None:
             self.state.progress_json.assign(json.dumps(self.progress()))
+        if self.points is not None:
+            self.state.points_json.assign(json.dumps(finite_or_none(self.points())))
         if self.world.is_root:
             self.manager.save(checkpoint_number=epoch + 1)
             return
@@ -289,6 +310,7 @@ class _Callbacks:
     previous_history: list[dict[str, float]]
     checkpoint: "_RunCheckpoint | None" = None
     progress: dict[str, Any] = dataclasses.field(default_factory=dict)
+    validation_points: ValidationPoints | None = None
 
 
 def make_callbacks(
@@ -298,7 +320,7 @@ def make_callbacks(
     throughput, gap, divergence guard, budget, noise scale, checkpoints, TensorBoard), then the
     caller's. A resumed run restores its checkpoint here."""
     settings = config.training
-    state = _RunState(built.model, built.optimizer, elastic_job=world.elastic)
+    state = _RunState(built.model, built.optimizer, elastic_job=world.elastic, validation_points=settings.validation_every_steps is not None)
     initial_epoch, previous_history, initial_loss = 0, [], None
     if resume and run_dir is not None:
         initial_epoch, previous_history, initial_loss = state.restore(run_dir / CHECKPOINT_FOLDER, set_aside=world.is_root)
@@ -311,6 +333,12 @@ def make_callbacks(
     guard = DivergenceGuard(settings.divergence_factor, world=world, initial_loss=initial_loss)
     budget = BudgetStop(built.total_steps, settings.stop_at)
     callbacks = [*world.callbacks(), LearningRateLogger(), Throughput(config.global_batch), GeneralizationGap(), guard, budget]
+    points = None
+    if settings.validation_every_steps is not None:
+        previous_points = state.points() if initial_epoch else []
+        points = ValidationPoints(settings.validation_every_steps, _validation_evaluator(config, built, world), settings.stop_at,
+                                  budget, previous=previous_points)
+        callbacks.append(points)
     if config.training.precise_bn_samples:
         callbacks.append(PreciseBatchNorm(built.data.x_train[:config.training.precise_bn_samples], config.training.per_worker_batch))
     noise_scale = noise_scale_tracker(built.model)
@@ -323,11 +351,44 @@ def make_callbacks(
     checkpoint = None
     if run_dir is not None and settings.checkpoint:
         checkpoint = _RunCheckpoint(run_dir / CHECKPOINT_FOLDER, state, guard, previous_history, world)
+        if points is not None:
+            checkpoint.points = lambda: points.points
         callbacks.append(checkpoint)
     if run_dir is not None and settings.tensorboard and world.is_root:
         callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=str(run_dir / "tensorboard")))
     callbacks.extend(extra)
-    return _Callbacks(callbacks, guard, budget, noise_scale, initial_epoch, previous_history, checkpoint, state.progress())
+    return _Callbacks(callbacks, guard, budget, noise_scale, initial_epoch, previous_history, checkpoint, state.progress(), points)
+
+
+def _validation_evaluator(config: RunConfig, built: _Built, world: World) -> Callable[[], dict[str, float]]:
+    """What ``ValidationPoints`` calls every N steps: ``{"val_loss", "val_accuracy"}`` on the whole
+    validation split, each rank summing over its shard and the sums averaged over ranks (as
+    ``evaluate`` does), so every rank gets the same numbers. It keeps its own loss and metric
+    (``compile_arguments`` again) and never calls Keras's ``evaluate``, which would reset the
+    compiled metrics and with them the epoch's running training means; batch-norm statistics are
+    recomputed first when the run asks for precise ones (``training.precise_bn_samples``)."""
+    settings, data, model = config.training, built.data, built.model
+    shard, shards = world.input_shard()
+    x, y = data.x_validation[shard::shards], data.y_validation[shard::shards]
+    loss_function, [metric] = compile_arguments(model, data)
+    batches = tf.data.Dataset.from_tensor_slices((x, y)).batch(settings.eval_batch)
+
+    @tf.function(reduce_retracing=True)
+    def batch_loss(inputs, targets):
+        outputs = model(inputs, training=False)
+        metric.update_state(targets, outputs)
+        return tf.cast(loss_function(targets, outputs), tf.float64) * tf.cast(tf.shape(targets)[0], tf.float64)
+
+    def evaluate() -> dict[str, float]:
+        if settings.precise_bn_samples:
+            recompute_batch_norm_statistics(model, data.x_train[:settings.precise_bn_samples], settings.per_worker_batch)
+        metric.reset_state()
+        loss = sum(float(batch_loss(inputs, targets)) for inputs, targets in batches) if len(x) else 0.0
+        accuracy = float(metric.result()) if len(x) else 0.0
+        totals = world.allreduce_mean([loss, accuracy * len(x), len(x)])
+        return {"val_loss": float(totals[0] / totals[2]), "val_accuracy": float(totals[1] / totals[2])}
+
+    return evaluate
 
 
 def fit(config: RunConfig, built: _Built, world: World, callbacks: _Callbacks, verbose: int) -> list[dict[str, float]]:
@@ -580,11 +641,12 @@ def train(
         factor=config.training.divergence_factor, margin=config.training.collapse_margin,
         instability_factor=config.training.instability_factor,
     )
-    return _result(config, built, verdict, guard.initial_loss, metrics, history, time.perf_counter() - started)
+    points = run_callbacks.validation_points.points if run_callbacks.validation_points is not None else []
+    return _result(config, built, verdict, guard.initial_loss, metrics, history, time.perf_counter() - started, points)
 
 
 def _result(config: RunConfig, built: _Built, verdict: Verdict, initial_loss: float | None, metrics: dict[str, float],
-            history: list[dict[str, float]], seconds: float) -> RunResult:
+            history: list[dict[str, float]], seconds: float, validation_points: list[dict[str, float]] = ()) -> RunResult:
     throughputs = [row["samples_per_second"] for row in history if "samples_per_second" in row]
     return RunResult(
         config=config.to_dict(),
@@ -607,5 +669,6 @@ def _result(config: RunConfig, built: _Built, verdict: Verdict, initial_loss: fl
         initial_loss=initial_loss,
         samples_per_second=float(np.mean(throughputs[1:] or throughputs)) if throughputs else 0.0,
         wall_time_seconds=seconds,
+        validation_points=list(validation_points),
         model=built.model,
     )

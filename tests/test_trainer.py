@@ -224,3 +224,59 @@ def test_goyal_case_linear_rule_at_4096_without_warmup_is_never_ok():
     result = train(run_config_from_dict(goyal_blow_up_run()), SimulatedWorld(32))
     assert result.status in ("diverged", "collapsed"), result.reason
     assert result.initial_loss == pytest.approx(math.log(10), abs=0.5)
+
+
+def test_validation_every_n_steps_records_points_at_multiples_of_n_beside_the_epoch_history():
+    """6 steps an epoch, 18 in all: validation every 5 steps gives points at steps 5, 10 and 15;
+    every 6 steps they fall on the epoch ends and equal Keras's epoch-end validation, and the
+    training means of the epochs are those of a run without points (its metrics are its own)."""
+    plain = train(config(training={"epochs": 3}), SimulatedWorld(4))
+    every_5 = train(config(training={"epochs": 3, "validation_every_steps": 5}), SimulatedWorld(4))
+    assert [point["step"] for point in every_5.validation_points] == [5, 10, 15]
+    assert all(set(point) == {"step", "val_loss", "val_accuracy"} for point in every_5.validation_points)
+    assert [row["epoch"] for row in every_5.history] == [1, 2, 3] and [row["step"] for row in every_5.history] == [6, 12, 18]
+    assert plain.validation_points == [] and "step" not in plain.history[0]
+    every_6 = train(config(training={"epochs": 3, "validation_every_steps": 6}), SimulatedWorld(4))
+    assert [point["step"] for point in every_6.validation_points] == [6, 12, 18]
+    for point, row, plain_row in zip(every_6.validation_points, every_6.history, plain.history):
+        assert point["val_accuracy"] == pytest.approx(row["val_accuracy"], abs=1e-6)
+        assert point["val_loss"] == pytest.approx(row["val_loss"], rel=1e-5)
+        assert (row["loss"], row["accuracy"]) == (plain_row["loss"], plain_row["accuracy"])
+    assert json.loads(json.dumps(every_5.to_dict()))["validation_points"] == every_5.validation_points
+    assert RunResult.from_dict(every_5.to_dict()).validation_points == every_5.validation_points
+
+
+def test_stop_at_a_validation_target_stops_at_the_first_validation_point_reaching_it():
+    """The target is the first point that beats every point before it: the run stops at that
+    point's step, inside its epoch (not at the epoch's end, a multiple of 6)."""
+    unstopped = train(config(training={"epochs": 3, "validation_every_steps": 5}), SimulatedWorld(4))
+    values = [point["val_accuracy"] for point in unstopped.validation_points]
+    first = next(i for i in range(1, len(values)) if values[i] > max(values[:i]))
+    target = values[first]
+    step = unstopped.validation_points[first]["step"]
+    stopped = train(config(training={"epochs": 3, "validation_every_steps": 5, "stop_at": {"val_accuracy": target}}),
+                    SimulatedWorld(4))
+    assert step % 6 and stopped.total_steps == step and stopped.metrics["target_reached_step"] == step
+    assert [point["step"] for point in stopped.validation_points] == [5 * (i + 1) for i in range(first + 1)]
+    assert stopped.validation_points[-1]["val_accuracy"] == pytest.approx(target, abs=1e-6)
+    assert stopped.history[-1]["step"] == step and len(stopped.history) == math.ceil(step / 6)
+    with pytest.raises(ConfigError, match=r"training.validation_every_steps needs a validation split"):
+        config(data={"validation_split": 0.0}, training={"validation_every_steps": 5})
+
+
+def test_a_resumed_run_keeps_the_validation_points_of_its_checkpoint(tmp_path):
+    run = config(training={"epochs": 3, "validation_every_steps": 4})
+    uninterrupted = train(run, SimulatedWorld(4))
+    with pytest.raises(KeyboardInterrupt):
+        train(run, SimulatedWorld(4), run_dir=tmp_path, callbacks=[StopAfterFirstEpoch()])
+    resumed = train(run, SimulatedWorld(4), run_dir=tmp_path, resume=True)
+    assert [point["step"] for point in resumed.validation_points] == [4, 8, 12, 16]
+    for a, b in zip(resumed.validation_points, uninterrupted.validation_points):
+        assert a["val_accuracy"] == pytest.approx(b["val_accuracy"], abs=1e-6)
+
+
+def test_validation_every_steps_enters_a_run_id_only_when_set():
+    from lbtrain.studies.plan import run_id
+
+    assert "validation_every_steps" not in config().identity()["training"]
+    assert run_id(config(), "a") != run_id(config(training={"validation_every_steps": 5}), "a")

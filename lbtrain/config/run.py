@@ -360,6 +360,14 @@ class TrainingConfig(_Strict):
     ``instability_factor`` x the lowest before it, after the first epoch, makes an ok run
     ``ok-unstable``.
 
+    ``validation_every_steps: N`` (null: at epoch ends only) also measures the validation loss and
+    accuracy every N optimizer steps (steps N, 2N, ...: ``lbtrain.callbacks.ValidationPoints``),
+    kept with their steps as the result's ``validation_points`` beside the per-epoch history; a
+    ``stop_at.val_accuracy`` then stops at the first such point that reaches it, not at the end of
+    its epoch, and steps to a target (``lbtrain.measures.steps_to_target``) are read from these
+    points, so the count is not quantized by epochs (at batch 32 on 54,000 samples an epoch is
+    1,687 steps). It needs a validation split.
+
     ``accumulation_steps: k`` makes every worker take k batches per update (gradient
     accumulation, Goyal et al. 2017 sec. 2), so one update averages the gradient over the
     global batch ``world_size * per_worker_batch * k``; LR scaling, warmup, decay, steps per
@@ -391,6 +399,7 @@ class TrainingConfig(_Strict):
     samples: int | None = Field(default=None, gt=0, le=MAX_SAMPLES)
     min_steps: int | None = Field(default=None, gt=0, le=MAX_STEPS)
     stop_at: StopAtConfig | None = None
+    validation_every_steps: int | None = Field(default=None, gt=0, le=MAX_STEPS)
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
     micro_batches: int = Field(default=1, gt=0)
     accumulation_steps: int = Field(default=1, gt=0)
@@ -516,7 +525,7 @@ class AnalysisConfig(_Strict):
 LATER_FIELD_DEFAULTS = {"data.task": "auto", "data.test_split": 0.2, "lr.warmup_type": "gradual", "training.accumulation_steps": 1,
                         "training.staleness": 0, "training.precise_bn_samples": None,
                         "training.jit_compile": "auto", "training.elastic": None, "training.stop_at.val_accuracy": None,
-                        "training.min_steps": None, "data.num_classes": None}
+                        "training.min_steps": None, "data.num_classes": None, "training.validation_every_steps": None}
 # Fields that only judge a finished run and never change how it trains, with the value a run id
 # hashes for them whatever they are set to (the default when ids were first computed; None: not
 # hashed, a field added later): a run judged by another margin is the same run, found done
@@ -549,6 +558,10 @@ class RunConfig(_Strict):
             raise ValueError("analysis.noise_scale cannot be combined with training.elastic yet (the noise scale is per global batch)")
         if settings.stop_at is not None and settings.stop_at.metric == "val_accuracy" and not self.data.validation_split:
             raise ValueError("training.stop_at.val_accuracy needs a validation split (data.validation_split > 0)")
+        if settings.validation_every_steps is not None and not self.data.validation_split:
+            raise ValueError("training.validation_every_steps needs a validation split (data.validation_split > 0)")
+        if settings.validation_every_steps is not None and settings.elastic is not None:
+            raise ValueError("training.validation_every_steps cannot be combined with training.elastic yet")
         if settings.samples is not None and settings.samples < self.global_batch:
             raise ValueError(f"training.samples ({settings.samples}) is less than one global batch ({self.global_batch})")
         if settings.epochs is not None and self.lr.warmup_epochs > settings.epochs:
