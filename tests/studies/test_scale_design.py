@@ -139,3 +139,17 @@ def test_tuning_seeds_can_be_set_and_never_meet_a_final_seed():
     three = design_study(experiment(), 40_000, [1, 4], tuning_seeds=3)
     assert three.tuning_seeds == (0, 100, 200) and not set(three.tuning_seeds) & set(three.seeds)
     assert "each trial scored on validation, on the mean of seeds 0, 100, 200" in "\n".join(describe_design(three))
+
+
+def test_the_grid_is_centred_on_the_experiments_rule_when_linear_or_sqrt():
+    sqrt = ExperimentConfig.model_validate({**experiment().model_dump(), "lr": {"base_lr": 0.05, "base_batch": 32, "rule": "sqrt"}})
+    design = design_study(sqrt, 40_000, [1, 4])
+    config = run_config_from_dict({**design.protocol_experiment().base_run(), "training": {
+        **design.protocol_experiment().training, "world_size": 4}})
+    from lbtrain.scaling import scale_learning_rate
+
+    lr = scale_learning_rate(config.lr.base_lr, config.lr.base_batch, config.global_batch, config.lr.rule)
+    assert design.centre_rule == "sqrt" and config.lr.rule == "sqrt" and lr == pytest.approx(0.05 * 2)  # sqrt(128 / 32) = 2
+    none = ExperimentConfig.model_validate({**experiment().model_dump(), "lr": {"base_lr": 0.05, "base_batch": 32, "rule": "none"}})
+    assert design_study(none, 40_000, [1, 4]).centre_rule == "linear"
+    assert "around the sqrt rule's value" in "\n".join(describe_design(design))

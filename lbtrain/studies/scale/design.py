@@ -12,8 +12,9 @@ design closes by construction (and states in its output):
   the design says which.
 - **Untuned or edge-tuned arms.** A recipe compared at one LR compares how lucky that LR was
   (Shallue et al. 2018; Nado et al. 2021). The LR is tuned at every world size on a log2 grid of
-  ``GRID_POINTS`` = 5 base LRs centred on the linear rule's value (``base_lr x 2^k``, k = -2..2,
-  each scaled by ``(B / base_batch)``), extended past an edge while the best sits on it
+  ``GRID_POINTS`` = 5 base LRs centred on the experiment's rule's value (``base_lr x 2^k``,
+  k = -2..2, each scaled by the experiment's ``lr.rule`` when it is linear or sqrt, else by the
+  linear rule: ``(B / base_batch)^e``, e = 1 or 0.5; sqrt for Adam, Malladi et al. 2022), extended past an edge while the best sits on it
   (``lbtrain.studies.search``), scored on validation, never test.
 - **One seed.** A trial is scored on the mean validation accuracy of ``TUNING_SEEDS`` (2; one
   seed's pick may not survive more seeds: in goyal_v3 the LR picked on one seed lost to its
@@ -124,6 +125,13 @@ class ScaleDesign:
     def _protocol(self) -> ExperimentConfig:
         return protocol_experiment(self)
 
+    @property
+    def centre_rule(self) -> str:
+        """The rule the tuned arms' LR grids are centred on: the experiment's ``lr.rule`` when it
+        is ``linear`` or ``sqrt``, else ``linear``."""
+        rule = self.experiment.lr.get("rule", "linear")
+        return rule if rule in ("linear", "sqrt") else "linear"
+
     def replace(self, **changes: Any) -> "ScaleDesign":
         return dataclasses.replace(self, **changes)
 
@@ -228,7 +236,7 @@ def protocol_experiment(design: ScaleDesign) -> ExperimentConfig:
     base = run_config_from_dict(user.base_run())
     training = {**user.training, "epochs": design.epochs, "steps": None, "samples": None, "min_steps": design.min_updates,
                 "seed": design.tuning_seeds[0], "world_size": design.reference}
-    recipe = {"label": design.recipe, "lr.warmup_epochs": design.warmup_epochs, "lr.rule": "linear"}
+    recipe = {"label": design.recipe, "lr.warmup_epochs": design.warmup_epochs, "lr.rule": design.centre_rule}
     variants = [recipe]
     search_by_recipe = {}
     if design.layerwise is not None:
@@ -296,7 +304,7 @@ def describe_design(design: ScaleDesign) -> list[str]:
     lines.append(f"arms: {design.recipe} (gradual warmup {design.warmup_epochs:g} epochs) tuned at every world size and carried "
                  f"from world {design.reference} by the {rules} rules"
                  + (f"; {design.layerwise}+warmup tuned at every world size" if design.layerwise else ""))
-    lines.append(f"LR grid: {GRID_POINTS} base LRs x 2^k (k = -2..2) around the linear rule's value, extended past an edge up to "
+    lines.append(f"LR grid: {GRID_POINTS} base LRs x 2^k (k = -2..2) around the {design.centre_rule} rule's value, extended past an edge up to "
                  f"{design.grid_extensions} times while the best sits on it; each trial scored on validation, on the mean of "
                  f"seed{'s' if len(design.tuning_seeds) > 1 else ''} {', '.join(map(str, design.tuning_seeds))}")
     lines.append(f"finals: each arm's best re-run with seeds {', '.join(map(str, design.seeds))} (never a tuning seed)"
