@@ -150,7 +150,7 @@ def _colors_of(panels: Mapping[str, Sequence[Line | Mark]], colors: Mapping[str,
 
 SHORT_FACE = "white"  # the face of a point on fewer seeds than its line's most (an open circle)
 SHORT_STYLE = "--"  # the segments into and out of it
-SHORT_LEGEND = "fewer seeds than the line's other points (n shown)"
+SHORT_LEGEND = "point on fewer seeds (n=k)"
 
 
 def _gaps(line: Line, marks: Sequence[Mark]) -> list[float]:

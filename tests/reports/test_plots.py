@@ -131,3 +131,65 @@ def test_importing_the_plots_and_the_report_loads_no_matplotlib():
     result = run_python("import sys, lbtrain.reports.plots, lbtrain.reports.report; print('matplotlib' in sys.modules)")
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "False"
+
+
+def drawn(axes, color):
+    """The lines of ``axes`` in ``color`` (its artists, in drawing order)."""
+    return [line for line in axes.get_lines() if matplotlib.colors.to_hex(line.get_color()).upper() == color]
+
+
+def segments(line):
+    """The segments ``line`` draws between finite points, as pairs of x."""
+    xs, ys = list(line.get_xdata()), list(line.get_ydata())
+    return [(xs[i], xs[i + 1]) for i in range(len(xs) - 1) if not any(y != y for y in (ys[i], ys[i + 1]))]
+
+
+def test_a_point_on_fewer_seeds_is_open_labelled_and_its_segments_dashed():
+    # Three batches with 3, 1 and 3 seeds (the middle one a survivor), and a line with the same seeds everywhere.
+    panels = {"steps to target": [Line("linear", [32, 64, 128], [400.0, 250.0, 150.0], low=[380.0, None, 140.0],
+                                       high=[420.0, None, 160.0], n=[3, 1, 3]),
+                                  Line("sqrt", [32, 64, 128], [400.0, 300.0, 220.0], n=[2, 2, 2]),
+                                  Mark("not reached", "linear", 64, count=2)]}
+    figure = draw_panels(panels, xlabel="global batch", ylabel="steps", colors={"linear": OKABE_ITO[0], "sqrt": OKABE_ITO[1]},
+                         log2_x=True)
+    (axes,) = figure.axes
+    solid, dashed, opened = drawn(axes, OKABE_ITO[0])[:3]
+    assert solid.get_linestyle() == "-" and segments(solid) == []  # no solid segment touches the survivor
+    assert dashed.get_linestyle() == "--" and segments(dashed) == [(32, 64), (64, 128)]  # into and out of it, dashed
+    assert solid.get_marker() == "o" and matplotlib.colors.to_hex(solid.get_markerfacecolor()).upper() == OKABE_ITO[0]  # filled
+    assert list(opened.get_xdata()) == [64] and opened.get_linestyle() == "None" and opened.get_marker() == "o"
+    assert matplotlib.colors.to_hex(opened.get_markerfacecolor()) == "#ffffff"  # open
+    assert matplotlib.colors.to_hex(opened.get_markeredgecolor()).upper() == OKABE_ITO[0]
+    labels = [text for text in axes.texts if text.get_text().startswith("n=")]
+    assert [(text.get_text(), text.xy) for text in labels] == [("n=1", (64.0, 250.0))]
+    # A line whose points all rest on the same seeds is drawn as before: one solid line, no label.
+    (sqrt,) = drawn(axes, OKABE_ITO[1])[:1]
+    assert sqrt.get_linestyle() == "-" and segments(sqrt) == [(32, 64), (64, 128)] and len(drawn(axes, OKABE_ITO[1])) == 1
+    assert "point on fewer seeds (n=k)" in [text.get_text() for text in figure.legends[0].get_texts()]
+
+
+def test_a_point_where_no_seed_gave_a_value_breaks_the_line_and_stays_a_mark_at_the_edge():
+    # n = 3, 0, 3: every run at 64 diverged. Given as a point without a value, or left out of the line: the same figure.
+    mark = Mark("diverged", "linear", 64, count=3)
+    for line in (Line("linear", [32, 64, 128], [0.9, None, 0.8], low=[0.88, None, 0.78], high=[0.92, None, 0.82], n=[3, 0, 3]),
+                 Line("linear", [32, 128], [0.9, 0.8], low=[0.88, 0.78], high=[0.92, 0.82], n=[3, 3])):
+        figure = draw_panels({"test accuracy": [line, mark]}, xlabel="global batch", ylabel="accuracy",
+                             colors={"linear": OKABE_ITO[0]}, log2_x=True)
+        (axes,) = figure.axes
+        line_artist, cross = drawn(axes, OKABE_ITO[0])
+        assert line_artist.get_linestyle() == "-" and segments(line_artist) == []  # nothing joins 32 to 128 across 64
+        assert [x for x, y in zip(line_artist.get_xdata(), line_artist.get_ydata()) if y == y] == [32, 128]
+        assert cross.get_marker() == "x" and 0 < cross.get_ydata()[0] < EDGE_STRIP  # the failures, at the bottom edge
+        assert [text.get_text() for text in axes.texts] == ["3"]  # the mark's count; no n label for a point with no value
+        bands = [collection for collection in axes.collections if collection.get_paths()
+                 and matplotlib.colors.to_hex(collection.get_facecolor()[0]).upper() == OKABE_ITO[0]]
+        assert [len(band.get_paths()) for band in bands] == [2]  # the band too, broken in two at 64
+
+
+def test_a_point_without_a_value_needs_its_runs_marked_and_its_count_zero():
+    with pytest.raises(ValueError, match="no value at x = 64 and no mark there"):
+        draw_panels({"p": [Line("a", [32, 64, 128], [0.9, None, 0.8], n=[3, 0, 3])]}, xlabel="b", ylabel="y", log2_x=True)
+    with pytest.raises(ValueError, match="n = 1 with value None"):
+        draw_panels({"p": [Line("a", [32, 64], [0.9, None], n=[3, 1]), Mark("failed", "a", 64)]}, xlabel="b", ylabel="y")
+    with pytest.raises(ValueError, match="n has 2 counts for 3 points"):
+        draw_panels({"p": [Line("a", [32, 64, 128], [0.9, 0.8, 0.7], n=[3, 1])]}, xlabel="b", ylabel="y")
