@@ -82,22 +82,32 @@ def section_staleness(results: Path) -> list[str]:
 def staleness_figure(results: Path) -> Path | None:
     """``staleness/figures/accuracy_vs_staleness.png``: test accuracy against the number of
     asynchronous workers tau + 1 (log2 axis), one line per LR damping with its 95% band, runs that
-    were not ok marked at their staleness; None when the study is not committed."""
-    from lbtrain.reports.plots import Line, Mark, plot_panels
+    were not ok marked at their staleness, a point on fewer ok seeds than its line's others open
+    and labelled with its n (``staleness_figure_items``); None when the study is not committed."""
+    from lbtrain.reports.plots import plot_panels
 
     if study_json(results, "staleness", REPORT_JSON) is None:
         return None
+    return plot_panels({"test accuracy against the staleness": staleness_figure_items(results)},
+                       results / "staleness" / "figures" / STALENESS_FIGURE,
+                       xlabel="asynchronous workers (staleness + 1)", ylabel="test accuracy", log2_x=True)
+
+
+def staleness_figure_items(results: Path) -> list[Any]:
+    """The lines and marks of ``staleness_figure``: per LR damping, the mean over ok seeds at each
+    tau + 1 with its interval and its seeds (``Line.n``), and the runs that were not ok as marks."""
+    from lbtrain.reports.plots import Line, Mark
+
     taus, accuracies, statuses = staleness_cells(results)
     items: list[Line | Mark] = []
     for damping in STALENESS_DAMPINGS:
         points = [(tau, mean_interval(accuracies[(tau, damping if tau else "none")]))
                   for tau in taus if (tau, damping if tau else "none") in accuracies]
         items.append(Line(STALENESS_LABELS[damping], [tau + 1 for tau, _ in points], [e.mean for _, e in points],
-                          [e.low for _, e in points], [e.high for _, e in points]))
+                          [e.low for _, e in points], [e.high for _, e in points], n=[e.n for _, e in points]))
         items += [Mark(status, STALENESS_LABELS[damping], tau + 1, count=count) for tau in taus if tau
                   for status, count in statuses.get((tau, damping), {}).items() if status in ("diverged", "collapsed", "failed")]
-    return plot_panels({"test accuracy against the staleness": items}, results / "staleness" / "figures" / STALENESS_FIGURE,
-                       xlabel="asynchronous workers (staleness + 1)", ylabel="test accuracy", log2_x=True)
+    return items
 
 
 def _ok_and_total(statuses: dict[tuple[int, str], dict[str, int]], key: tuple[int, str]) -> tuple[int, int]:

@@ -281,8 +281,14 @@ def goyal_figure(results: Path) -> Path | None:
                        xlabel="batch / base batch", ylabel="test accuracy change (points)", log2_x=True)
 
 
+def seeds(estimate: Estimate) -> int:
+    """The seeds a point of a figure rests on (``Line.n``): a mean's n, a difference's smaller arm."""
+    return min(estimate.n, estimate.n if estimate.n_second is None else estimate.n_second)
+
+
 def goyal_figure_items(protocol: dict[str, Any], runs: list[dict[str, Any]]) -> list[Any]:
-    """The lines and marks of ``goyal_figure`` from goyal_bn's protocol.json and summary rows."""
+    """The lines and marks of ``goyal_figure`` from goyal_bn's protocol.json and summary rows;
+    each point with its seeds (``seeds``), so one on fewer than its line's others is marked."""
     from lbtrain.reports.plots import Line, Mark
 
     items: list[Line | Mark] = [Line("matches the base batch", [1, 64], [0.0, 0.0], reference=True)]
@@ -294,7 +300,7 @@ def goyal_figure_items(protocol: dict[str, Any], runs: list[dict[str, Any]]) -> 
         measured = [(size, e) for size, e in points if e.mean is not None]
         items += [] if not measured else [Line(f"here: {label}", [size for size, _ in measured], [100 * e.mean for _, e in measured],
                           [None if e.low is None else 100 * e.low for _, e in measured],
-                          [None if e.high is None else 100 * e.high for _, e in measured])]
+                          [None if e.high is None else 100 * e.high for _, e in measured], n=[seeds(e) for _, e in measured])]
         items += [Mark(status, f"here: {label}", size, count=count)
                   for (size, status), count in status_counts(runs, (f"{recipe} linear rule", f"{recipe} rule")).items() if not is_ok(status)]
         items.append(Line(f"Goyal et al. 2017: {label}", [32], [GOYAL_2017_BASE_ERROR - GOYAL_2017_ERROR_AT_32X[label]]))
@@ -304,7 +310,7 @@ def goyal_figure_items(protocol: dict[str, Any], runs: list[dict[str, Any]]) -> 
         estimates = [(size, e) for size, e in estimates if e.mean is not None]
         items.append(Line("here: best arm, equal steps", [size for size, _ in estimates], [100 * e.mean for _, e in estimates],
                           [None if e.low is None else 100 * e.low for _, e in estimates],
-                          [None if e.high is None else 100 * e.high for _, e in estimates]))
+                          [None if e.high is None else 100 * e.high for _, e in estimates], n=[seeds(e) for _, e in estimates]))
     return items
 
 
