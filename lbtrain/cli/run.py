@@ -17,7 +17,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("run", help="run an experiment YAML: every grid point, resumable; results in results/<name>/")
     parser.add_argument("experiment", help="an experiment YAML, e.g. experiments/quickstart.yaml")
     parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", help="override a field, e.g. --set training.epochs=1")
-    parser.add_argument("--dry-run", action="store_true", help="list the runs without training (no model or loader of yours runs)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="list the runs without training, and price them where they use only lbtrain's models and datasets "
+                             "(a probe trains a few steps of them here); no model or loader of yours runs")
     parser.add_argument("--price", action="store_true",
                         help="list the runs and price those left to train, training nothing: a probe trains a few steps at each "
                              "global batch here (your model and loader run, as in a run)")
@@ -31,6 +33,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from lbtrain.config import load_experiment
     from lbtrain.studies.plan import expand
+    from lbtrain.studies.price import code_of_yours
     from lbtrain.studies.runner import price_runs, run_experiment, summary_table
 
     experiment = load_experiment(args.experiment, args.set)
@@ -41,8 +44,12 @@ def run(args: argparse.Namespace) -> int:
             settings = run.config.training
             print(f"  {run.run_id}  {run.label}  {settings.world_text}  "
                   f"{run.config.optimizer.name}  rule {run.config.lr.rule}  seed {settings.seed}")
-        if args.price:
+        yours = None if args.price else code_of_yours(experiment, [run.config for run in planned], getattr(args, "imports", []))
+        if yours is None:
             print(price_runs(experiment, planned, args.workers).describe())
+        else:
+            print(f"price: needs your model or data to run ({yours}), which --dry-run never does: --price prices the "
+                  "runs from a probe of a few steps at each global batch, here")
         return 0
     rows = run_experiment(experiment, config_file=str(Path(args.experiment).resolve()), fresh=args.fresh, workers=args.workers)
     print(summary_table(rows))

@@ -136,7 +136,7 @@ def test_dry_run_lists_runs_and_writes_nothing(tmp_path, capsys):
     assert main(["run", str(experiment_file(tmp_path)), "--dry-run", "--set", "grid.seeds=[0, 1]"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"cli: 4 runs (simulated) -> {tmp_path / 'results' / 'cli'}"
-    assert len(out) == 5 and "world 2 x 16" in out[-1]
+    assert len(out) == 6 and "world 2 x 16" in out[-2] and out[-1].startswith("price: about ")
     assert not (tmp_path / "results").exists()
 
 

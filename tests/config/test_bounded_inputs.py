@@ -78,9 +78,9 @@ def test_a_grid_past_the_limit_is_refused_from_its_list_sizes(tmp_path, lbtrain_
     _refused(lbtrain_here, tmp_path, "grid.yaml", "--dry-run",
              pattern=rf"grid: expands to 600000 runs \(lr.base_lr 5 x training.seed 10 x .*\), more than {MAX_GRID_RUNS}; "
                      "split the study into experiments")
-    # One grid at the limit's side is fine: variants count as a list.
+    # One grid at the limit's side is fine: variants count as a list (a batch the 64 samples fill: the dry run prices it).
     (tmp_path / "ok.yaml").write_text(f"{BASE}grid:\n  seeds: [0, 1]\n  variants: [{{label: a}}, {{label: b}}]\n")
-    completed = lbtrain_here("run", "ok.yaml", "--dry-run", cwd=tmp_path)
+    completed = lbtrain_here("run", "ok.yaml", "--dry-run", "--set", "training.per_worker_batch=16", cwd=tmp_path)
     assert completed.returncode == 0 and "4 runs" in completed.stdout
 
 

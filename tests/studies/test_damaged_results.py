@@ -51,7 +51,8 @@ def test_a_file_or_folder_where_lbtrain_writes_is_one_line_and_nothing_changes(t
     folder.mkdir(parents=True)
     if damage == "run folder is a file":
         (folder / "runs").mkdir()
-        [planned] = [line.split()[0] for line in lbtrain_here("run", "exp.yaml", "--dry-run", cwd=tmp_path).stdout.splitlines()[1:]]
+        # The listing: the experiment's line, a line per run, the price's line.
+        [planned] = [line.split()[0] for line in lbtrain_here("run", "exp.yaml", "--dry-run", cwd=tmp_path).stdout.splitlines()[1:-1]]
         (folder / "runs" / planned).write_text("mine")
         pattern = re.escape(f"{folder / 'runs' / planned} is a file where a run's folder would be (runs/ holds one folder per "
                             "run): move it away")
@@ -82,7 +83,7 @@ def test_a_label_longer_than_a_file_name_is_cut_in_the_run_id(tmp_path, lbtrain_
     _write(tmp_path, grid={"variants": [{"label": "x" * 300, "lr.base_lr": 0.2}, {"label": "y" * 300}]})
     completed = lbtrain_here("run", "exp.yaml", "--dry-run", cwd=tmp_path)
     assert completed.returncode == 0, completed.stderr
-    ids = [line.split()[0] for line in completed.stdout.splitlines()[1:]]
+    ids = [line.split()[0] for line in completed.stdout.splitlines()[1:-1]]
     assert [identifier[:MAX_SLUG] for identifier in ids] == ["x" * MAX_SLUG, "y" * MAX_SLUG]
     assert all(len(identifier) <= MAX_SLUG + 30 for identifier in ids)
 
