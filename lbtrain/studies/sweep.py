@@ -191,7 +191,14 @@ def _check_tuning_seeds(study: optuna.Study, seeds: tuple[int, ...]) -> None:
 
 def suggest(trial: optuna.trial.BaseTrial, search: dict[str, SearchParam]) -> dict[str, Any]:
     """One value per searched field path (a queued trial's own: a grid's edge extension lies
-    outside the searched range on purpose, ``lbtrain.studies.search``)."""
+    outside the searched range on purpose, ``lbtrain.studies.search``, so Optuna's warning that a
+    fixed parameter is out of range is silenced here)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Fixed parameter .* is out of range", category=UserWarning)
+        return _suggested(trial, search)
+
+
+def _suggested(trial: optuna.trial.BaseTrial, search: dict[str, SearchParam]) -> dict[str, Any]:
     values = {}
     for path, param in search.items():
         if param.type == "categorical":

@@ -10,37 +10,16 @@ import optuna
 import pytest
 import tensorflow as tf
 import yaml
+from helpers import stale_trials, sweep_spec, wait_until, write_spec
 
 from conftest import REPO_ROOT, goyal_blow_up_run
 from lbtrain.cli import main
 from lbtrain.config import ConfigError, ExperimentConfig, load_experiment
+from lbtrain.studies.storages import open_storage
 from lbtrain.studies.sweep import _PruningCallback, check_sweepable, open_study, optimize, storage_url, summary_rows, trial_run
 from lbtrain.worlds.simulated import SimulatedWorld
 
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-
-
-def sweep_spec(tmp_path, **changes):
-    spec = {
-        "name": "tiny",
-        "output_dir": str(tmp_path / "results"),
-        "data": {"dataset": "mnist1d", "train_subset": 320, "validation_split": 0.25, "options": {"num_samples": 500}},
-        "model": {"name": "mlp", "options": {"widths": [16]}},
-        "training": {"per_worker_batch": 16, "epochs": 2},
-        "lr": {"base_batch": 16, "rule": "none"},
-        "grid": {"world_sizes": [1, 2]},
-        "search": {"lr.base_lr": {"type": "float", "low": 0.01, "high": 0.2, "log": True},
-                   "optimizer.name": {"type": "categorical", "choices": ["momentum", "adam"]}},
-        "sweep": {"trials": 4, "pruner": "none"},
-    }
-    spec.update(changes)
-    return spec
-
-
-def write_spec(tmp_path, spec):
-    path = tmp_path / "sweep.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
 
 
 def test_tiny_sweep_on_sqlite_writes_studies_summary_and_figures(tmp_path, capsys):
@@ -237,7 +216,8 @@ def test_resume_after_sigkill_fails_the_stale_trial_and_completes_the_study(tmp_
     process.wait()
     before = count_finished(storage, "tiny-w1")
     assert 1 <= before < 4
-    time.sleep(3)
+    beating = open_storage(storage, 1, 2)
+    wait_until(lambda: stale_trials(beating, "tiny-w1"), "the killed trial's heartbeat to go stale")
     result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     study = optuna.load_study(study_name="tiny-w1", storage=storage)
@@ -312,8 +292,25 @@ def test_a_stale_running_trial_is_failed_even_when_the_study_has_its_trials(tmp_
     study = optuna.load_study(study_name="tiny-w1", storage=storage)
     stale = study.ask()
     storage.record_heartbeat(stale._trial_id)
-    time.sleep(2.5)
+    assert wait_until(lambda: stale_trials(storage, "tiny-w1"), "the trial's heartbeat to go stale") == [stale._trial_id]
     optimize(experiment, 1, 1)
     states = [trial.state for trial in open_study(experiment, 1).get_trials()]
     assert states[:2] == [optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL]
     assert states[2:] == [optuna.trial.TrialState.WAITING]  # its retry, for the next top-up
+
+
+def test_a_queued_point_past_the_search_range_is_suggested_as_queued_without_a_warning():
+    """A grid's edge extension (lbtrain.studies.search) lies outside the range on purpose: the
+    trial takes the queued value and Optuna's out-of-range warning is not shown."""
+    import warnings
+
+    from lbtrain.config import SearchParam
+    from lbtrain.studies.sweep import suggest
+
+    study = optuna.create_study(direction="maximize")
+    study.enqueue_trial({"lr.base_lr": 0.4})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        values = suggest(study.ask(), {"lr.base_lr": SearchParam(type="float", low=0.05, high=0.2, log=True)})
+    assert values == {"lr.base_lr": 0.4}
+    assert not [w for w in caught if "out of range" in str(w.message)]
