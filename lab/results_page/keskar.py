@@ -1,10 +1,22 @@
-"""keskar_v2 (generalization gap or under-training?) and the first edition's keskar_gap, and the
-anchors judged on them: Keskar et al. 2017 (large batches reach sharper minima and test worse) and
-Hoffer et al. 2017 (training longer with ghost batch norm closes the gap)."""
+"""keskar_v2 (generalization gap or under-training?), keskar_v3 (equal training loss), keskar_v4 (both
+regimes, every run annealed) and the first edition's keskar_gap, and the anchors judged on them:
+Keskar et al. 2017 (large batches reach sharper minima and test worse) and Hoffer et al. 2017
+(training longer with ghost batch norm closes the gap).
+
+A top Hessian eigenvalue is read beside the LR its run ended at: momentum SGD (heavy ball,
+momentum m) at LR eta is stable on a quadratic only while every eigenvalue is below
+``2 (1 + m) / eta`` (Cohen et al. 2021, "Gradient Descent on Neural Networks Typically Occurs at
+the Edge of Stability", ICLR, their appendix on momentum), and training drives the top eigenvalue
+up to that limit: a run stopped at a large LR has a small eigenvalue because its LR is large, not
+because of its batch. So the page prints each run's LR at its end and that limit
+(``flatness_runs_table``), and compares two arms' flatness only when both ended annealed
+(``ANNEALED_FRACTION``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +36,7 @@ from lab.results_page.common import (
     study_runs,
 )
 from lbtrain.reports.decisions import BETTER, INCONCLUSIVE, MATCHES, WORSE
-from lbtrain.reports.statistics import Estimate, difference_interval
+from lbtrain.reports.statistics import Estimate, difference_interval, mean_interval
 from lbtrain.reports.tables import markdown_table
 from lbtrain.results import FIGURE_SHARPNESS_VS_BATCH, METRICS_FILE, PROTOCOL_FILE, REPORT_JSON, RUNS_FOLDER
 from lbtrain.verdict import is_ok
@@ -53,6 +65,151 @@ def _run_flatness(results: Path, study: str, run: dict[str, Any], key: str) -> f
         path = results / study / RUNS_FOLDER / run["run_id"] / METRICS_FILE
         value = json.loads(path.read_text())["metrics"].get(key) if path.is_file() else None
     return None if value in (None, "") else float(value)
+
+
+# A run ended annealed when the LR of its last epoch is at most this fraction of its peak LR: a
+# cosine run to its end finishes near 0 (1e-6 of its peak at 421 steps an epoch), keskar_v3's
+# large-batch runs stopped at a loss target ended at 8% to 60% of theirs.
+ANNEALED_FRACTION = 0.01
+
+
+def momentum_of(config: dict[str, Any]) -> float | None:
+    """The heavy-ball momentum of a run's optimizer (``momentum``: 0.9 unless its params say;
+    ``sgd``: 0 unless they say); None for an optimizer whose stability limit is not
+    ``2 (1 + m) / LR`` (Adam's is on the preconditioned Hessian, Cohen et al. 2022; LARS and LAMB
+    scale each layer's step)."""
+    optimizer = config.get("optimizer") or {}
+    params = optimizer.get("params") or {}
+    default = {"momentum": 0.9, "sgd": 0.0}.get(optimizer.get("name"))
+    return None if default is None else float(params.get("momentum", default))
+
+
+def stability_limit(learning_rate: float | None, momentum: float | None) -> float | None:
+    """``2 (1 + m) / LR``: the largest top Hessian eigenvalue at which heavy-ball momentum SGD is
+    stable at that LR; None without an LR above 0 or a momentum.
+
+    >>> stability_limit(0.95, 0.9), stability_limit(0.0, 0.9), stability_limit(0.1, None)
+    (4.0, None, None)
+    """
+    if learning_rate is None or momentum is None or learning_rate <= 0:
+        return None
+    return 2 * (1 + momentum) / learning_rate
+
+
+@dataclasses.dataclass(frozen=True)
+class RunFlatness:
+    """One ok run's flatness beside the LR it ended at (``run_flatness``)."""
+
+    label: str
+    world_size: int
+    global_batch: int
+    seed: int
+    steps: int | None
+    train_loss: float | None
+    test_accuracy: float | None
+    peak_lr: float | None
+    end_lr: float | None
+    momentum: float | None
+    eigenvalue: float | None
+    sharpness: float | None
+
+    @property
+    def limit(self) -> float | None:
+        """``stability_limit`` at the LR the run ended at."""
+        return stability_limit(self.end_lr, self.momentum)
+
+    @property
+    def edge(self) -> float | None:
+        """The top Hessian eigenvalue over its stability limit: near 1 at the edge of stability."""
+        if self.eigenvalue is None or self.momentum is None or self.end_lr is None:
+            return None
+        return 0.0 if self.end_lr == 0 else self.eigenvalue / self.limit
+
+    @property
+    def annealed(self) -> bool | None:
+        """Whether the run ended at most ``ANNEALED_FRACTION`` of its peak LR (None: not recorded)."""
+        if self.end_lr is None or not self.peak_lr:
+            return None
+        return self.end_lr <= ANNEALED_FRACTION * self.peak_lr
+
+
+def _number(value: Any) -> float | None:
+    return None if value in (None, "") else float(value)
+
+
+def run_flatness(results: Path, study: str) -> list[RunFlatness]:
+    """Every ok run of ``study`` (``summary.csv``) with its sharpness (the summary's), top Hessian
+    eigenvalue, peak LR, LR at its last epoch and optimizer (its ``metrics.json``: None where the
+    run folder or a value is missing)."""
+    rows = []
+    for run in study_runs(results, study):
+        if not is_ok(run["status"]):
+            continue
+        path = results / study / RUNS_FOLDER / run["run_id"] / METRICS_FILE
+        record = json.loads(path.read_text()) if path.is_file() else {}
+        history = record.get("history") or [{}]
+        rows.append(RunFlatness(
+            label=run["label"], world_size=int(run["world_size"]), global_batch=int(run["global_batch"]), seed=int(run["seed"]),
+            steps=None if run.get("total_steps") in (None, "") else int(float(run["total_steps"])),
+            train_loss=_number(run.get("train_loss")), test_accuracy=_number(run.get("test_accuracy")),
+            peak_lr=_number(record.get("learning_rate", run.get("learning_rate"))), end_lr=_number(history[-1].get("lr")),
+            momentum=momentum_of(record.get("config") or {}), eigenvalue=_number((record.get("metrics") or {}).get("hessian_top_eigenvalue")),
+            sharpness=_number(run.get("sharpness"))))
+    return rows
+
+
+def _general(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}g}"
+
+
+def _limit_text(run: RunFlatness) -> str:
+    """The run's stability limit; ``∞`` at an LR of exactly 0 (no limit), ``-`` without one."""
+    if run.end_lr == 0 and run.momentum is not None:
+        return "∞"
+    return _general(run.limit)
+
+
+def flatness_runs_table(runs: list[RunFlatness]) -> list[str]:
+    """A row per run that measured its flatness: the LR it ended at (and its share of the peak),
+    its top Hessian eigenvalue beside the stability limit ``2 (1 + m) / LR`` at that LR and their
+    ratio (near 1: at the edge of stability, the eigenvalue set by the LR), and its sharpness;
+    nothing when no run measured one."""
+    measured = [run for run in runs if run.eigenvalue is not None or run.sharpness is not None]
+    if not measured:
+        return []
+    table = [[run.label, run.global_batch, run.seed, "-" if run.steps is None else run.steps,
+              "-" if run.end_lr is None else _general(run.end_lr) + ("" if not run.peak_lr else f" ({100 * run.end_lr / run.peak_lr:.0f}% of {run.peak_lr:.3g})"),
+              _general(run.eigenvalue), _limit_text(run), "-" if run.edge is None else f"{run.edge:.2f}",
+              "-" if run.sharpness is None else f"{run.sharpness:.2f}"]
+             for run in sorted(measured, key=lambda run: (run.global_batch, run.label, run.seed))]
+    return ["Each run's flatness beside the LR it ended at: momentum SGD at LR η with momentum m is stable only while the top "
+            "Hessian eigenvalue λ is below 2 (1 + m) / η, and training pushes λ up to that limit (the edge of stability, Cohen et "
+            "al. 2021), so a run stopped at a large LR has a small λ because of its LR. λ / limit near 1: the eigenvalue is the "
+            "LR's; near 0: the run annealed and λ is its minimum's. `-`: an optimizer without that limit (Adam) or no value.", "",
+            markdown_table(["arm", "global batch", "seed", "steps", "LR at end (of peak)", "top Hessian eigenvalue λ",
+                            "limit 2 (1 + m) / LR", "λ / limit", "sharpness"], table), ""]
+
+
+def matched_lr_text(large: list[RunFlatness], small: list[RunFlatness], large_name: str, small_name: str = "SB") -> str:
+    """'' when every run of the two arms ended annealed (or an arm is empty, or an LR was not
+    recorded); else why their flatness is not compared at equal LR: the LRs each arm ended at and
+    how close its eigenvalues sit to their stability limit."""
+    states = [run.annealed for run in large + small]
+    if not large or not small or None in states or all(states):
+        return ""
+
+    def ended(group: list[RunFlatness]) -> str:
+        low, high = min(run.end_lr for run in group), max(run.end_lr for run in group)
+        edges = [run.edge for run in group if run.edge is not None]
+        text = f"LR {low:.3g}" if low == high else f"LR {low:.3g} to {high:.3g}"
+        return text + (f" (λ / limit {min(edges):.2f} to {max(edges):.2f})" if edges else "")
+
+    return (f"flatness not compared at equal LR: {large_name}'s runs ended at {ended(large)}, {small_name}'s at {ended(small)}; "
+            "an eigenvalue at its stability limit reads the LR at the stop, not the batch")
+
+
+def _labelled(runs: list[RunFlatness], label: str) -> list[RunFlatness]:
+    return [run for run in runs if run.label == label]
 
 
 def flatness_differences(results: Path, study: str, large: str) -> dict[str, Estimate]:
@@ -141,14 +298,18 @@ def section_keskar_v2(results: Path, study: str = "keskar_v2", title: str = "gen
         verdict = (f"The large batch against the small: {measured}. At equal steps and equal training loss the claims are "
                    "**inconclusive**: the data tell neither under-training nor a generalization gap.")
     flatness = flatness_differences(results, study, "LB equal loss") if loss is not None else {}
+    per_run = run_flatness(results, study)
     if flatness:
-        verdict += f" At equal training loss, the large batch minus the small (Welch): {flatness_text(flatness)}."
+        unmatched = matched_lr_text(_labelled(per_run, "LB equal loss"), _labelled(per_run, "SB"), "LB equal loss")
+        verdict += (f" At equal training loss, the large batch minus the small (Welch): {flatness_text(flatness)}"
+                    + (f"; but {unmatched}" if unmatched else "") + ".")
     batches = sorted({row["global_batch"] for row in report["accuracy"]})
     return lines + [f"Small batch {batches[0]} against large batch {batches[-1]} (experiments/{study}.yaml). Final train loss and steps are "
                     "means over ok seeds; one reference, the small batch (SB): *− SB* is test accuracy minus the small batch's, "
                     f"in points, with its 95% Welch interval and the claim on it. [report]({study}/report.md)", "",
                     markdown_table(["arm", "global batch", "steps", "train loss", "train acc", "test acc", "− SB (points)",
                                     "train − test", "sharpness", "top Hessian eigenvalue"], table), "", verdict, "",
+                    *flatness_runs_table(per_run),
                     *figure_lines(results, study, FIGURE_SHARPNESS_VS_BATCH, "flatness against the global batch")]
 
 
@@ -282,7 +443,15 @@ def anchor_keskar_v3(results: Path) -> tuple[str, str]:
         sharpness = f"large minus small batch (Welch), {flatness_text(flatness)}"
     else:  # no per-run sharpness: the intervals of the two means, as the earlier editions judge
         sharper, sharpness = _sharpness_of_means(rows["SB"], rows["LB equal loss"], sharp)
-    if verdict == WORSE and sharper:
+    per_run = run_flatness(results, "keskar_v3")
+    unmatched = matched_lr_text(_labelled(per_run, "LB equal loss"), _labelled(per_run, "SB"), "LB equal loss")
+    if unmatched:
+        sharpness += f"; {unmatched}"
+        accuracy = {WORSE: "tests worse", BETTER: "tests better", MATCHES: f"tests within the {100 * MARGIN:g}-point margin of the small batch"}.get(
+            verdict, "tests inconclusively")
+        reading = (f"the claim is not judged on flatness here: the large batch {accuracy}, and its flatness was measured at "
+                   "another LR than the small batch's (the LRs follow)")
+    elif verdict == WORSE and sharper:
         reading = "the claim holds here: the large batch tests worse and sits in a sharper minimum"
     elif verdict in (MATCHES, BETTER) and not sharper:
         tests = "better than" if verdict == BETTER else f"within the {100 * MARGIN:g}-point margin of"
@@ -294,3 +463,158 @@ def anchor_keskar_v3(results: Path) -> tuple[str, str]:
                      f"small batch's loss), batch {rows['LB equal loss']['global_batch']} minus {rows['SB']['global_batch']}: test "
                      f"{points_text(loss)} points" + (f", {remains}" if remains else "") + f"; {sharpness}"
                      + ("" if epochs is None else f"; at equal epochs {points_text(epochs)} points ({judge(epochs)})"))
+
+
+KESKAR_V4 = "keskar_v4"
+KESKAR_V4_COMMAND = "lbtrain sweep experiments/keskar_v4.yaml && lbtrain report results/keskar_v4"
+# keskar_v4's two comparisons, by the world size of their large batch (experiments/keskar_v4.yaml):
+# batch 1,024 (1.9% of the data, 1,040 updates) and Keskar et al.'s 10% (batch 5,376, 200 updates).
+# Each is judged on its own (``anchor_keskar_v4``): one does not move the other's verdict.
+KESKAR_V4_REGIMES = {"in regime": 8, "Keskar's regime": 42}
+
+
+def longer_factor(label: str) -> float:
+    """The factor of a ``protocol.train_longer`` arm's label (``"momentum tuned 2x longer"`` -> 2);
+    1 for an arm at its own budget.
+
+    >>> longer_factor("momentum tuned 2x longer"), longer_factor("momentum tuned")
+    (2.0, 1.0)
+    """
+    match = re.search(r" (\d+(?:\.\d+)?)x longer$", label)
+    return float(match.group(1)) if match else 1.0
+
+
+def _mean(values: list[float | None]) -> float | None:
+    finite = [value for value in values if value is not None]
+    return sum(finite) / len(finite) if finite else None
+
+
+@dataclasses.dataclass(frozen=True)
+class V4Comparison:
+    """One of keskar_v4's regimes: the small batch's runs, the large batch's at equal epochs and at
+    each longer annealed horizon (by factor), and which of those is its equal-loss arm: the
+    shortest whose mean final training loss is at most the small batch's (None: none reached it)."""
+
+    small: list[RunFlatness]
+    large: dict[float, list[RunFlatness]]
+    equal_loss: float | None
+
+
+def keskar_v4_comparison(runs: list[RunFlatness], world_size: int) -> V4Comparison | None:
+    """``V4Comparison`` of the large batch at ``world_size`` against the small batch (the smallest
+    world size's runs at their own budget); None when either has no ok run."""
+    if not runs:
+        return None
+    smallest = min(run.world_size for run in runs)
+    small = [run for run in runs if run.world_size == smallest and longer_factor(run.label) == 1]
+    large: dict[float, list[RunFlatness]] = {}
+    for run in runs:
+        if run.world_size == world_size and world_size != smallest:
+            large.setdefault(longer_factor(run.label), []).append(run)
+    if not small or 1.0 not in large:
+        return None
+    target = _mean([run.train_loss for run in small])
+    reached = [factor for factor, group in sorted(large.items())
+               if target is not None and (loss := _mean([run.train_loss for run in group])) is not None and loss <= target]
+    return V4Comparison(small, dict(sorted(large.items())), reached[0] if reached else None)
+
+
+def _welch_flatness(large: list[RunFlatness], small: list[RunFlatness]) -> dict[str, Estimate]:
+    """Each ``FLATNESS`` measure large − small with Welch's interval, where both arms have values."""
+    differences = {}
+    for key, attribute in (("sharpness", "sharpness"), ("hessian_top_eigenvalue", "eigenvalue")):
+        first = [getattr(run, attribute) for run in large if getattr(run, attribute) is not None]
+        second = [getattr(run, attribute) for run in small if getattr(run, attribute) is not None]
+        if first and second:
+            differences[key] = difference_interval(first, second)
+    return differences
+
+
+def _accuracy_difference(large: list[RunFlatness], small: list[RunFlatness]) -> Estimate:
+    return difference_interval([run.test_accuracy for run in large if run.test_accuracy is not None],
+                               [run.test_accuracy for run in small if run.test_accuracy is not None])
+
+
+def _budget_name(factor: float, comparison: V4Comparison) -> str:
+    name = "equal epochs" if factor == 1 else f"{factor:g}x longer, annealed"
+    return name + (" = equal training loss" if factor == comparison.equal_loss else "")
+
+
+def anchor_keskar_v4(results: Path, regime: str) -> tuple[str, str]:
+    """Keskar et al. judged on keskar_v4 in one of ``KESKAR_V4_REGIMES``, on that regime's runs
+    alone. The verdict is the decision rule's on the test difference large − small at equal
+    training loss (the shortest annealed horizon whose mean training loss is at most the small
+    batch's), or at equal epochs when no horizon reached it (said so). The reading: the claim
+    holds when the large batch tests worse *and* is sharper (a Welch interval above 0) with both
+    arms annealed; it does not hold when it matches or is better and is not sharper; flatness
+    measured at unequal LRs is not read (``matched_lr_text``)."""
+    if study_json(results, KESKAR_V4, PROTOCOL_FILE) is None and not study_runs(results, KESKAR_V4):
+        return "not measured yet", f"{KESKAR_V4} is not committed"
+    comparison = keskar_v4_comparison(run_flatness(results, KESKAR_V4), KESKAR_V4_REGIMES[regime])
+    if comparison is None:
+        return INCONCLUSIVE, f"{KESKAR_V4} lacks an ok small batch or an ok large batch {regime}"
+    factor = 1.0 if comparison.equal_loss is None else comparison.equal_loss
+    large = comparison.large[factor]
+    difference = _accuracy_difference(large, comparison.small)
+    verdict = judge(difference)
+    flatness = _welch_flatness(large, comparison.small)
+    unmatched = matched_lr_text(large, comparison.small, "the large batch", "the small batch's")
+    sharper = any(flatness_reading(value) == "sharper" for value in flatness.values())
+    if unmatched or not flatness:
+        reading = "the claim is not judged on flatness here: " + (unmatched or "no flatness was measured")
+    elif verdict == WORSE and sharper:
+        reading = "the claim holds here: the large batch tests worse and sits in a sharper minimum"
+    elif verdict in (MATCHES, BETTER) and not sharper:
+        reading = "the claim does not hold here: the large batch tests " + (
+            "better than" if verdict == BETTER else f"within the {100 * MARGIN:g}-point margin of") + " the small batch and is not sharper"
+    else:
+        reading = "the claim holds in part or not measurably: see the differences"
+    small_loss = _mean([run.train_loss for run in comparison.small])
+    basis = (f"at equal training loss ({_budget_name(factor, comparison)}: mean train loss "
+             f"{_mean([run.train_loss for run in large]):.3f} against the small batch's {small_loss:.3f})"
+             if comparison.equal_loss is not None else
+             f"at equal epochs: no annealed horizon ({', '.join(f'{f:g}x' for f in comparison.large)}) reached the small batch's "
+             f"mean train loss {small_loss:.3f}" if small_loss is not None else "at equal epochs")
+    others = [f"{_budget_name(other, comparison)} {points_text(_accuracy_difference(group, comparison.small))} points "
+              f"({judge(_accuracy_difference(group, comparison.small))})" for other, group in comparison.large.items() if other != factor]
+    return verdict, (f"{reading}. keskar_v4 {regime}, batch {large[0].global_batch} minus {comparison.small[0].global_batch}, "
+                     f"{basis}: test {points_text(difference)} points"
+                     + (f"; large minus small batch (Welch), {flatness_text(flatness)}" if flatness else "")
+                     + (f"; {'; '.join(others)}" if others else ""))
+
+
+def section_keskar_v4(results: Path) -> list[str]:
+    """keskar_v4: a row per arm (the small batch; each large batch at equal epochs and at each
+    annealed longer horizon) with steps, the LR it ended at, train loss, test accuracy and its
+    difference from the small batch, and both flatness measures; each regime's reading
+    (``anchor_keskar_v4``); each run's eigenvalue beside its stability limit."""
+    lines, protocol = opening(results, KESKAR_V4, "Keskar in both regimes, every run annealed", PROTOCOL_FILE, KESKAR_V4_COMMAND)
+    if protocol is None:
+        return lines
+    runs = run_flatness(results, KESKAR_V4)
+    table, readings = [], []
+    for regime, world_size in KESKAR_V4_REGIMES.items():
+        comparison = keskar_v4_comparison(runs, world_size)
+        if comparison is None:
+            continue
+        groups = ([("SB", comparison.small)] if not table else []) + [
+            (f"{regime}: {_budget_name(factor, comparison)}", group) for factor, group in comparison.large.items()]
+        for name, group in groups:
+            difference = None if group is comparison.small else _accuracy_difference(group, comparison.small)
+            end = max((run.end_lr for run in group if run.end_lr is not None), default=None)
+            table.append([name, group[0].global_batch, f"{_mean([run.steps for run in group]):.0f}", _general(end),
+                          _general(_mean([run.train_loss for run in group])),
+                          shown(mean_interval([run.test_accuracy for run in group])), judged_points(difference),
+                          shown(mean_interval([run.eigenvalue for run in group]), 3), shown(mean_interval([run.sharpness for run in group]), 3)])
+        verdict, evidence = anchor_keskar_v4(results, regime)
+        readings.append(f"- **{regime}** ({verdict}): {evidence}.")
+    if not table:
+        return lines + [f"{KESKAR_V4} has no ok small batch with an ok large batch yet.", ""]
+    return lines + ["Every run's cosine ends at its last step (LR ~0), the longer arms' included, so both flatness measures "
+                    "compare minima at the same LR; equal training loss is the shortest annealed horizon whose mean train loss "
+                    "is at most the small batch's (chosen on training loss, never test). *− SB*: test accuracy minus the small "
+                    "batch's, in points, Welch's interval and the claim on it. Each regime is judged on its own rows. "
+                    f"[protocol]({KESKAR_V4}/protocol.md)", "",
+                    markdown_table(["arm", "global batch", "steps", "LR at end (largest)", "train loss", "test acc", "− SB (points)",
+                                    "top Hessian eigenvalue", "sharpness"], table), "", *readings, "",
+                    *flatness_runs_table(runs)]

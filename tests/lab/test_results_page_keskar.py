@@ -1,0 +1,133 @@
+"""The Keskar sections read each top Hessian eigenvalue beside the LR its run ended at
+(``lab.results_page.keskar``): keskar_v3's stopped runs are not read as flatter, and keskar_v4's
+two regimes are each judged on their own runs, at equal training loss by an annealed horizon."""
+
+import csv
+import json
+
+from lab.results_page.keskar import (
+    anchor_keskar_v3,
+    anchor_keskar_v4,
+    flatness_runs_table,
+    keskar_v4_comparison,
+    run_flatness,
+    section_keskar_v2,
+    section_keskar_v4,
+    stability_limit,
+)
+
+COLUMNS = ["run_id", "label", "status", "world_size", "global_batch", "seed", "test_accuracy", "sharpness",
+           "target_reached_step", "total_steps", "train_loss", "learning_rate"]
+
+
+def write_study(folder, runs, report=None):
+    """A synthetic study: summary.csv and each run's metrics.json (its config's optimizer, peak LR,
+    last epoch's LR and top Hessian eigenvalue). ``runs``: dicts of label, world_size, batch, seed,
+    test, loss, peak, end, eigenvalue, sharpness."""
+    folder.mkdir(parents=True)
+    if report is not None:
+        (folder / report[0]).write_text(json.dumps(report[1]))
+    with open(folder / "summary.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, COLUMNS)
+        writer.writeheader()
+        for run in runs:
+            run_id = f"{run['label'].replace(' ', '-')}-w{run['world_size']}-s{run['seed']}"
+            writer.writerow({"run_id": run_id, "label": run["label"], "status": "ok", "world_size": run["world_size"],
+                             "global_batch": run["batch"], "seed": run["seed"], "test_accuracy": run["test"], "sharpness": run["sharpness"],
+                             "target_reached_step": "", "total_steps": run.get("steps", 1000), "train_loss": run["loss"],
+                             "learning_rate": run["peak"]})
+            (folder / "runs" / run_id).mkdir(parents=True)
+            (folder / "runs" / run_id / "metrics.json").write_text(json.dumps({
+                "config": {"optimizer": {"name": "momentum", "params": {"momentum": 0.9}}}, "learning_rate": run["peak"],
+                "history": [{"epoch": 1, "lr": run["end"]}], "metrics": {"hessian_top_eigenvalue": run["eigenvalue"]}}))
+
+
+def test_the_stability_limit_of_momentum_sgd():
+    assert stability_limit(0.8, 0.9) == 2 * 1.9 / 0.8
+    assert stability_limit(0.0, 0.9) is None and stability_limit(0.1, None) is None
+
+
+def _v3_runs():
+    runs = []
+    for seed in range(5):
+        runs.append(dict(label="SB", world_size=1, batch=32, seed=seed, test=0.919 + 0.0005 * seed, loss=0.154, peak=0.1, end=0.0,
+                         eigenvalue=9.0 + 0.2 * seed, sharpness=5.8))
+        runs.append(dict(label="LB equal epochs", world_size=16, batch=512, seed=seed, test=0.907 + 0.0005 * seed, loss=0.2, peak=1.6,
+                         end=5.6e-6, eigenvalue=10.0 + 0.2 * seed, sharpness=4.8))
+        end = 0.135 if seed == 0 else 0.88
+        runs.append(dict(label="LB equal loss", world_size=16, batch=512, seed=seed, test=0.914 + 0.0005 * seed, loss=0.144, peak=1.6,
+                         end=end, eigenvalue=0.9 * 3.8 / end if seed else 8.55, sharpness=4.7))
+    return runs
+
+
+def test_keskar_v3s_stopped_runs_are_not_read_as_flatter(tmp_path):
+    accuracy = [{"recipe": label, "global_batch": batch, "train_accuracy": None, "gap_accuracy": None, "test_accuracy": None,
+                 "ok_runs": 5, "total": 5} for label, batch in (("SB", 32), ("LB equal epochs", 512), ("LB equal loss", 512))]
+    sharp = [{"recipe": label, "global_batch": 32, "sharpness": 5.0, "low": 4.0, "high": 6.0, "n": 5} for label in ("SB", "LB equal loss")]
+    write_study(tmp_path / "keskar_v3", _v3_runs(), ("report.json", {"accuracy": accuracy, "sharpness": sharp}))
+    verdict, evidence = anchor_keskar_v3(tmp_path)
+    assert evidence.startswith("the claim is not judged on flatness here: the large batch tests within the 1-point margin")
+    assert "flatness not compared at equal LR: LB equal loss's runs ended at LR 0.135 to 0.88 (λ / limit 0.30 to 0.90), SB's at LR 0" in evidence
+    table = "\n".join(flatness_runs_table(run_flatness(tmp_path, "keskar_v3")))
+    assert "| LB equal loss | 512 | 0 | 1000 | 0.135 (8% of 1.6) | 8.55 | 28.1 | 0.30 | 4.70 |" in table
+    assert "| SB | 32 | 0 | 1000 | 0 (0% of 0.1) | 9 | ∞ | 0.00 | 5.80 |" in table
+
+
+def _v4_runs(in_regime_test, keskar_test, longer_loss=0.10):
+    """keskar_v4's runs: SB (world 1), batch 1,024 (world 8) at 1x and 2x, batch 5,376 (world 42) at 1x and 4x."""
+    runs = []
+    for seed in range(1, 6):
+        wobble = 0.001 * (seed - 3)
+        runs.append(dict(label="momentum tuned", world_size=1, batch=128, seed=seed, test=0.90 + wobble, loss=0.12, peak=0.1, end=1e-6,
+                         eigenvalue=20 + seed, sharpness=10))
+        for world, batch, factor, test, loss, eigenvalue in ((8, 1024, 1, in_regime_test, 0.15, 30), (8, 1024, 2, in_regime_test, longer_loss, 31),
+                                                              (42, 5376, 1, keskar_test - 0.01, 0.3, 60), (42, 5376, 4, keskar_test, 0.2, 61)):
+            label = "momentum tuned" + ("" if factor == 1 else f" {factor}x longer")
+            runs.append(dict(label=label, world_size=world, batch=batch, seed=seed, test=test + wobble, loss=loss, peak=1.0, end=1e-6,
+                             eigenvalue=eigenvalue + seed, sharpness=20))
+    return runs
+
+
+def test_keskar_v4_judges_each_regime_on_its_own_runs_at_the_annealed_equal_loss_horizon(tmp_path):
+    write_study(tmp_path / "keskar_v4", _v4_runs(in_regime_test=0.90, keskar_test=0.85), ("protocol.json", {"rows": []}))
+    runs = run_flatness(tmp_path, "keskar_v4")
+    in_regime, keskar = keskar_v4_comparison(runs, 8), keskar_v4_comparison(runs, 42)
+    assert in_regime.equal_loss == 2.0 and set(in_regime.large) == {1.0, 2.0}
+    assert keskar.equal_loss is None  # 0.2 > the small batch's 0.12 at 4x: judged at equal epochs, said so
+    verdict, evidence = anchor_keskar_v4(tmp_path, "in regime")
+    assert verdict == "matches"
+    # within the margin but sharper (eigenvalue 31+ against 21+, both annealed): neither holds nor fails
+    assert evidence.startswith("the claim holds in part or not measurably")
+    assert "at equal training loss (2x longer, annealed = equal training loss: mean train loss 0.100 against the small batch's 0.120)" in evidence
+    verdict, evidence = anchor_keskar_v4(tmp_path, "Keskar's regime")
+    assert verdict == "worse"
+    assert evidence.startswith("the claim holds here: the large batch tests worse and sits in a sharper minimum")
+    assert "at equal epochs: no annealed horizon (1x, 4x) reached the small batch's mean train loss 0.120" in evidence
+    text = "\n".join(section_keskar_v4(tmp_path))
+    assert "| in regime: 2x longer, annealed = equal training loss | 1024 | 1000 | 1e-06 | 0.1 |" in text
+    assert "- **Keskar's regime** (worse): the claim holds here" in text
+
+
+def test_keskar_v4_does_not_read_flatness_at_unequal_lr_nor_before_it_is_committed(tmp_path):
+    assert anchor_keskar_v4(tmp_path, "in regime") == ("not measured yet", "keskar_v4 is not committed")
+    assert section_keskar_v4(tmp_path)[2].startswith("*Not committed yet*: `lbtrain sweep experiments/keskar_v4.yaml")
+    runs = _v4_runs(in_regime_test=0.90, keskar_test=0.85)
+    for run in runs:
+        if run["world_size"] == 8:
+            run["end"] = 0.5  # stopped mid-schedule
+    write_study(tmp_path / "keskar_v4", runs, ("protocol.json", {"rows": []}))
+    _, evidence = anchor_keskar_v4(tmp_path, "in regime")
+    assert evidence.startswith("the claim is not judged on flatness here: flatness not compared at equal LR: the large batch's runs "
+                               "ended at LR 0.5")
+    assert anchor_keskar_v4(tmp_path, "Keskar's regime")[1].startswith("the claim holds here")
+
+
+def test_the_keskar_v2_section_prints_each_runs_lr_at_its_end(tmp_path):
+    accuracy = [{"recipe": label, "global_batch": batch, "train_accuracy": {"mean": 0.9, "low": 0.89, "high": 0.91, "n": 5, "df": 4},
+                 "test_accuracy": 0.9, "low": 0.89, "high": 0.91, "df": 4,
+                 "gap_accuracy": {"mean": 0.01, "low": 0.0, "high": 0.02, "n": 5, "df": 4}, "ok_runs": 5, "total": 5}
+                for label, batch in (("SB", 32), ("LB equal epochs", 512), ("LB equal loss", 512))]
+    write_study(tmp_path / "keskar_v3", _v3_runs(), ("report.json", {"accuracy": accuracy, "budget": "8 epochs"}))
+    text = "\n".join(section_keskar_v2(tmp_path, study="keskar_v3"))
+    assert "λ / limit" in text and "| LB equal loss | 512 | 1 | 1000 | 0.88 (55% of 1.6) |" in text
+    assert "but flatness not compared at equal LR" in text
