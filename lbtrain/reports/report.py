@@ -33,7 +33,14 @@ from lbtrain.measures.noise_scale import simple_noise_scale
 from lbtrain.measures.steps_to_target import measured_points, steps_to_target
 from lbtrain.reports.decisions import DEFAULT_CLAIM_MARGIN, WORSE, claim
 from lbtrain.reports.plots import Line, Mark, plot_panels, recipe_colors
-from lbtrain.reports.scaling_laws import SEED_RULE, CriticalBatchFit, counts_in_fit, critical_batch, reachable_target
+from lbtrain.reports.scaling_laws import (
+    PROFILE_METHOD,
+    SEED_RULE,
+    CriticalBatchFit,
+    counts_in_fit,
+    critical_batch,
+    reachable_target,
+)
 from lbtrain.reports.statistics import DEFAULT_LEVEL, Estimate
 from lbtrain.reports.tables import (
     Aggregate,
@@ -327,6 +334,13 @@ def critical_batch_interval_sentence(fit: CriticalBatchFit) -> str:
     if not fit.fitted or interval is None:
         return ""
     high = "unbounded" if not math.isfinite(interval[1]) else f"{interval[1]:.0f}"
+    if fit.interval_method == "profile":
+        widened = (" The curve misses the points by more than the seeds scatter (lack of fit), so the variance was estimated "
+                   "from the fit's residuals, which widens the interval.") if fit.profile_lack_of_fit else ""
+        return (f"B_crit's interval, the one claims use: {PROFILE_METHOD}, on each batch's chosen recipe's seeds, weighted by "
+                f"their standard errors from a coefficient of variation pooled over the batches: [{interval[0]:.0f}, {high}]."
+                f"{widened} Beside it, a seed bootstrap ({fit.resamples} resamples, percentile) and the range of the refits with "
+                f"one seed left out, too narrow on their own with {fit.seeds} seeds a batch.")
     return (f"B_crit's uncertainty over seeds: a seed bootstrap ({fit.resamples} resamples; each recipe's seeds at each "
             f"batch drawn with replacement, the fewest mean steps per batch chosen again, refitted; percentile interval) and "
             f"the range of the refits with one seed left out. With as few as {fit.seeds} seeds at a batch the bootstrap alone is too "
@@ -348,8 +362,24 @@ def noise_scale_at_target(records: Sequence[RunRecord], target: float, metric: s
             continue
         scale, reason = simple_noise_scale(float(row["noise_trace"]), float(row["gradient_norm_sq"]))
         found.append({"recipe": record.recipe, "global_batch": record.global_batch, "seed": record.row.get("seed"),
-                      "epoch": row.get("epoch"), "noise_scale": None if reason else scale, "undetermined": reason})
+                      "epoch": row.get("epoch"), "noise_scale": None if reason else scale, "undetermined": reason,
+                      "second_half": _second_half(record.result.history, int(row.get("epoch") or 1))})
     return found
+
+
+def _second_half(history: Sequence[dict[str, Any]], target_epoch: int) -> list[float]:
+    """The determined B_simple logged at the ends of the epochs of the second half of the way to
+    the target (epochs ``ceil(e / 2)`` to ``e``, the target's epoch ``e``): B_simple grows as the
+    loss falls, so one reading at the target hides how far it moved on the way."""
+    values = []
+    for row in history:
+        epoch = int(row.get("epoch") or 0)
+        if math.ceil(target_epoch / 2) <= epoch <= target_epoch and row.get("noise_trace") is not None \
+                and row.get("gradient_norm_sq") is not None:
+            scale, reason = simple_noise_scale(float(row["noise_trace"]), float(row["gradient_norm_sq"]))
+            if reason is None and math.isfinite(scale):
+                values.append(float(scale))
+    return values
 
 
 def noise_scale_summary(found: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -357,6 +387,10 @@ def noise_scale_summary(found: Sequence[dict[str, Any]]) -> dict[str, Any]:
     runs' determined noise scales), ``median`` (the median of those), ``range`` (their smallest
     and largest; None with fewer than two batch sizes), ``batches``, ``runs`` (the determined
     values) and how many runs were undetermined for each reason.
+
+    ``training_median`` and ``training_range``: over every run's B_simple logged in the second half
+    of its way to the target (``_second_half``), how far it moves through training; the ratio's
+    interval takes the hull of both ranges (``CriticalBatchFit.noise_scale_ratio_interval``).
 
     McCandlish et al. predict B_crit from B_simple where training reaches the target. Runs at
     one batch are seeds of one measurement; across batch sizes the values need not agree (the
@@ -373,8 +407,11 @@ def noise_scale_summary(found: Sequence[dict[str, Any]]) -> dict[str, Any]:
     reasons = [item["undetermined"] for item in found if item["undetermined"]]
     per_batch = {batch: statistics.median(scales.values()) for batch, scales in sorted(values.items())}
     medians = list(per_batch.values())
+    training = [value for item in found for value in item.get("second_half") or ()]
     return {"median": statistics.median(medians) if medians else None,
             "range": [min(medians), max(medians)] if len(medians) > 1 else None,
+            "training_median": statistics.median(training) if training else None,
+            "training_range": [min(training), max(training)] if len(training) > 1 else None,
             "per_batch": {str(batch): value for batch, value in per_batch.items()}, "batches": len(medians),
             "runs": sum(len(scales) for scales in values.values()),
             "undetermined": {reason: reasons.count(reason) for reason in dict.fromkeys(reasons)}}
@@ -393,6 +430,11 @@ def noise_scale_sentence(summary: dict[str, Any]) -> str:
     text = (f"B_simple at the target is {summary['median']:.0f}, the median over {summary['batches']} batch "
             f"size{'s' if summary['batches'] > 1 else ''} of each batch's median over its runs ({summary['runs']} runs, each read "
             f"at the end of the epoch it reached the target){spread}")
+    if summary.get("training_range"):
+        low, high = summary["training_range"]
+        text += (f". Over the second half of each run's way to the target it moves from {low:.0f} to {high:.0f} (median "
+                 f"{summary['training_median']:.0f}); the ratio B_simple / B_crit's interval takes B_simple's lowest over both "
+                 "ranges against B_crit's highest and its highest against B_crit's lowest (a hull: no confidence level)")
     return text + (f"; {undetermined}, left out." if undetermined else ".")
 
 
@@ -572,7 +614,9 @@ def _steps_section(report: _Report, records: Sequence[RunRecord], target: float 
     noise = noise_scale_at_target(records, target, metric)
     noise_summary = noise_scale_summary(noise)
     fit = critical_batch(rows, noise_scale=noise_summary["median"],
-                         noise_scale_range=None if noise_summary["range"] is None else tuple(noise_summary["range"]))
+                         noise_scale_range=None if noise_summary["range"] is None else tuple(noise_summary["range"]),
+                         noise_scale_training_range=None if noise_summary["training_range"] is None
+                         else tuple(noise_summary["training_range"]))
     report.summary.update({"target": target, "metric": metric, "steps_to_target": rows, "critical_batch": fit.to_dict()})
     if noise:
         report.summary["noise_scale"] = {**noise_summary, "runs_at_target": noise}

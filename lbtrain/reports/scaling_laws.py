@@ -16,9 +16,11 @@ A fit is only as good as its points: two free parameters through two or three ba
 always fit (0% error says nothing), so ``critical_batch`` needs ``MIN_FIT_BATCHES`` batch sizes
 and reports every point's residual. A point is a recipe's mean steps over its seeds, and only
 when every seed reached the target (``SEED_RULE``): averaging the seeds that got there would
-favour the recipe that loses seeds. ``B_crit`` and ``S_min`` come with their uncertainty over
-seeds: a seed bootstrap and the leave-one-seed-out range, claims judged on the hull of the two
-(``CriticalBatchFit.b_crit_interval``). ``lr_exponent`` takes the best *region* of a sweep (top-k
+favour the recipe that loses seeds. ``B_crit``'s interval is a profile-likelihood interval
+(``profile_interval``: an F-profile of the weighted residual sum of squares, valid with 3 to 5
+seeds a batch, where a seed bootstrap is too narrow), with the seed bootstrap and the
+leave-one-seed-out range recorded beside it (``CriticalBatchFit.b_crit_interval`` says which
+claims use). ``lr_exponent`` takes the best *region* of a sweep (top-k
 trials per batch) and bootstraps over trials for its interval, so one lucky trial cannot move it.
 """
 
@@ -30,6 +32,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import scipy.optimize
+import scipy.stats
 
 from lbtrain.reports.statistics import DEFAULT_LEVEL, DEFAULT_RESAMPLES
 from lbtrain.rounding import floor_tolerant
@@ -102,6 +105,119 @@ def _range_text(interval: tuple[float, float] | None, digits: int) -> str:
     return f"[{low:.{digits}f}, " + ("unbounded]" if not math.isfinite(high) else f"{high:.{digits}f}]")
 
 
+PROFILE_METHOD = ("profile likelihood (F-profile of the weighted residual sum of squares of S(B) = S_min (1 + B_crit / B) "
+                  "over B_crit, S_min profiled out; Bates & Watts 1988, sec. 6.1; Venables & Ripley 2002, sec. 8.4)")
+
+
+def _profile_rss(batches: np.ndarray, steps: np.ndarray, weights: np.ndarray, b_crit: float) -> float:
+    """The weighted residual sum of squares at ``b_crit`` with ``S_min`` at its best (linear in
+    it: ``S_min = sum w y x / sum w x^2``, ``x = 1 + b_crit / B``); ``b_crit = inf`` is the limit
+    ``S = b / B`` (steps that keep halving)."""
+    x = 1.0 / batches if math.isinf(b_crit) else 1.0 + b_crit / batches
+    scale = np.sum(weights * steps * x) / np.sum(weights * x * x)
+    return float(np.sum(weights * (steps - scale * x) ** 2))
+
+
+@dataclasses.dataclass(frozen=True)
+class ProfileInterval:
+    """``profile_interval``'s result: ``b_crit`` (the weighted fit's), ``interval`` (an end may be
+    0 or ``inf``: the data cannot rule it out), ``threshold`` (the rise of the weighted residual
+    sum of squares that bounds it), ``rss`` (its minimum), ``dispersion`` (``rss / (k - 2)``),
+    ``df`` (the pooled seeds' degrees of freedom, ``sum (n_i - 1)``), ``points`` (k) and
+    ``lack_of_fit`` (whether the threshold came from the residuals: the curve misses the points)."""
+
+    b_crit: float
+    interval: tuple[float, float]
+    threshold: float
+    rss: float
+    dispersion: float
+    df: int
+    points: int
+    lack_of_fit: bool = False
+
+
+def profile_interval(batches: Sequence[float], seed_steps: Sequence[Sequence[float]], level: float = DEFAULT_LEVEL) -> ProfileInterval:
+    """A profile-likelihood interval for ``B_crit`` of ``S(B) = S_min (1 + B_crit / B)`` fitted
+    to per-batch mean steps, valid with few seeds a batch (Bates & Watts 1988, "Nonlinear
+    Regression Analysis and Its Applications", sec. 6.1; Venables & Ripley 2002, "Modern Applied
+    Statistics with S", sec. 8.4: the F-profile).
+
+    The data: at each of k batch sizes ``B_i`` the steps of its ``n_i >= 2`` seeds, mean ``y_i``.
+    The variance: seed-to-seed scatter of steps grows with the steps, so it is modelled as a common
+    coefficient of variation, pooled over every batch (``cv^2 = sum (n_i - 1) s_i^2 / y_i^2 / nu``,
+    ``nu = sum (n_i - 1)`` degrees of freedom: 16 at 8 batches of 3 seeds, where one batch's own
+    variance has 2); the mean's standard error is ``se_i = cv y_i / sqrt(n_i)`` and its weight
+    ``w_i = 1 / se_i^2``. ``RSS(c)`` is the weighted residual sum of squares with ``B_crit = c`` and
+    ``S_min`` at its best for that c (it is linear given c), ``c_hat`` its minimiser. The interval
+    is ``{c : RSS(c) - RSS(c_hat) <= threshold}`` with
+
+        threshold = F(level; 1, nu)                              the curve fits within the seeds' scatter
+        threshold = RSS(c_hat) / (k - 2) * F(level; 1, k - 2)    lack of fit
+
+    The first is the profile's F-test with the pooled seed variance (the chi-square with 1 df of
+    a known variance, widened for estimating it from nu degrees of freedom). When the curve misses
+    the points by more than the seeds scatter, by the lack-of-fit test ``RSS(c_hat) / (k - 2) >
+    F(level; k - 2, nu)`` (pure error against lack of fit: Draper & Smith 1998, "Applied
+    Regression Analysis", sec. 2.1), the variance is estimated from the fit's residuals instead
+    (k - 2 degrees of freedom), which widens the interval by how badly the curve fits.
+    ``lack_of_fit`` says which. An end is 0 or ``inf`` when ``RSS`` at that end stays below the
+    threshold (no critical batch, or the steps keep halving, cannot be ruled out).
+    ``tests/reports/test_scaling_laws.py`` checks its coverage on simulated studies.
+
+    >>> batches = [32, 64, 128, 256, 512, 1024]
+    >>> seeds = [[s * f for f in (0.95, 1.0, 1.05)] for s in (100 * (1 + 300 / b) for b in batches)]
+    >>> found = profile_interval(batches, seeds)
+    >>> round(found.b_crit), [round(end) for end in found.interval]
+    (300, [270, 334])
+    """
+    x = np.asarray(batches, dtype=np.float64)
+    groups = [np.asarray(values, dtype=np.float64) for values in seed_steps]
+    if len(x) != len(groups) or len(x) < 3:
+        raise ValueError(f"give the seeds' steps at each of 3 batch sizes or more (got {len(groups)} groups for {len(x)} batches)")
+    if any(len(group) < 2 for group in groups):
+        raise ValueError("every batch needs 2 seeds or more: the variance is pooled from the seeds")
+    means = np.array([group.mean() for group in groups])
+    df = int(sum(len(group) - 1 for group in groups))
+    cv2 = sum(((group - group.mean()) ** 2).sum() / group.mean() ** 2 for group in groups) / df
+    if not cv2 > 0:
+        raise ValueError("the seeds' steps do not vary: no variance to weigh the points by")
+    weights = np.array([len(group) for group in groups]) / (cv2 * means ** 2)
+
+    def rss(log_c: float) -> float:
+        return _profile_rss(x, means, weights, math.exp(log_c))
+
+    low_log, high_log = math.log(x.min() * 1e-3), math.log(x.max() * 1e3)
+    grid = np.linspace(low_log, high_log, 241)
+    values = np.array([rss(value) for value in grid])
+    start = int(np.argmin(values))
+    best = scipy.optimize.minimize_scalar(rss, bounds=(grid[max(start - 1, 0)], grid[min(start + 1, len(grid) - 1)]),
+                                          method="bounded", options={"xatol": 1e-10})
+    best_log, best_rss = (best.x, best.fun) if best.fun <= values[start] else (grid[start], values[start])
+    k = len(x)
+    dispersion = best_rss / (k - 2) if k > 2 else math.inf
+    lack_of_fit = k > 2 and dispersion > float(scipy.stats.f.ppf(level, k - 2, df))
+    threshold = (dispersion * float(scipy.stats.f.ppf(level, 1, k - 2)) if lack_of_fit
+                 else float(scipy.stats.f.ppf(level, 1, df)))
+
+    def excess(log_c: float) -> float:
+        return rss(log_c) - best_rss - threshold
+
+    lower = 0.0 if _profile_rss(x, means, weights, 0.0) - best_rss <= threshold else math.exp(
+        scipy.optimize.brentq(excess, _crossing(excess, best_log, low_log), best_log))
+    upper = math.inf if _profile_rss(x, means, weights, math.inf) - best_rss <= threshold else math.exp(
+        scipy.optimize.brentq(excess, best_log, _crossing(excess, best_log, high_log + math.log(1e3))))
+    return ProfileInterval(math.exp(best_log), (lower, upper), threshold, float(best_rss), dispersion, df, k, bool(lack_of_fit))
+
+
+def _crossing(excess, start: float, end: float, count: int = 200) -> float:
+    """The first log B_crit from ``start`` towards ``end`` where ``excess`` is above 0 (one exists:
+    the caller checked the limit beyond ``end``)."""
+    for value in np.linspace(start, end, count)[1:]:
+        if excess(value) > 0:
+            return float(value)
+    return end
+
+
 @dataclasses.dataclass(frozen=True)
 class CriticalBatchFit:
     """``S(B) = s_min * (1 + b_crit / B)`` fitted to steps to target at ``batches`` global batch
@@ -142,6 +258,9 @@ class CriticalBatchFit:
     level: float = DEFAULT_LEVEL
     resamples: int | None = None
     noise_scale_range: tuple[float, float] | None = None
+    b_crit_profile: tuple[float, float] | None = None
+    profile_lack_of_fit: bool | None = None
+    noise_scale_training_range: tuple[float, float] | None = None
 
     @property
     def fitted(self) -> bool:
@@ -154,11 +273,21 @@ class CriticalBatchFit:
 
     @property
     def b_crit_interval(self) -> tuple[float, float] | None:
-        """The interval claims on ``b_crit`` are judged by: the hull of the seed bootstrap's
-        interval and the leave-one-seed-out range (each end the wider of the two). With 3 seeds
-        a batch, a percentile bootstrap alone is too narrow (``lbtrain.reports.statistics``:
-        about 78% coverage for a mean at n = 3), and a claim must survive any one seed left out."""
+        """The interval claims on ``b_crit`` are judged by (``interval_method`` names it): the
+        profile-likelihood interval (``profile_interval``) when there is one; for a fit recorded
+        before it, the hull of the seed bootstrap's interval and the leave-one-seed-out range
+        (each end the wider of the two: with 3 seeds a batch a percentile bootstrap alone is too
+        narrow, ``lbtrain.reports.statistics``: about 78% coverage for a mean at n = 3)."""
+        if self.b_crit_profile is not None:
+            return self.b_crit_profile
         return _hull(self.b_crit_bootstrap, self.b_crit_leave_one_out)
+
+    @property
+    def interval_method(self) -> str | None:
+        """``profile`` or ``bootstrap hull``: how ``b_crit_interval`` was made (None without one)."""
+        if self.b_crit_profile is not None:
+            return "profile"
+        return "bootstrap hull" if self.b_crit_interval is not None else None
 
     @property
     def s_min_interval(self) -> tuple[float, float] | None:
@@ -175,7 +304,9 @@ class CriticalBatchFit:
     @property
     def noise_scale_ratio_interval(self) -> tuple[float, float] | None:
         """``B_simple / B_crit`` over ``b_crit_interval`` and, when the report gives it,
-        ``noise_scale_range`` (B_simple's range over the batch sizes):
+        B_simple's spread: the hull of ``noise_scale_range`` (its range over the batch sizes at the
+        target) and ``noise_scale_training_range`` (over the second half of each run's way to the
+        target, ``lbtrain.reports.report.noise_scale_at_target``), whichever the report gives:
         ``[B_simple low / B_crit high, B_simple high / B_crit low]``, B_simple held at its median
         without a range; ``inf`` above when B_crit's interval reaches 0. A hull of two ranges,
         not an interval with a confidence level."""
@@ -183,7 +314,8 @@ class CriticalBatchFit:
         if self.noise_scale_ratio is None or interval is None:
             return None
         low, high = interval
-        smallest, largest = self.noise_scale_range or (self.noise_scale, self.noise_scale)
+        ranges = [r for r in (self.noise_scale_range, self.noise_scale_training_range) if r is not None]
+        smallest, largest = (min(r[0] for r in ranges), max(r[1] for r in ranges)) if ranges else (self.noise_scale, self.noise_scale)
         return smallest / high, (largest / low if low > 0 else math.inf)
 
     def steps(self, global_batch: float) -> float:
@@ -197,7 +329,8 @@ class CriticalBatchFit:
         written before the interval fields reads as a fit without an interval."""
         fields = {field.name for field in dataclasses.fields(cls)}
         values = {name: value for name, value in data.items() if name in fields}
-        for name in ("b_crit_bootstrap", "b_crit_leave_one_out", "s_min_bootstrap", "s_min_leave_one_out", "noise_scale_range"):
+        for name in ("b_crit_bootstrap", "b_crit_leave_one_out", "s_min_bootstrap", "s_min_leave_one_out", "noise_scale_range",
+                     "b_crit_profile", "noise_scale_training_range"):
             if values.get(name) is not None:
                 values[name] = tuple(math.inf if end is None else float(end) for end in values[name])
         for name in ("residuals", "excluded", "excluded_batches"):
@@ -211,20 +344,30 @@ class CriticalBatchFit:
         rule, ``e_min``, ``noise_scale_ratio`` and the judged intervals ``b_crit_interval``,
         ``s_min_interval`` and ``noise_scale_ratio_interval``."""
         data = dataclasses.asdict(self)
-        for name in ("b_crit_bootstrap", "b_crit_leave_one_out", "s_min_bootstrap", "s_min_leave_one_out", "noise_scale_range"):
+        for name in ("b_crit_bootstrap", "b_crit_leave_one_out", "s_min_bootstrap", "s_min_leave_one_out", "noise_scale_range",
+                     "b_crit_profile", "noise_scale_training_range"):
             data[name] = _pair(getattr(self, name))
         return {**data, "residuals": [dict(point) for point in self.residuals], "excluded": [dict(row) for row in self.excluded],
                 "excluded_batches": list(self.excluded_batches), "rule": SEED_RULE, "e_min": self.e_min,
                 "noise_scale_ratio": self.noise_scale_ratio, "b_crit_interval": _pair(self.b_crit_interval),
+                "interval_method": self.interval_method,
                 "s_min_interval": _pair(self.s_min_interval), "noise_scale_ratio_interval": _pair(self.noise_scale_ratio_interval)}
 
     def interval_text(self) -> str:
         """``95% seed bootstrap [190, 400], leave-one-seed-out [242, 340]; 3 seeds per batch or
         more`` for ``b_crit``, or why there is no interval."""
-        if self.b_crit_bootstrap is None:
+        if self.b_crit_bootstrap is None and self.b_crit_profile is None:
             return f"no interval ({self.interval_note})"
-        return (f"{100 * self.level:.0f}% seed bootstrap {_range_text(self.b_crit_bootstrap, 0)}, leave-one-seed-out "
-                f"{_range_text(self.b_crit_leave_one_out, 0)}; {self.seeds} seeds per batch or more")
+        parts = []
+        if self.b_crit_profile is not None:
+            parts.append(f"{100 * self.level:.0f}% profile-likelihood interval {_range_text(self.b_crit_profile, 0)}"
+                         + (", widened for lack of fit" if self.profile_lack_of_fit else ""))
+        if self.b_crit_bootstrap is not None:
+            parts.append(f"seed bootstrap {_range_text(self.b_crit_bootstrap, 0)}, leave-one-seed-out "
+                         f"{_range_text(self.b_crit_leave_one_out, 0)}")
+        if self.b_crit_profile is None:
+            parts[0] = f"{100 * self.level:.0f}% " + parts[0]
+        return "; ".join(parts) + f"; {self.seeds} seeds per batch or more"
 
     def describe(self) -> str:
         """One sentence: the fit's numbers, B_crit's interval and error, or ``not fitted —
@@ -239,6 +382,9 @@ class CriticalBatchFit:
             ratio = self.noise_scale_ratio
             notes = ([] if self.noise_scale_range is None else
                      [f"from {self.noise_scale_range[0]:.0f} to {self.noise_scale_range[1]:.0f} over the batch sizes"])
+            notes += ([] if self.noise_scale_training_range is None else
+                      [f"from {self.noise_scale_training_range[0]:.0f} to {self.noise_scale_training_range[1]:.0f} over the "
+                       "second half of training to the target"])
             notes += [] if ratio is None else [f"{ratio:.2f} x B_crit"]
             text += f"; measured noise scale B_simple {self.noise_scale:.0f}" + (f" ({'; '.join(notes)})" if notes else "")
         return text
@@ -295,7 +441,8 @@ def _seed_uncertainty(arms: Sequence[_Arm], batches: Sequence[int], resamples: i
 
 
 def critical_batch(summary: Iterable[Mapping[str, Any]], noise_scale: float | None = None, *,
-                   noise_scale_range: tuple[float, float] | None = None, resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
+                   noise_scale_range: tuple[float, float] | None = None,
+                   noise_scale_training_range: tuple[float, float] | None = None, resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
                    level: float = DEFAULT_LEVEL) -> CriticalBatchFit:
     """Fits ``S = S_min (1 + B_crit / B)`` (McCandlish et al. 2018, eq. 2.11) to steps to target,
     with the fit's uncertainty over seeds.
@@ -323,10 +470,15 @@ def critical_batch(summary: Iterable[Mapping[str, Any]], noise_scale: float | No
     - *leave one seed out*: refit once per seed of every row with two seeds or more, that seed's
       steps left out of its row's mean (each batch's fewest chosen again); the range of the refits.
 
-    Both are reported: the bootstrap is the interval, and with 2 or 3 seeds a batch it is too
-    narrow on its own, so claims use the hull of the two (``CriticalBatchFit.b_crit_interval``).
+    - *profile likelihood* (``profile_interval``, ``PROFILE_METHOD``): on each batch's chosen
+      recipe's seeds, an F-profile of the weighted residual sum of squares over ``B_crit``, valid
+      at 3 to 5 seeds a batch; claims use it (``CriticalBatchFit.b_crit_interval``).
+
+    The bootstrap and the leave-one-out range are recorded beside it: with 3 seeds a batch the
+    bootstrap is too narrow on its own (their hull is what fits recorded before the profile use).
     There is no interval when a point's recipe has a single seed (nothing to resample).
-    ``noise_scale``, the measured ``B_simple``, and ``noise_scale_range``, its range over the
+    ``noise_scale_training_range``, its range over the second half of training to the target, is
+    carried too. ``noise_scale``, the measured ``B_simple``, and ``noise_scale_range``, its range over the
     batch sizes, are carried along for comparison."""
     rows = list(summary)
     arms = [_Arm(int(row["global_batch"]), row.get("recipe"), float(row["steps_to_target"]),
@@ -336,7 +488,8 @@ def critical_batch(summary: Iterable[Mapping[str, Any]], noise_scale: float | No
                      for row in rows if row.get("steps_to_target") is not None and not counts_in_fit(row))
     batches = sorted({arm.batch for arm in arms})
     lost = tuple(sorted({row["global_batch"] for row in excluded} - set(batches)))
-    common = {"noise_scale": noise_scale, "noise_scale_range": noise_scale_range, "excluded": excluded, "excluded_batches": lost,
+    common = {"noise_scale": noise_scale, "noise_scale_range": noise_scale_range,
+              "noise_scale_training_range": noise_scale_training_range, "excluded": excluded, "excluded_batches": lost,
               "level": level}
     if len(batches) < MIN_FIT_BATCHES:
         return CriticalBatchFit(len(batches), note=f"not enough points (n = {_batch_sizes(len(batches))} < {MIN_FIT_BATCHES})",
@@ -360,6 +513,12 @@ def critical_batch(summary: Iterable[Mapping[str, Any]], noise_scale: float | No
         uncertainty = {"interval_note": "a point rests on a single seed: nothing to resample", "seeds": 1}
     else:
         uncertainty = {**_seed_uncertainty(arms, batches, resamples, seed, level), "seeds": fewest}
+        try:
+            profile = profile_interval(batches, [arm.seeds for arm in chosen], level)
+        except ValueError as error:  # seeds that do not vary
+            uncertainty["interval_note"] = f"no profile interval: {error}"
+        else:
+            uncertainty.update(b_crit_profile=profile.interval, profile_lack_of_fit=profile.lack_of_fit)
     return CriticalBatchFit(len(batches), s_min, b_crit, float(np.sqrt(np.mean(relative ** 2))), residuals, note=None,
                             **common, **uncertainty)
 

@@ -309,13 +309,35 @@ def test_noise_scale_is_read_in_the_epoch_each_run_reaches_the_target_and_never_
         (16, 2, 120.0, None), (32, 1, None, "|G|^2 estimate <= 0")]
     summary = noise_scale_summary(found)
     assert summary == {"median": 120.0, "range": None, "per_batch": {"16": 120.0}, "batches": 1, "runs": 1,
-                       "undetermined": {"|G|^2 estimate <= 0": 1}}
+                       "training_median": 120.0, "training_range": None, "undetermined": {"|G|^2 estimate <= 0": 1}}
     assert noise_scale_sentence(summary) == ("B_simple at the target is 120, the median over 1 batch size of each batch's median "
                                              "over its runs (1 runs, each read at the end of the epoch it reached the target); "
                                              "1 run undetermined (|G|^2 estimate <= 0), left out.")
     assert [f["noise_scale"] for f in noise_scale_at_target([first, second], 0.8, "val_accuracy")] == [300.0, 80.0]
     only_undetermined = noise_scale_summary(noise_scale_at_target([second], 0.7, "val_accuracy"))
     assert noise_scale_sentence(only_undetermined) == "Gradient noise scale at the target: 1 run undetermined (|G|^2 estimate <= 0)."
+
+
+def test_b_simple_over_the_second_half_of_training_widens_the_predicted_over_measured_ratio():
+    """A run reaching 0.7 in epoch 4 logs B_simple 50, 100, 150, 200: over epochs 2 to 4 (the second
+    half of its way) it moves from 100 to 200, median 150; another reaching it in epoch 1 reads 80
+    there. The ratio's interval: B_simple's lowest of both ranges (80) over B_crit's highest, its
+    highest (200) over B_crit's lowest."""
+    from lbtrain.reports.report import noise_scale_at_target, noise_scale_sentence, noise_scale_summary
+    from lbtrain.reports.scaling_laws import CriticalBatchFit
+
+    slow = with_noise(synthetic("a", 1, 0, [0.4, 0.5, 0.6, 0.7]), (50.0, 1.0), (100.0, 1.0), (150.0, 1.0), (200.0, 1.0))
+    fast = with_noise(synthetic("a", 2, 0, [0.75, 0.9]), (80.0, 1.0), (90.0, 1.0))
+    found = noise_scale_at_target([slow, fast], 0.7, "val_accuracy")
+    assert [f["second_half"] for f in found] == [[100.0, 150.0, 200.0], [80.0]]
+    summary = noise_scale_summary(found)
+    assert (summary["median"], summary["range"]) == (140.0, [80.0, 200.0])
+    assert (summary["training_median"], summary["training_range"]) == (125.0, [80.0, 200.0])
+    assert "moves from 80 to 200 (median 125)" in noise_scale_sentence(summary)
+    fit = CriticalBatchFit(5, 100.0, 250.0, 0.01, noise_scale=140.0, noise_scale_range=(120.0, 160.0),
+                           noise_scale_training_range=(80.0, 200.0), b_crit_profile=(200.0, 400.0))
+    assert fit.interval_method == "profile" and fit.noise_scale_ratio_interval == pytest.approx((80 / 400, 200 / 200))
+    assert CriticalBatchFit.from_dict(fit.to_dict()) == fit
 
 
 def test_b_simple_counts_each_batch_once_and_runs_trained_alike_once():
@@ -334,7 +356,9 @@ def test_b_simple_counts_each_batch_once_and_runs_trained_alike_once():
     assert noise_scale_sentence(summary) == (
         "B_simple at the target is 220, the median over 2 batch sizes of each batch's median over its runs (6 runs, each read "
         "at the end of the epoch it reached the target); it ranges from 120 to 320 over the batch sizes, the range claims use "
-        "(a spread of measurements, not a confidence interval).")
+        "(a spread of measurements, not a confidence interval). Over the second half of each run's way to the target it moves "
+        "from 60 to 340 (median 150); the ratio B_simple / B_crit's interval takes B_simple's lowest over both ranges against "
+        "B_crit's highest and its highest against B_crit's lowest (a hull: no confidence level).")
 
 
 def test_report_shows_an_undetermined_noise_scale_with_its_reason_not_a_number(tiny_results, tmp_path):
