@@ -6,12 +6,12 @@ sweep`` and ``lbtrain advise``; and every bad input refused in one line before a
 import json
 import re
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from helpers import write_package
 
 from conftest import run_cli, run_horovod
 from lbtrain import SimulatedWorld, run_config_from_dict, train
@@ -20,54 +20,6 @@ from lbtrain.config import ConfigError, ExperimentConfig
 from lbtrain.studies.runner import run_experiment
 
 MODEL = "ownpkg.models:convnet"
-
-
-def write_package(folder: Path) -> None:
-    """``ownpkg`` (models and data) and ``data.npz`` in ``folder``."""
-    package = folder / "ownpkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "models.py").write_text(textwrap.dedent("""
-        import keras
-
-        def convnet(input_shape, num_classes, width=4):
-            inputs = keras.Input(shape=input_shape)
-            x = keras.layers.Conv2D(width, 3, padding="same", use_bias=False)(inputs)
-            x = keras.layers.BatchNormalization()(x)
-            x = keras.layers.ReLU()(x)
-            x = keras.layers.GlobalAveragePooling2D()(x)
-            return keras.Model(inputs, keras.layers.Dense(num_classes)(x))
-
-        def wide(input_shape, num_classes):
-            return convnet(input_shape, num_classes + 3)
-
-        def broken(input_shape, num_classes):
-            raise ValueError("cannot build for this shape")
-
-        def nothing(input_shape, num_classes):
-            return None
-
-        class Subclassed(keras.Model):
-            def __init__(self, num_classes):
-                super().__init__()
-                self.norm = keras.layers.BatchNormalization()
-                self.flat = keras.layers.Flatten()
-                self.out = keras.layers.Dense(num_classes)
-
-            def call(self, inputs, training=None):
-                return self.out(self.flat(self.norm(inputs, training=training)))
-
-        def subclassed(input_shape, num_classes):
-            return Subclassed(num_classes)
-    """))
-    rng = np.random.default_rng(0)
-    labels = rng.integers(0, 4, 480)
-    images = rng.normal(0, 0.3, (480, 8, 8, 1)).astype(np.float32)
-    rows, columns = np.indices((8, 8))
-    for image, label, offset in zip(images, labels, rng.integers(2, 6, 480)):
-        # A bar through the image: horizontal, vertical, diagonal or anti-diagonal (class 0 to 3).
-        image[[rows == offset, columns == offset, rows == columns, rows == 7 - columns][label], 0] += 1.0
-    np.savez(folder / "data.npz", x_train=images[:384], y_train=labels[:384], x_test=images[384:], y_test=labels[384:])
 
 
 @pytest.fixture

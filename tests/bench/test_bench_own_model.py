@@ -10,10 +10,10 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import write_package as write_user_package
 
 from lbtrain.bench import INPUT_BOUND_MARGIN, BenchError, Settings, WorldSpec, run_benchmark
 
@@ -21,57 +21,8 @@ MODEL = "ownbench.models:build"
 
 
 def write_package(folder: Path) -> Path:
-    """``ownbench`` in ``folder``: the model factories (good and bad) a user might write."""
-    package = folder / "ownbench"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "models.py").write_text(textwrap.dedent("""
-        import keras
-
-        def build(input_shape, num_classes, width=8):
-            inputs = keras.Input(shape=input_shape)
-            x = keras.layers.Conv2D(width, 3, padding="same", use_bias=False)(inputs)
-            x = keras.layers.BatchNormalization()(x)
-            x = keras.layers.ReLU()(x)
-            x = keras.layers.GlobalAveragePooling2D()(x)
-            return keras.Model(inputs, keras.layers.Dense(num_classes)(x))
-
-        def binary(input_shape, num_classes):
-            inputs = keras.Input(shape=input_shape)
-            x = keras.layers.Conv2D(8, 3, padding="same", use_bias=False)(inputs)
-            x = keras.layers.BatchNormalization()(x)
-            x = keras.layers.GlobalAveragePooling2D()(x)
-            return keras.Model(inputs, keras.layers.Dense(1, activation="sigmoid")(x))
-
-        def glance(input_shape, num_classes):
-            # One pixel of each image: a step that costs next to nothing beside the batch it is fed.
-            inputs = keras.Input(shape=input_shape)
-            x = keras.layers.Cropping2D(((0, input_shape[0] - 1), (0, input_shape[1] - 1)))(inputs)
-            return keras.Model(inputs, keras.layers.Dense(num_classes)(keras.layers.Flatten()(x)))
-
-        def wide(input_shape, num_classes):
-            return build(input_shape, num_classes + 3)
-
-        def broken(input_shape, num_classes):
-            raise ValueError("cannot build for this shape")
-
-        def nothing(input_shape, num_classes):
-            return None
-
-        class Subclassed(keras.Model):
-            def __init__(self, num_classes):
-                super().__init__()
-                self.norm = keras.layers.BatchNormalization()
-                self.flat = keras.layers.Flatten()
-                self.out = keras.layers.Dense(num_classes)
-
-            def call(self, inputs, training=None):
-                return self.out(self.flat(self.norm(inputs, training=training)))
-
-        def subclassed(input_shape, num_classes):
-            return Subclassed(num_classes)
-    """))
-    return folder
+    """``ownbench`` (the user's model factories of ``helpers.USER_MODELS``, good and bad) in ``folder``."""
+    return write_user_package(folder, "ownbench", data=False)
 
 
 def bench(*args: str, cwd: Path, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:

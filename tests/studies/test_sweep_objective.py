@@ -4,7 +4,7 @@ also one made before lbtrain recorded its objective, is topped up as before."""
 
 import optuna
 import pytest
-from test_sweep import sweep_spec, write_spec
+from helpers import sweep_spec, write_spec
 
 from lbtrain.cli import main
 from lbtrain.config import ExperimentConfig
