@@ -602,7 +602,8 @@ def section_keskar_v4(results: Path) -> list[str]:
         for name, group in groups:
             difference = None if group is comparison.small else _accuracy_difference(group, comparison.small)
             end = max((run.end_lr for run in group if run.end_lr is not None), default=None)
-            table.append([name, group[0].global_batch, f"{_mean([run.steps for run in group]):.0f}", _general(end),
+            steps = _mean([run.steps for run in group])
+            table.append([name, group[0].global_batch, "-" if steps is None else f"{steps:.0f}", _general(end),
                           _general(_mean([run.train_loss for run in group])),
                           shown(mean_interval([run.test_accuracy for run in group])), judged_points(difference),
                           shown(mean_interval([run.eigenvalue for run in group]), 3), shown(mean_interval([run.sharpness for run in group]), 3)])
