@@ -131,3 +131,16 @@ def test_the_keskar_v2_section_prints_each_runs_lr_at_its_end(tmp_path):
     text = "\n".join(section_keskar_v2(tmp_path, study="keskar_v3"))
     assert "λ / limit" in text and "| LB equal loss | 512 | 1 | 1000 | 0.88 (55% of 1.6) |" in text
     assert "but flatness not compared at equal LR" in text
+
+
+def test_the_pages_keskar_v4_regimes_are_the_experiments_large_batches():
+    from pathlib import Path
+
+    from conftest import REPO_ROOT
+    from lab.results_page.keskar import KESKAR_V4_REGIMES
+    from lbtrain.config import load_experiment
+
+    experiment = load_experiment(Path(REPO_ROOT) / "experiments" / "keskar_v4.yaml")
+    sizes = experiment.grid["world_sizes"]
+    assert set(KESKAR_V4_REGIMES.values()) == set(sizes) - {min(sizes)}
+    assert {control.world_size for control in experiment.protocol.train_longer} == set(KESKAR_V4_REGIMES.values())
