@@ -384,7 +384,9 @@ def run_protocol(
     best = {study.name: best_ok_trial(open_study(experiment, study, storage)) for study in studies}
     params = {name: trial.params for name, trial in best.items() if trial is not None}
     planned = [run for arm in arms if arm.study.name in params for run in final_runs(experiment, arm, params[arm.study.name])]
-    summary = run_planned(experiment, planned, config_file=config_file, progress=progress)
+    # With longer runs to come, the finals' stage does not warn about them (a rerun finds them on disk).
+    more_stages = bool(experiment.protocol.equal_steps or experiment.protocol.train_longer)
+    summary = run_planned(experiment, planned, config_file=config_file, progress=progress, note_left_out=not more_stages)
     longer = equal_steps_runs(experiment, arms, params, summary)
     controls = train_longer_arms(experiment, arms, summary)
     longer += train_longer_runs(experiment, controls, params, summary)

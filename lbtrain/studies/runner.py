@@ -217,9 +217,11 @@ def run_planned(
     fresh: bool = False,
     progress: Callable[[str], None] = log_progress,
     workers: int | None = None,
+    note_left_out: bool = True,
 ) -> list[dict[str, Any]]:
     """Trains every unfinished run of ``planned`` into ``experiment``'s results folder and writes
-    ``summary.csv``; returns its rows.
+    ``summary.csv``; returns its rows. ``note_left_out``: warn about finished runs of the folder
+    that ``planned`` does not hold (off for a stage whose later stage plans them).
 
     Every run is checked against its dataset first (``check_runs``); then the results folder is
     claimed for this experiment and ``config_file`` (``results.claim_folder``: another
@@ -246,7 +248,8 @@ def run_planned(
         write_experiment(experiment)
         rows = _train_all(experiment, planned, runs_dir, progress, workers)
         write_atomic(folder / SUMMARY_FILE, summary_csv(rows))
-        _note_runs_left_out(runs_dir, planned)
+        if note_left_out:
+            _note_runs_left_out(runs_dir, planned)
     return rows
 
 

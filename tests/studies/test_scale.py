@@ -112,6 +112,7 @@ def test_a_tiny_study_answers_from_its_runs_and_a_rerun_trains_nothing(project, 
 
     again = lbtrain_here(*arguments, cwd=project)
     assert again.returncode == 0, again.stderr[-3000:]
+    assert "not in this grid" not in again.stderr  # the controls a rerun finds on disk are the study's own
     assert {path: path.stat().st_mtime_ns for path in (folder / "runs").glob("*/metrics.json")} == finished
 
     experiment = load_experiment(project / "experiment.yaml")
