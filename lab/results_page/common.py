@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 import scipy.stats
 import yaml
 
-from lbtrain.reports.answer import MIN_SEEDS
+from lbtrain.config import MIN_PROTOCOL_SEEDS as MIN_SEEDS
 from lbtrain.reports.decisions import (
     BEST,
     BETTER,
@@ -252,7 +252,7 @@ FEW_SEEDS = "1 or 2 seeds: no interval"
 
 def few_seeds(estimate: Estimate | None) -> bool:
     """Whether ``estimate`` (a mean, or a difference of two) rests on fewer than ``MIN_SEEDS``
-    values on a side (``lbtrain.reports.answer.MIN_SEEDS``, 3): two seeds give a t interval of
+    values on a side (``lbtrain.config.MIN_PROTOCOL_SEEDS``, 3): two seeds give a t interval of
     12.7 standard errors, a number, not a bound, so none is shown and no claim rests on it."""
     return estimate is not None and estimate.mean is not None and min(estimate.n, estimate.n_second or estimate.n) < MIN_SEEDS
 

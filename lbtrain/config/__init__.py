@@ -9,6 +9,7 @@ from lbtrain.config.experiment import (
     HOROVOD_COMPRESSION_VARIABLE,
     HOROVOD_IDLE_THREADS_VARIABLE,
     HOROVOD_PIN_CORES_VARIABLE,
+    MIN_PROTOCOL_SEEDS,
     RUN_SECTION_SCHEMAS,
     RUN_SECTIONS,
     ExperimentConfig,
@@ -53,7 +54,7 @@ from lbtrain.config.run import (
 
 __all__ = [
     "AnalysisConfig", "BUDGET_KINDS", "ConfigError", "DEFAULT_EPOCHS", "DataConfig", "ElasticConfig", "ExperimentConfig", "GRID_SHORTHANDS",
-    "HOROVOD_COMPRESSION_VARIABLE", "HOROVOD_IDLE_THREADS_VARIABLE", "HOROVOD_PIN_CORES_VARIABLE",
+    "HOROVOD_COMPRESSION_VARIABLE", "HOROVOD_IDLE_THREADS_VARIABLE", "HOROVOD_PIN_CORES_VARIABLE", "MIN_PROTOCOL_SEEDS",
     "HorovodLaunchConfig", "JUDGING_FIELDS", "LATER_FIELD_DEFAULTS", "LRConfig", "ModelConfig", "MultiWorkerLaunchConfig", "OptimizerConfig",
     "ParameterServerLaunchConfig", "ProtocolConfig", "RUN_SECTIONS", "RUN_SECTION_SCHEMAS", "RunConfig", "SearchParam",
     "StopAtConfig", "SweepConfig", "TrainLongerConfig", "TrainingConfig", "apply_overrides", "check_search_paths", "deep_merge",

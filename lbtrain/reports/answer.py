@@ -37,6 +37,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from lbtrain.config.experiment import MIN_PROTOCOL_SEEDS as MIN_SEEDS
 from lbtrain.reports.decisions import DEFAULT_CLAIM_MARGIN, TIED_WITH_THE_BEST, WORSE, claim, standing
 from lbtrain.reports.regime import MAX_BATCH_FRACTION, MIN_UPDATES
 from lbtrain.reports.scaling_laws import LrExponentFit
@@ -46,7 +47,6 @@ from lbtrain.verdict import is_ok
 
 __all__ = ["ArmSpec", "StudyFacts", "answer_data", "answer_markdown", "estimate_text", "write_answer_figures"]
 
-MIN_SEEDS = 3
 NOT_REACHED = "not reached within the budget"
 
 

@@ -115,8 +115,6 @@ def test_the_wheel_holds_the_library_and_nothing_of_the_lab(wheel_files):
     assert [name for name in wheel_files if "results_page" in name or "advisor_validation" in name] == []
 
 
-@pytest.mark.xfail(strict=True, reason="lbtrain/studies/scale/design.py's docstring (bba32c8) cites goyal_v3 as its example of "
-                   "a one-seed LR pick; the findings no longer name a study: remove this mark when design.py does not either")
 def test_no_file_of_the_wheel_names_a_study_of_this_repository(wheel_files):
     mentions = {name: [word for word in LAB_NAMES if word in content.decode(errors="replace")]
                 for name, content in wheel_files.items() if name.endswith((".py", ".json", ".txt", ".cc"))}

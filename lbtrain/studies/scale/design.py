@@ -17,9 +17,9 @@ design closes by construction (and states in its output):
   linear rule: ``(B / base_batch)^e``, e = 1 or 0.5; sqrt for Adam, Malladi et al. 2022), extended past an edge while the best sits on it
   (``lbtrain.studies.search``), scored on validation, never test.
 - **One seed.** A trial is scored on the mean validation accuracy of ``TUNING_SEEDS`` (2; one
-  seed's pick may not survive more seeds: in goyal_v3 the LR picked on one seed lost to its
-  neighbour on five), and the best of every arm is re-run with ``FINAL_SEEDS`` fresh seeds (5; 3
-  when the budget trims them), none of them a tuning seed.
+  seed's pick may not survive more seeds: in lbtrain's own resnet study the LR picked on one
+  seed lost to its neighbour on five), and the best of every arm is re-run with
+  ``FINAL_SEEDS`` fresh seeds (5; 3 when the budget trims them), none of them a tuning seed.
 
 The arms (``lbtrain.studies.protocol``): the user's optimizer with gradual warmup (Goyal et al.
 2017) tuned at every world size, and its reference tuning carried to every world size by the
