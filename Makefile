@@ -14,7 +14,7 @@ TENSORFLOW_KERAS3 := tensorflow-cpu==2.21.0
 # about 90 MB of wheels, 380 MB installed, seconds to install from pip's cache.
 JAX_KERAS3 := jax==0.10.2 jaxlib==0.10.2
 
-.PHONY: setup setup-keras3 run test test-keras3 test-fast docs lint bench study study-v3 data clean-venv
+.PHONY: setup setup-keras3 run test test-keras3 test-fast docs lint bench study study-v3 study-v4 data clean-venv
 
 setup: $(VENV)/.lbtrain-installed $(VENV)/.kernels data
 
@@ -59,6 +59,11 @@ study: setup
 # The third-edition studies (about 9 hours on 2 cores; resumable: rerun after an interruption).
 study-v3: setup
 	LBTRAIN=$(BIN)/lbtrain sh scripts/run_studies_v3.sh
+
+# The fourth-edition studies (about 16 machine hours on 2 cores, over several sessions;
+# resumable: rerun after an interruption).
+study-v4: setup
+	LBTRAIN=$(BIN)/lbtrain sh scripts/run_studies_v4.sh
 
 # Keras 3: TensorFlow 2.21 from PyPI (pip's cache reused), lbtrain without Horovod.
 $(BIN_KERAS3)/python:
