@@ -11,11 +11,13 @@
   step-0 loss: it learned nothing, or next to nothing (a run at 0.18 on ten classes learned
   nothing a reader should average in). Or its history sat at chance (``chance_plateau``): its
   epoch-mean train accuracy lay within ``CHANCE_TOLERANCE`` (0.02) of ``1 / classes`` for
-  ``CHANCE_PLATEAU_EPOCHS`` (3) epochs in a row, or through the last ``CHANCE_PLATEAU_SHARE``
-  (a third) of its epochs (rounded up), whichever its history shows: a run that spent 14 of
-  its 36 epochs learning nothing and then took off (critical_batch_v3's batch 2048 and 4096)
+  ``CHANCE_PLATEAU_EPOCHS`` (3) epochs in a row that are also at least ``CHANCE_PLATEAU_SPAN``
+  (a quarter) of its epochs, or through the last ``CHANCE_PLATEAU_SHARE`` (a third) of its
+  epochs (rounded up), whichever its history shows: a run that spent 14 of its 36 epochs
+  learning nothing and then took off (a batch of 2,048 on a resnet, 26 updates an epoch)
   measures when it escaped the plateau, a matter of the seed, not what the recipe does in its
-  budget, so it is not averaged in either.
+  budget, so it is not averaged in either. A short stretch of a long run is a slow start, as
+  under warmup: 4 epochs of 43 when a floor of 300 updates makes an epoch 7 updates.
 - **ok-unstable**: it finished and learned, but after its first epoch an epoch's mean training
   loss rose above ``instability_factor`` (default 2) times the lowest epoch mean before it, and
   came back at least enough not to diverge (Goyal et al. 2017's early instability, or a spike
@@ -50,6 +52,7 @@ DEFAULT_INSTABILITY_FACTOR = 2.0
 CHANCE_TOLERANCE = 0.02
 CHANCE_PLATEAU_EPOCHS = 3
 CHANCE_PLATEAU_SHARE = 1 / 3
+CHANCE_PLATEAU_SPAN = 1 / 4
 OK = "ok"
 
 
@@ -129,10 +132,12 @@ def collapse(
 
 
 def chance_plateau(epoch_accuracies: Sequence[float | None], num_classes: int | None, tolerance: float = CHANCE_TOLERANCE,
-                   epochs: int = CHANCE_PLATEAU_EPOCHS, share: float = CHANCE_PLATEAU_SHARE) -> str | None:
+                   epochs: int = CHANCE_PLATEAU_EPOCHS, share: float = CHANCE_PLATEAU_SHARE,
+                   span: float = CHANCE_PLATEAU_SPAN) -> str | None:
     """Why a run's epoch-mean train accuracies mean it sat at chance, or None: the longest
     stretch of epochs in a row within ``tolerance`` of ``1 / num_classes`` lasts ``epochs`` or
-    more, or covers the last ``share`` of the epochs (rounded up) of a run of at least
+    more and at least ``span`` of the run's epochs (rounded up), or covers the last ``share`` of
+    the epochs (rounded up) of a run of at least
     ``epochs`` epochs (a run of one or two epochs is judged by its final numbers only: one epoch
     near chance is a slow start, not a collapse). None for fewer than two classes (regression)
     or no recorded accuracy; an epoch without one ends a stretch.
@@ -142,6 +147,8 @@ def chance_plateau(epoch_accuracies: Sequence[float | None], num_classes: int | 
     >>> chance_plateau([0.60, 0.70, 0.10, 0.10], 10)
     'train accuracy sat at chance (0.1 ± 0.02) through the last third of its epochs (epochs 3-4 of 4)'
     >>> chance_plateau([0.10, 0.10, 0.45, 0.80, 0.85, 0.86], 10) is None
+    True
+    >>> chance_plateau([0.25] * 4 + [0.9] * 39, 4) is None  # 4 epochs of 43: a slow start
     True
     """
     if num_classes is None or num_classes < 2 or not epoch_accuracies:
@@ -154,7 +161,7 @@ def chance_plateau(epoch_accuracies: Sequence[float | None], num_classes: int | 
         if run > longest:
             longest, first = run, index - run + 2  # 1-based
     where = f"chance ({chance:.3g} ± {tolerance:g})"
-    if longest >= epochs:
+    if longest >= max(epochs, math.ceil(span * total)):
         return f"train accuracy sat at {where} for {longest} epochs in a row (epochs {first}-{first + longest - 1} of {total})"
     tail = math.ceil(share * total)
     if total >= epochs and all(at_chance[total - tail:]):
@@ -254,6 +261,6 @@ def judge_recorded(result: RunResult, chance: float, num_classes: int) -> Verdic
     )
 
 
-__all__ = ["CHANCE_PLATEAU_EPOCHS", "CHANCE_PLATEAU_SHARE", "CHANCE_TOLERANCE", "DEFAULT_COLLAPSE_MARGIN", "DEFAULT_DIVERGENCE_FACTOR",
+__all__ = ["CHANCE_PLATEAU_EPOCHS", "CHANCE_PLATEAU_SHARE", "CHANCE_PLATEAU_SPAN", "CHANCE_TOLERANCE", "DEFAULT_COLLAPSE_MARGIN", "DEFAULT_DIVERGENCE_FACTOR",
            "DEFAULT_INSTABILITY_FACTOR", "OK", "Verdict", "chance_accuracy", "chance_plateau", "collapse",
            "first_divergence", "instability", "is_ok", "judge", "judge_recorded", "step_divergence"]

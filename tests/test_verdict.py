@@ -210,3 +210,12 @@ def test_the_committed_runs_that_sat_at_chance_for_14_and_19_epochs_are_collapse
         assert judge_recorded(run, chance=0.1, num_classes=10) == expected
     healthy = committed_run("critical_batch_v3", "linear-capped-w64-s1-ce7c345bb6")  # 0.11 at epoch 1, then 0.145, 0.239, ...
     assert judge_recorded(healthy, chance=0.1, num_classes=10) == Verdict("ok")
+
+
+def test_a_short_stretch_at_chance_in_a_long_run_is_a_slow_start():
+    """The stretch must also span a quarter of the run's epochs: 4 of 43 (a floored run whose
+    epochs are 7 updates, own_model_shapes' LARS at world 8) is not a collapse; 11 of 43 is."""
+    assert chance_plateau([0.25] * 4 + [0.8] * 39, 4) is None
+    assert chance_plateau([0.25] * 10 + [0.8] * 33, 4) is None  # ceil(43 / 4) = 11 epochs needed
+    assert chance_plateau([0.25] * 11 + [0.8] * 32, 4) == (
+        "train accuracy sat at chance (0.25 ± 0.02) for 11 epochs in a row (epochs 1-11 of 43)")
