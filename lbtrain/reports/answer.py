@@ -330,36 +330,13 @@ def answer_markdown(answer: Mapping[str, Any]) -> str:
 def write_answer_figures(answer: Mapping[str, Any], summary: Sequence[Mapping[str, Any]], arms: Sequence[ArmSpec],
                          folder: Path) -> list[Path]:
     """Accuracy against the global batch (the chosen arm and each rule arm: means with 95% bands,
-    every run not ok drawn as a mark) and the chosen LR against the batch, beside the linear and
-    sqrt rules carried from the reference."""
-    from lbtrain.reports.plots import Line, Mark, plot_panels
+    each point's ok seeds given so a point on fewer is drawn open and labelled, no band below
+    ``MIN_SEEDS``, every run not ok drawn as a mark) and the chosen LR against the batch, beside
+    the linear and sqrt rules carried from the reference."""
+    from lbtrain.reports.plots import Line, plot_panels
 
     per_world = answer["per_world_size"]
-    lines: list[Line | Mark] = []
-    reference = answer["reference_world_size"]
-    families = {"use": [(row["world_size"], row["use"]) for row in per_world if row["use"]]}
-    for arm in (arm for arm in arms if arm.kind == "rule"):
-        # A rule carries its recipe's tuning at the reference: its line starts at that tuned arm.
-        start = [(reference, f"{arm.recipe} tuned")]
-        families.setdefault(f"{arm.rule} rule", start).append((arm.world_size, arm.label))
-    for name, points in families.items():
-        xs, ys, lows, highs = [], [], [], []
-        for size, label in points:
-            estimate = mean_interval(_tests(summary, label, size))
-            rows = _rows(summary, label, size)
-            if estimate.mean is not None:
-                xs.append(float(rows[0]["global_batch"]))
-                ys.append(estimate.mean)
-                lows.append(estimate.low)
-                highs.append(estimate.high)
-            for row in rows:
-                if not is_ok(row["status"]):
-                    value = row.get("test_accuracy")
-                    finite = value not in (None, "") and math.isfinite(float(value))
-                    lines.append(Mark(row["status"] if row["status"] != "ok-unstable" else "ok-unstable", name,
-                                      float(row["global_batch"]), float(value) if finite else None))
-        if xs:
-            lines.append(Line(name, xs, ys, lows, highs))
+    lines = accuracy_lines(answer, summary, arms)
     folder.mkdir(parents=True, exist_ok=True)
     paths = [] if not lines else [plot_panels({"test accuracy": lines}, folder / ANSWER_FIGURES["accuracy"], xlabel="global batch",
                                               ylabel="test accuracy", log2_x=True)]
@@ -373,3 +350,39 @@ def write_answer_figures(answer: Mapping[str, Any], summary: Sequence[Mapping[st
         paths.append(plot_panels({"learning rate": rate_lines}, folder / ANSWER_FIGURES["learning_rate"], xlabel="global batch",
                                  ylabel="learning rate", log2_x=True, log_y=True))
     return paths
+
+
+def accuracy_lines(answer: Mapping[str, Any], summary: Sequence[Mapping[str, Any]], arms: Sequence[ArmSpec]) -> list:
+    """The accuracy figure's lines and marks (``write_answer_figures``): the chosen arm's and each
+    rule's test accuracy against the global batch, a point's ``n`` its ok seeds and its band only
+    from ``MIN_SEEDS`` seeds, every run not ok a mark at its batch."""
+    from lbtrain.reports.plots import Line, Mark
+
+    per_world = answer["per_world_size"]
+    lines: list[Line | Mark] = []
+    reference = answer["reference_world_size"]
+    families = {"use": [(row["world_size"], row["use"]) for row in per_world if row["use"]]}
+    for arm in (arm for arm in arms if arm.kind == "rule"):
+        # A rule carries its recipe's tuning at the reference: its line starts at that tuned arm.
+        start = [(reference, f"{arm.recipe} tuned")]
+        families.setdefault(f"{arm.rule} rule", start).append((arm.world_size, arm.label))
+    for name, points in families.items():
+        xs, ys, lows, highs, seeds = [], [], [], [], []
+        for size, label in points:
+            estimate = mean_interval(_tests(summary, label, size))
+            rows = _rows(summary, label, size)
+            if estimate.mean is not None:
+                few = estimate.n < MIN_SEEDS  # no band on 1 or 2 seeds, as the tables show no interval
+                xs.append(float(rows[0]["global_batch"]))
+                ys.append(estimate.mean)
+                lows.append(None if few else estimate.low)
+                highs.append(None if few else estimate.high)
+                seeds.append(estimate.n)
+            for row in rows:
+                if not is_ok(row["status"]):
+                    value = row.get("test_accuracy")
+                    finite = value not in (None, "") and math.isfinite(float(value))
+                    lines.append(Mark(row["status"], name, float(row["global_batch"]), float(value) if finite else None))
+        if xs:
+            lines.append(Line(name, xs, ys, lows, highs, n=seeds))
+    return lines

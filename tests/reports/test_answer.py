@@ -127,3 +127,15 @@ def test_the_tuned_lrs_exponent_in_the_batch_is_stated_with_its_interval():
             "batch sizes)") in text
     assert "lr_exponent" in answer_data(summary(), arms(), FACTS) and "The tuned LR against" not in answer_markdown(
         answer_data(summary(), arms(), FACTS))
+
+
+def test_the_accuracy_figure_gives_each_point_its_seeds_and_no_band_below_three():
+    from lbtrain.reports.answer import accuracy_lines
+    from lbtrain.reports.plots import Line, Mark
+
+    drawn = accuracy_lines(answer_data(summary(), arms(), FACTS), summary(), arms())
+    lines = {item.label: item for item in drawn if isinstance(item, Line)}
+    sqrt = lines["sqrt rule"]  # world 1's tuned arm, then 3 ok seeds at world 4 and 2 (one diverged) at world 16
+    assert sqrt.x == [32.0, 128.0, 512.0] and sqrt.n == [3, 3, 2]
+    assert sqrt.low[2] is None and sqrt.high[2] is None and sqrt.low[1] == pytest.approx(mean_interval([0.908, 0.909, 0.910]).low)
+    assert [(mark.kind, mark.recipe, mark.x) for mark in drawn if isinstance(mark, Mark)] == [("diverged", "sqrt rule", 512.0)]
