@@ -42,8 +42,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import yaml
-
+from lbtrain.config import ConfigError, read_yaml_mapping
 from lbtrain.files import write_atomic, write_json_atomic
 from lbtrain.measures.steps_to_target import steps_to_target
 from lbtrain.reports.decisions import BEST, DEFAULT_CLAIM_MARGIN, TIED_WITH_THE_BEST, claim, standing
@@ -87,10 +86,9 @@ def load_side(folder: str | Path, on_damaged: Callable[[str], None] | None = Non
     if not (folder / SUMMARY_FILE).is_file():
         raise ReportError(f"{folder} has no {SUMMARY_FILE}: run its experiment first (lbtrain run EXPERIMENT.yaml)")
     try:
-        experiment = yaml.safe_load((folder / EXPERIMENT_FILE).read_text())
-    except (OSError, yaml.YAMLError) as error:
-        raise ReportError(f"{folder / EXPERIMENT_FILE} cannot be read ({type(error).__name__}): a rerun of the experiment "
-                          "rewrites it") from None
+        experiment = read_yaml_mapping(folder / EXPERIMENT_FILE)  # bounded, as every config lbtrain reads
+    except ConfigError as error:
+        raise ReportError(f"{error}: a rerun of the experiment rewrites it") from None
     if not isinstance(experiment, dict) or "mode" not in experiment or "name" not in experiment:
         raise ReportError(f"{folder / EXPERIMENT_FILE} names no experiment and mode: a rerun of the experiment rewrites it")
     records = tuple(load_records(folder, on_damaged=on_damaged))
@@ -338,7 +336,8 @@ def _panels(record: dict[str, Any], title: str, value_key: str) -> dict[str, lis
             measured = [cell for cell in cells if cell[value_key]["mean"] is not None]
             if measured:
                 items.append(Line(label, [c["learning_rate"] for c in measured], [c[value_key]["mean"] for c in measured],
-                                  low=[c[value_key]["low"] for c in measured], high=[c[value_key]["high"] for c in measured]))
+                                  low=[c[value_key]["low"] for c in measured], high=[c[value_key]["high"] for c in measured],
+                                  n=[c[value_key]["n"] for c in measured]))
             for cell in cells:
                 items += [Mark(status, label, cell["learning_rate"], count=count) for status, count in cell["not_ok"].items()]
                 if value_key == "updates_to_target" and cell["ok_runs"] > cell["reached"]:

@@ -196,3 +196,20 @@ def test_cells_that_do_not_pair_are_named(change, message):
     with pytest.raises(ReportError) as error:
         compare(*sides([record("a", 2, 0)], [record(**{"label": "a", "world": 2, "seed": 0, **change})]), target=0.5)
     assert str(error.value) == message
+
+
+@pytest.mark.parametrize("content, message", [
+    ("name: x\n" + "# padding\n" * 120_000, "larger than"),
+    ("- a list\n", "expected a mapping at the top level, got list"),
+    ("name: x\n", "names no experiment and mode"),
+])
+def test_a_damaged_or_oversized_experiment_file_is_one_line(tmp_path, content, message):
+    """compare reads a folder's experiment.yaml as every config is read: bounded, a mapping."""
+    from lbtrain.reports.comparison import load_side
+    from lbtrain.reports.report import ReportError
+
+    (tmp_path / "summary.csv").write_text("run_id\n")
+    (tmp_path / "experiment.yaml").write_text(content)
+    with pytest.raises(ReportError, match=message) as raised:
+        load_side(tmp_path)
+    assert "\n" not in str(raised.value) and "rerun of the experiment rewrites it" in str(raised.value)
