@@ -1,5 +1,7 @@
 """Shared test set-up: quiet TensorFlow, a private cache dir, helpers to run the CLI."""
 
+import contextlib
+import json
 import math
 import os
 import re
@@ -253,6 +255,74 @@ def run_horovod(script: str, *args: str, np: int = 2, timeout=300) -> subprocess
     command = [horovodrun, "-np", str(np), "-H", f"localhost:{np}", "--gloo", sys.executable,
                os.path.join(REPO_ROOT, "tests", "horovod_jobs", script), *args]
     return subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT, timeout=timeout)
+
+
+@contextlib.contextmanager
+def once_per_session(tmp_path_factory, name: str):
+    """The folder ``name`` that all of this session's test processes share (pytest-xdist's
+    workers included), held under an exclusive lock: the first to enter makes what it holds,
+    the others wait for it and find it made. Yields ``(folder, made)``: ``made`` is whether a
+    process already filled the folder (it writes ``folder / "done"`` when it has)."""
+    import fcntl
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the session's folder; each worker's basetemp is a folder in it
+    folder = root / name
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            folder.mkdir(exist_ok=True)
+            yield folder, (folder / "done").exists()
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+# Runs of lbtrain's trainer under horovodrun -np 2 (tests/horovod_jobs/trainer_two_ranks.py),
+# registered by the test modules as they are imported (``two_rank_run``) and trained one after
+# another in one shared job (the ``two_rank_runs`` fixture): a job's start (horovodrun, and two
+# ranks each importing TensorFlow and starting Horovod) costs more CPU than one of these runs.
+TWO_RANK_RUNS: dict[str, dict] = {}
+
+
+def two_rank_run(name: str, spec: dict) -> str:
+    """Registers ``spec`` (a run config) as run ``name`` of the shared two-rank job; returns ``name``."""
+    if TWO_RANK_RUNS.setdefault(name, spec) != spec:
+        raise ValueError(f"two-rank run {name!r} registered twice with different configs")
+    return name
+
+
+@pytest.fixture(scope="session")
+def two_rank_runs(tmp_path_factory, generated_mnist1d):
+    """``trained(name)``: the output (``np.load``-ed: every rank's weights and the run result)
+    and the runs folder (``rank0`` is the only rank's folder that may exist) of the registered run
+    ``name``, trained under ``horovodrun -np 2`` in one job with all the registered runs, once
+    per test session (``once_per_session``). A failed job fails each test that reads it, with
+    the job's output."""
+    with once_per_session(tmp_path_factory, "two_rank_runs") as (folder, made):
+        if not made:
+            arguments = []
+            for index, (name, spec) in enumerate(TWO_RANK_RUNS.items()):
+                arguments += [json.dumps(spec), str(folder / f"{index}.npz"), str(folder / f"{index}-runs")]
+            cache = folder / "cache"  # the job's own, as a test's (private_cache)
+            (cache / "lbtrain").mkdir(parents=True)
+            for path in generated_mnist1d:
+                (cache / "lbtrain" / path.name).symlink_to(path)
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setenv("XDG_CACHE_HOME", str(cache))
+                completed = run_horovod("trainer_two_ranks.py", *arguments, timeout=1200)
+            record = {"names": list(TWO_RANK_RUNS), "returncode": completed.returncode,
+                      "output": (completed.stdout + completed.stderr)[-4000:]}
+            (folder / "job.json").write_text(json.dumps(record))
+            (folder / "done").touch()
+        record = json.loads((folder / "job.json").read_text())
+
+    def trained(name: str) -> tuple:
+        assert record["returncode"] == 0, record["output"]
+        index = record["names"].index(name)
+        return np.load(folder / f"{index}.npz"), folder / f"{index}-runs"
+
+    return trained
 
 
 def goyal_blow_up_run(world_size: int = 32, per_worker_batch: int = 128, epochs: int = 2) -> dict:

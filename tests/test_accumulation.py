@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import run_horovod
+from conftest import two_rank_run
 from lbtrain._keras import KERAS_3
 from lbtrain.config import ConfigError, run_config_from_dict
 from lbtrain.measures.noise_scale import NoiseScaleSettings
@@ -134,18 +134,19 @@ def test_bad_accumulation_steps_are_one_line_config_errors(value, message):
     assert str(error.value) == message
 
 
+# Trained in the session's shared horovodrun job (conftest: two_rank_runs).
+HOROVOD_ACCUMULATING = two_rank_run("test_accumulation:2", spec(batch_norm=True, world_size=2, accumulation_steps=2, epochs=1))
+
+
 @pytest.mark.slow
 @pytest.mark.horovod
-def test_horovodrun_two_ranks_accumulating_2_equal_the_simulated_world(tmp_path):
+def test_horovodrun_two_ranks_accumulating_2_equal_the_simulated_world(two_rank_runs):
     """horovodrun -np 2 with accumulation_steps 2 (each rank: its k batches one after another,
     one allreduce per update) and SimulatedWorld(2) with the same setting reach the same weights
     (batch norm included: each rank normalizes each of its own batches), atol 1e-5 as for the
     plain two-rank test."""
     run = spec(batch_norm=True, world_size=2, accumulation_steps=2, epochs=1)
-    output = tmp_path / "weights.npz"
-    result = run_horovod("trainer_two_ranks.py", json.dumps(run), str(output), str(tmp_path / "runs"))
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    arrays = np.load(output)
+    arrays, _ = two_rank_runs(HOROVOD_ACCUMULATING)
     horovod_result = json.loads(str(arrays["result"]))
     assert (horovod_result["global_batch"], horovod_result["total_steps"]) == (32, 6)
     simulated = train(run_config_from_dict(run), SimulatedWorld(2))

@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 import yaml
 
-from conftest import REPO_ROOT, run_cli, run_horovod, stderr_lines
+from conftest import REPO_ROOT, run_cli, stderr_lines, two_rank_run
 from lbtrain._keras import KERAS_3
 from lbtrain.config import ConfigError, run_config_from_dict
 from lbtrain.data import make_input_pipeline
@@ -132,17 +132,18 @@ def test_strategy_world_reaches_the_simulated_worlds_weights(tmp_path, mode, bat
     assert result["metrics"]["train_loss"] == pytest.approx(simulated.metrics["train_loss"], rel=1e-3)
 
 
+# Trained in the session's shared horovodrun job (conftest: two_rank_runs).
+HOROVOD_RUNS = {batch_norm: two_rank_run(f"test_strategy:{batch_norm}", run_spec(batch_norm)) for batch_norm in (False, True)}
+
+
 @pytest.mark.horovod
 @pytest.mark.slow
 @pytest.mark.parametrize("batch_norm", [False, True], ids=["mlp", "mlp-batch-norm"])
-def test_horovod_reaches_the_simulated_worlds_weights(tmp_path, batch_norm):
+def test_horovod_reaches_the_simulated_worlds_weights(two_rank_runs, batch_norm):
     """The fourth synchronous world: horovodrun -np 2 against the simulated world, within the
     tolerance the test above holds mirrored and multiworker to (so all four agree)."""
     spec = run_spec(batch_norm)
-    output = str(tmp_path / "horovod.npz")
-    completed = run_horovod("trainer_two_ranks.py", json.dumps(spec), output, str(tmp_path / "runs"), timeout=600)
-    assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:]
-    saved = np.load(output)
+    saved, _ = two_rank_runs(HOROVOD_RUNS[batch_norm])
     simulated = train(run_config_from_dict(spec), SimulatedWorld(2)).model
     trainable = {variable.name for variable in simulated.trainable_variables}
     horovod = [saved[f"rank0:{i}"] for i, variable in enumerate(simulated.weights) if variable.name in trainable]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import goyal_blow_up_run, run_horovod
+from conftest import goyal_blow_up_run, run_horovod, two_rank_run
 from lbtrain.config import run_config_from_dict
 from lbtrain.models import build_model
 from lbtrain.train_step import GradientStepModel
@@ -118,24 +118,33 @@ def tiny_run(**training):
     }
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("batch_norm", [False, True], ids=["mlp", "mlp_batch_norm"])
-@pytest.mark.horovod
-def test_horovodrun_two_ranks_equal_simulated_world_of_two_and_only_rank0_writes(tmp_path, batch_norm):
+def noise_scale_run(batch_norm: bool) -> dict:
+    """``tiny_run`` with TensorBoard logs and the gradient noise scale measured every 2 steps."""
     spec = tiny_run(tensorboard=True)
     spec["model"]["options"]["batch_norm"] = batch_norm
     spec["analysis"] = {"noise_scale": True, "noise_scale_every": 2}
-    output = tmp_path / "weights.npz"
-    result = run_horovod("trainer_two_ranks.py", json.dumps(spec), str(output), str(tmp_path / "runs"))
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    arrays = np.load(output)
+    return spec
+
+
+# Trained in the session's shared horovodrun job (conftest: two_rank_runs).
+NOISE_SCALE_RUNS = {batch_norm: two_rank_run(f"test_worlds:noise_scale:{batch_norm}", noise_scale_run(batch_norm))
+                    for batch_norm in (False, True)}
+GOYAL_BLOW_UP = two_rank_run("test_worlds:goyal_blow_up", goyal_blow_up_run(world_size=2, per_worker_batch=2048))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("batch_norm", [False, True], ids=["mlp", "mlp_batch_norm"])
+@pytest.mark.horovod
+def test_horovodrun_two_ranks_equal_simulated_world_of_two_and_only_rank0_writes(two_rank_runs, batch_norm):
+    spec = noise_scale_run(batch_norm)
+    arrays, runs = two_rank_runs(NOISE_SCALE_RUNS[batch_norm])
     horovod_result = json.loads(str(arrays["result"]))
     assert horovod_result["total_steps"] == 5 and horovod_result["status"] == "ok"
 
     # Only rank 0 wrote: its checkpoint and TensorBoard logs exist, rank 1's folder does not.
-    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["rank0"]
-    assert (tmp_path / "runs" / "rank0" / "checkpoints" / "checkpoint").is_file()
-    assert any((tmp_path / "runs" / "rank0" / "tensorboard").rglob("*.v2"))
+    assert sorted(p.name for p in runs.iterdir()) == ["rank0"]
+    assert (runs / "rank0" / "checkpoints" / "checkpoint").is_file()
+    assert any((runs / "rank0" / "tensorboard").rglob("*.v2"))
 
     simulated = train(run_config_from_dict(spec), SimulatedWorld(2))
     names = [v.name for v in simulated.model.weights]
@@ -171,13 +180,10 @@ def test_a_rank_raising_fails_the_whole_job_fast_with_its_error_visible():
 
 @pytest.mark.slow
 @pytest.mark.horovod
-def test_horovodrun_judges_the_goyal_blow_up_like_the_simulated_world(tmp_path):
+def test_horovodrun_judges_the_goyal_blow_up_like_the_simulated_world(two_rank_runs):
     """Two ranks of 2048 (global batch 4096, linear rule, no warmup): every rank stops at the
     same epoch end, and the run is recorded diverged or collapsed, never ok."""
-    output = tmp_path / "weights.npz"
-    result = run_horovod("trainer_two_ranks.py", json.dumps(goyal_blow_up_run(world_size=2, per_worker_batch=2048)),
-                         str(output), str(tmp_path / "runs"))
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    horovod_result = json.loads(str(np.load(output)["result"]))
+    arrays, _ = two_rank_runs(GOYAL_BLOW_UP)
+    horovod_result = json.loads(str(arrays["result"]))
     assert horovod_result["status"] in ("diverged", "collapsed"), horovod_result["reason"]
     assert horovod_result["initial_loss"] == pytest.approx(math.log(10), abs=0.5)
