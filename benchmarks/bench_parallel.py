@@ -10,8 +10,10 @@ over the rounds. Reported, per side: the wall time, the CPU time of this process
 processes (``lbtrain.studies.runner.cpu_seconds``), and the machine's busy share, CPU time /
 (wall x cores); the speedup serial / parallel wall time (target >= 1.7 on 2 cores, the median over rounds), the busy share
 of the parallel side (target >= 0.85), whether the summaries are equal (timings aside), and
-the price (``lbtrain run --price``: a probe of a few steps at each global batch, in this
-process) against the measured serial time (target within +-25%).
+the price (``lbtrain run --price``, which ``--dry-run`` prints too for this grid of lbtrain's model
+and data: a probe of a few steps at each global batch, in this process, timing what a run pays
+once, a step, an epoch's end and an evaluated sample, and a process's start) against the measured
+serial time (target within +-25%), and how long the probe took.
 
 On a machine other processes share, the busy share counts only this benchmark's CPU time, and
 the wall times carry their load: the JSON records the load average before and after.
@@ -98,7 +100,9 @@ def main() -> None:
             print(f"round {round_index + 1} {side:<8}: {sides[side][-1]['wall_seconds']:.1f} s wall, "
                   f"{sides[side][-1]['cpu_seconds']:.1f} CPU-s, busy share {sides[side][-1]['busy_share']:.3f} "
                   f"({sides[side][-1]['workers']} at once, {sides[side][-1]['threads']} threads each)", flush=True)
+    started = time.perf_counter()
     price = price_seconds(args.epochs)
+    probe_seconds = time.perf_counter() - started
     load_after = _load()
     serial = statistics.median(result["wall_seconds"] for result in sides["serial"])
     parallel = statistics.median(result["wall_seconds"] for result in sides["parallel"])
@@ -109,7 +113,7 @@ def main() -> None:
     print(f"serial / parallel wall time: {speedup:.2f}x (target >= {TARGETS['speedup']} on 2 cores), "
           f"busy share {busy:.3f} (target >= {TARGETS['busy_share']}), equal results: {equal}")
     print(f"price {price:.1f} s against {serial:.1f} s measured one run at a time: {price_error:+.1%} "
-          f"(target within +-{TARGETS['price_error']:.0%})")
+          f"(target within +-{TARGETS['price_error']:.0%}; the probe took {probe_seconds:.1f} s)")
     print(f"load average before {load_before}, after {load_after} ({cores} cores)")
     write_json_atomic(Path(args.output), {
         "benchmark": "runs side by side", "targets": TARGETS,
@@ -119,7 +123,7 @@ def main() -> None:
         "parallel": {key: [result[key] for result in sides["parallel"]] for key in ("wall_seconds", "cpu_seconds", "busy_share")},
         "workers": sides["parallel"][0]["workers"], "threads": sides["parallel"][0]["threads"],
         "speedup": speedup, "busy_share": busy, "equal_results": equal, "statuses": sides["serial"][0]["statuses"],
-        "price_seconds": price, "price_error": price_error,
+        "price_seconds": price, "price_error": price_error, "probe_seconds": probe_seconds,
         "machine": {"cpus": cores, "platform": platform.platform(), "python": platform.python_version(),
                     "load_average_before": load_before, "load_average_after": load_after},
     })
