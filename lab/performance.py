@@ -245,8 +245,8 @@ def parallel_rows(data: dict) -> list[Row]:
         error = data["price_error"]
         rows.append(Row("the price of that grid (a probe of a few steps at each global batch) / its measured time one run at a time",
                         f"{1 + error:.3f}", f"within +-{targets['price_error']:.0%}", abs(error) <= targets["price_error"],
-                        "what a run costs beyond the probe's timed parts (its first, tracing steps, checkpoints, the "
-                        "evaluations' set-up) and the parent's checks",
+                        "the parent's checks before the runs (not priced) and the machine's load between the probe "
+                        "and the runs",
                         "parallel.json"))
     return rows
 
