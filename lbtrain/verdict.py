@@ -10,7 +10,7 @@
   frequent training class; R^2 = 0 for regression), or its final train loss is not below the
   step-0 loss: it learned nothing, or next to nothing (a run at 0.18 on ten classes learned
   nothing a reader should average in). Or its history sat at chance (``chance_plateau``): its
-  epoch-mean train accuracy lay within ``CHANCE_TOLERANCE`` (0.02) of ``1 / classes`` for
+  epoch-mean train accuracy lay within ``CHANCE_TOLERANCE`` (0.02) of chance for
   ``CHANCE_PLATEAU_EPOCHS`` (3) epochs in a row that are also at least ``CHANCE_PLATEAU_SPAN``
   (a quarter) of its epochs, or through the last ``CHANCE_PLATEAU_SHARE`` (a third) of its
   epochs (rounded up), whichever its history shows: a run that spent 14 of its 36 epochs
@@ -47,8 +47,9 @@ from lbtrain.results import STATUSES, RunResult
 DEFAULT_DIVERGENCE_FACTOR = 10.0
 DEFAULT_COLLAPSE_MARGIN = 0.1
 DEFAULT_INSTABILITY_FACTOR = 2.0
-# A history at chance (``chance_plateau``): epoch-mean train accuracies within 0.02 of 1 / classes
-# for 3 epochs in a row, or through the last third of the epochs, collapsed.
+# A history at chance (``chance_plateau``): epoch-mean train accuracies within 0.02 of the data's
+# chance for 3 epochs in a row that are also a quarter of the epochs, or through the last third
+# of them, collapsed.
 CHANCE_TOLERANCE = 0.02
 CHANCE_PLATEAU_EPOCHS = 3
 CHANCE_PLATEAU_SHARE = 1 / 3
@@ -131,41 +132,41 @@ def collapse(
     return None
 
 
-def chance_plateau(epoch_accuracies: Sequence[float | None], num_classes: int | None, tolerance: float = CHANCE_TOLERANCE,
+def chance_plateau(epoch_accuracies: Sequence[float | None], chance: float | None, tolerance: float = CHANCE_TOLERANCE,
                    epochs: int = CHANCE_PLATEAU_EPOCHS, share: float = CHANCE_PLATEAU_SHARE,
                    span: float = CHANCE_PLATEAU_SPAN) -> str | None:
     """Why a run's epoch-mean train accuracies mean it sat at chance, or None: the longest
-    stretch of epochs in a row within ``tolerance`` of ``1 / num_classes`` lasts ``epochs`` or
+    stretch of epochs in a row within ``tolerance`` of ``chance`` (the data's: ``lbtrain.objectives.chance``,
+    the majority class's share, as ``collapse`` reads it) lasts ``epochs`` or
     more and at least ``span`` of the run's epochs (rounded up), or covers the last ``share`` of
     the epochs (rounded up) of a run of at least
     ``epochs`` epochs (a run of one or two epochs is judged by its final numbers only: one epoch
-    near chance is a slow start, not a collapse). None for fewer than two classes (regression)
-    or no recorded accuracy; an epoch without one ends a stretch.
+    near chance is a slow start, not a collapse). None when ``chance`` is None (regression) or
+    no accuracy was recorded; an epoch without one ends a stretch.
 
-    >>> chance_plateau([0.10, 0.11, 0.09, 0.10, 0.45, 0.80], 10)
+    >>> chance_plateau([0.10, 0.11, 0.09, 0.10, 0.45, 0.80], 0.1)
     'train accuracy sat at chance (0.1 ± 0.02) for 4 epochs in a row (epochs 1-4 of 6)'
-    >>> chance_plateau([0.60, 0.70, 0.10, 0.10], 10)
+    >>> chance_plateau([0.60, 0.70, 0.10, 0.10], 0.1)
     'train accuracy sat at chance (0.1 ± 0.02) through the last third of its epochs (epochs 3-4 of 4)'
-    >>> chance_plateau([0.10, 0.10, 0.45, 0.80, 0.85, 0.86], 10) is None
+    >>> chance_plateau([0.10, 0.10, 0.45, 0.80, 0.85, 0.86], 0.1) is None
     True
-    >>> chance_plateau([0.25] * 4 + [0.9] * 39, 4) is None  # 4 epochs of 43: a slow start
+    >>> chance_plateau([0.25] * 4 + [0.9] * 39, 0.25) is None  # 4 epochs of 43: a slow start
     True
     """
-    if num_classes is None or num_classes < 2 or not epoch_accuracies:
+    if chance is None or not epoch_accuracies:
         return None
-    chance = 1 / num_classes
     at_chance = [value is not None and math.isfinite(value) and abs(value - chance) <= tolerance for value in epoch_accuracies]
     total, longest, first, run = len(at_chance), 0, 0, 0
     for index, flag in enumerate(at_chance):
         run = run + 1 if flag else 0
         if run > longest:
             longest, first = run, index - run + 2  # 1-based
-    where = f"chance ({chance:.3g} ± {tolerance:g})"
+    where = f"chance ({chance:.2g} ± {tolerance:g})"
     if longest >= max(epochs, math.ceil(span * total)):
         return f"train accuracy sat at {where} for {longest} epochs in a row (epochs {first}-{first + longest - 1} of {total})"
     tail = math.ceil(share * total)
     if total >= epochs and all(at_chance[total - tail:]):
-        return f"train accuracy sat at {where} through the last third of its epochs (epochs {total - tail + 1}-{total} of {total})"
+        return f"train accuracy sat at {where} through the last {'third' if share == 1 / 3 else f'{share:.0%}'} of its epochs (epochs {total - tail + 1}-{total} of {total})"
     return None
 
 
@@ -225,7 +226,8 @@ def judge(
     finals = (final_train_loss, final_train_accuracy)
     if any(value is None or not math.isfinite(value) for value in finals):
         return Verdict("diverged", f"final train loss/accuracy are not finite ({final_train_loss}, {final_train_accuracy})")
-    reason = collapse(final_train_loss, final_train_accuracy, initial_loss, chance, margin) or chance_plateau(epoch_accuracies, num_classes)
+    reason = (collapse(final_train_loss, final_train_accuracy, initial_loss, chance, margin)
+              or chance_plateau(epoch_accuracies, chance if (num_classes or 0) >= 2 else None))
     if reason:
         return Verdict("collapsed", reason)
     reason = instability(epoch_losses, instability_factor)

@@ -179,22 +179,22 @@ def test_a_run_at_chance_for_three_epochs_in_a_row_is_collapsed_even_if_it_then_
     assert judge(initial_loss=2.3, final_train_loss=0.4, final_train_accuracy=0.86, chance=0.1, epoch_accuracies=[0.10, 0.11, 0.45, 0.80, 0.86, 0.87],
                  num_classes=10) == Verdict("ok")
     # Just outside the tolerance breaks the stretch: 0.121 is 0.021 above chance.
-    assert chance_plateau([0.10, 0.121, 0.10, 0.10, 0.5], 10) is None
+    assert chance_plateau([0.10, 0.121, 0.10, 0.10, 0.5], 0.1) is None
     # Four classes: chance is 0.25; without classes (regression) or accuracies nothing is judged.
-    assert chance_plateau([0.26, 0.24, 0.25, 0.6], 4) == "train accuracy sat at chance (0.25 ± 0.02) for 3 epochs in a row (epochs 1-3 of 4)"
-    assert chance_plateau([0.1, 0.1, 0.1], None) is None and chance_plateau([], 10) is None
+    assert chance_plateau([0.26, 0.24, 0.25, 0.6], 0.25) == "train accuracy sat at chance (0.25 ± 0.02) for 3 epochs in a row (epochs 1-3 of 4)"
+    assert chance_plateau([0.1, 0.1, 0.1], None) is None and chance_plateau([], 0.1) is None
     # A missing epoch accuracy ends a stretch.
-    assert chance_plateau([0.1, 0.1, None, 0.1, 0.1, 0.7, 0.8], 10) is None
+    assert chance_plateau([0.1, 0.1, None, 0.1, 0.1, 0.7, 0.8], 0.1) is None
 
 
 def test_a_short_run_at_chance_through_its_last_third_is_collapsed():
     """Fewer than 9 epochs: the last third of them (rounded up) at chance is enough."""
-    assert chance_plateau([0.5, 0.6, 0.7, 0.10], 10) is None  # the last ceil(4/3) = 2 epochs: one at chance
-    assert chance_plateau([0.5, 0.6, 0.11, 0.10], 10) == (
+    assert chance_plateau([0.5, 0.6, 0.7, 0.10], 0.1) is None  # the last ceil(4/3) = 2 epochs: one at chance
+    assert chance_plateau([0.5, 0.6, 0.11, 0.10], 0.1) == (
         "train accuracy sat at chance (0.1 ± 0.02) through the last third of its epochs (epochs 3-4 of 4)")
-    assert chance_plateau([0.6, 0.7, 0.10], 10).endswith("(epochs 3-3 of 3)")
+    assert chance_plateau([0.6, 0.7, 0.10], 0.1).endswith("(epochs 3-3 of 3)")
     # One or two epochs are judged by their final numbers only: an epoch near chance is a slow start.
-    assert chance_plateau([0.10], 10) is None and chance_plateau([0.5, 0.10], 10) is None
+    assert chance_plateau([0.10], 0.1) is None and chance_plateau([0.5, 0.10], 0.1) is None
 
 
 def test_the_committed_runs_that_sat_at_chance_for_14_and_19_epochs_are_collapsed():
@@ -215,7 +215,18 @@ def test_the_committed_runs_that_sat_at_chance_for_14_and_19_epochs_are_collapse
 def test_a_short_stretch_at_chance_in_a_long_run_is_a_slow_start():
     """The stretch must also span a quarter of the run's epochs: 4 of 43 (a floored run whose
     epochs are 7 updates, own_model_shapes' LARS at world 8) is not a collapse; 11 of 43 is."""
-    assert chance_plateau([0.25] * 4 + [0.8] * 39, 4) is None
-    assert chance_plateau([0.25] * 10 + [0.8] * 33, 4) is None  # ceil(43 / 4) = 11 epochs needed
-    assert chance_plateau([0.25] * 11 + [0.8] * 32, 4) == (
+    assert chance_plateau([0.25] * 4 + [0.8] * 39, 0.25) is None
+    assert chance_plateau([0.25] * 10 + [0.8] * 33, 0.25) is None  # ceil(43 / 4) = 11 epochs needed
+    assert chance_plateau([0.25] * 11 + [0.8] * 32, 0.25) == (
         "train accuracy sat at chance (0.25 ± 0.02) for 11 epochs in a row (epochs 1-11 of 43)")
+
+
+def test_the_plateau_is_read_at_the_datas_chance_the_majority_class_share():
+    """On unbalanced labels a run that learned nothing predicts the majority class: 0.6 of two
+    classes, not 1/2. judge reads the plateau there, as its final-number rule does."""
+    history = [0.60, 0.61, 0.60, 0.59, 0.60, 0.9]
+    verdict = judge(initial_loss=0.7, final_train_loss=0.3, final_train_accuracy=0.9, chance=0.6, epoch_accuracies=history,
+                    num_classes=2)
+    assert verdict == Verdict("collapsed", "train accuracy sat at chance (0.6 ± 0.02) for 5 epochs in a row (epochs 1-5 of 6)")
+    assert judge(initial_loss=0.7, final_train_loss=0.3, final_train_accuracy=0.9, chance=0.6, epoch_accuracies=history,
+                 num_classes=None).status == "ok"  # regression: no plateau

@@ -17,20 +17,23 @@ from typing import Any, Mapping, Sequence
 
 def measured_points(history: Sequence[Mapping[str, Any]], steps_per_epoch: int, metric: str = "val_accuracy",
                     points: Sequence[Mapping[str, Any]] = ()) -> list[tuple[float, float]]:
-    """``(step, value)`` of ``metric`` where it was measured, in order: the run's validation points
-    (``RunResult.validation_points``, every N steps: ``training.validation_every_steps``) when it
-    has points holding ``metric`` (then with the epoch ends after the last point: a budget that
-    ends between two points), else its epoch ends (step ``epoch * steps_per_epoch``, or the
-    row's own ``step`` where it has one: an elastic world's epochs have as many steps as the world
-    size of the moment gives). Values that are missing or not finite are left out."""
+    """``(step, value)`` of ``metric`` where it was measured, in step order: its epoch ends (step
+    ``epoch * steps_per_epoch``, or the row's own ``step`` where it has one: an elastic world's
+    epochs have as many steps as the world size of the moment gives) merged with the run's
+    validation points (``RunResult.validation_points``, every N steps:
+    ``training.validation_every_steps``) where it has them; at a step with both, the point's
+    value (the same validation split, measured after the same update). Values that are missing
+    or not finite are left out.
+
+    >>> measured_points([{"epoch": 1, "val_accuracy": 0.8}], 150, points=[{"step": 100, "val_accuracy": 0.7},
+    ...                                                                    {"step": 200, "val_accuracy": 0.85}])
+    [(100.0, 0.7), (150.0, 0.8), (200.0, 0.85)]
+    """
     ends = [(float(row["step"]) if row.get("step") is not None else float(row["epoch"]) * steps_per_epoch, row.get(metric))
             for row in history]
-    measured = [point for point in points if point.get(metric) is not None]
-    rows = ends
-    if measured:
-        last = float(measured[-1]["step"])
-        rows = [(float(point["step"]), point[metric]) for point in measured] + [(step, value) for step, value in ends if step > last]
-    return [(step, float(value)) for step, value in rows if value is not None and math.isfinite(float(value))]
+    by_step = {step: value for step, value in ends}
+    by_step.update((float(point["step"]), point[metric]) for point in points if point.get(metric) is not None)
+    return [(step, float(value)) for step, value in sorted(by_step.items()) if value is not None and math.isfinite(float(value))]
 
 
 def steps_to_target(history: Sequence[Mapping[str, Any]], steps_per_epoch: int, target: float,

@@ -265,15 +265,16 @@ def test_steps_rows_best_steps_and_failures_on_synthetic_runs():
 
 
 def test_steps_to_target_reads_validation_points_when_a_run_has_them_and_epoch_ends_otherwise():
-    """Run a (world 1, 10 steps an epoch, points every 4 steps) crosses 0.7 between its points at
-    steps 8 (0.6) and 12 (0.8): 10 steps, where its epoch ends alone would say 15 (0.5 at 10, 0.9
-    at 20). A run whose first point already meets the target is an upper bound; the run without
-    points is read at its epoch ends, and the report says which."""
+    """Run a (world 1, 10 steps an epoch, points every 4 steps) crosses 0.7 between its epoch end
+    at step 10 (0.69) and its point at 12 (0.8): 10 + 2 x 0.01 / 0.11 steps, where its epoch ends
+    alone would say 10 + 10 x 0.01 / 0.21 (0.9 at 20). A run whose first point already meets the
+    target is an upper bound; the run without points is read at its epoch ends, and the report
+    says which."""
     from lbtrain.reports.report import resolution_text, steps_rows
 
     points = [{"step": 4, "val_accuracy": 0.3}, {"step": 8, "val_accuracy": 0.6}, {"step": 12, "val_accuracy": 0.8},
               {"step": 16, "val_accuracy": 0.85}]
-    finer = synthetic("a", 1, 0, [0.5, 0.9])
+    finer = synthetic("a", 1, 0, [0.69, 0.9])
     finer.result.validation_points, finer.result.config = points, {"training": {"validation_every_steps": 4}}
     early = synthetic("a", 1, 1, [0.8, 0.9])
     early.result.validation_points = [{"step": 4, "val_accuracy": 0.75}, {"step": 8, "val_accuracy": 0.8}]
@@ -281,8 +282,8 @@ def test_steps_to_target_reads_validation_points_when_a_run_has_them_and_epoch_e
     coarse = synthetic("a", 2, 0, [0.6, 0.8])
     rows = steps_rows([finer, early, coarse], 0.7, "val_accuracy")
     assert [(r["global_batch"], r["seed_steps"], r["upper_bound"]) for r in rows] == [
-        (16, pytest.approx([10.0, 4.0]), True), (32, pytest.approx([7.5]), False)]
-    assert steps_rows([finer], 0.7, "val_accuracy")[0]["steps_to_target"] == pytest.approx(10.0)
+        (16, pytest.approx([10 + 2 * 0.01 / 0.11, 4.0]), True), (32, pytest.approx([7.5]), False)]
+    assert steps_rows([finer], 0.7, "val_accuracy")[0]["steps_to_target"] == pytest.approx(10 + 2 * 0.01 / 0.11)
     assert steps_rows([finer], 0.7, "val_accuracy")[0]["upper_bound"] is False
     assert resolution_text([finer, early]) == "interpolated between validation points measured every 4 steps"
     assert resolution_text([finer, coarse]) == ("interpolated between validation points measured every 4 steps; between "

@@ -339,3 +339,12 @@ def scipy_f(level, first, second):
     import scipy.stats
 
     return float(scipy.stats.f.ppf(level, first, second))
+
+
+def test_an_epoch_end_between_two_validation_points_counts():
+    """Points every 100 steps, an epoch of 1,687 steps: the epoch end that already met the target
+    lies between the points at 1,600 and 1,700, and the count is read from it."""
+    points = [{"step": 1600, "val_accuracy": 0.80}, {"step": 1700, "val_accuracy": 0.90}]
+    history = [{"epoch": 1, "val_accuracy": 0.88}]
+    assert steps_to_target(history, 1687, 0.85, points=points) == pytest.approx(1600 + 87 * (0.05 / 0.08))
+    assert steps_to_target(history, 1687, 0.89, points=points) == pytest.approx(1687 + 13 * 0.5)
