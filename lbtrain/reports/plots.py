@@ -364,7 +364,7 @@ def _check_marked(lines: Sequence[Line], marks: Sequence[Mark]) -> None:
             raise ValueError(f"line {line.label!r}: n has {len(line.n)} counts for {len(line.x)} points")
         for i, (x, y) in enumerate(zip(line.x, line.y)):
             n = None if line.n is None else line.n[i]
-            if (n is not None and n < 0) or (y is None) != (n == 0):
+            if n is not None and (n < 0 or (y is None) != (n == 0)):
                 raise ValueError(f"line {line.label!r} at x = {x:g}: n = {n} with value {y!r} (n = 0 exactly where there is no value)")
             if y is None and not any(mark.recipe == line.label and mark.x == x for mark in marks):
                 raise ValueError(f"line {line.label!r} has no value at x = {x:g} and no mark there: mark its runs (figures show failures)")

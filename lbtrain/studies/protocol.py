@@ -62,10 +62,10 @@ from optuna.trial import TrialState
 
 from lbtrain.config import ConfigError, ExperimentConfig, SearchParam, run_config_from_dict, with_overrides
 from lbtrain.files import write_atomic, write_json_atomic
-from lbtrain.results import PROTOCOL_FILE, PROTOCOL_REPORT, claim_folder
+from lbtrain.results import PROTOCOL_FILE, PROTOCOL_REPORT, RUNS_FOLDER, claim_folder
 from lbtrain.rounding import is_close
 from lbtrain.studies.plan import PlannedRun, grid_axes, label_slug, run_id
-from lbtrain.studies.runner import log_progress, run_planned
+from lbtrain.studies.runner import log_progress, note_runs_left_out, run_planned
 from lbtrain.studies.search import check_tpe_budget, describe_search, edge_extensions, grid_points
 from lbtrain.studies.sweep import (
     FINISHED,
@@ -392,6 +392,8 @@ def run_protocol(
     longer += train_longer_runs(experiment, controls, params, summary)
     if longer:
         summary = run_planned(experiment, planned + longer, config_file=config_file, progress=progress)
+    elif more_stages:  # no arm gave a control to run: the note the finals' stage held back
+        note_runs_left_out(experiment.results_dir / RUNS_FOLDER, planned)
     trials = {study.name: len(open_study(experiment, study, storage).get_trials(deepcopy=False, states=FINISHED))
               for study in studies}
     reference = reference_world_size(experiment)

@@ -249,11 +249,11 @@ def run_planned(
         rows = _train_all(experiment, planned, runs_dir, progress, workers)
         write_atomic(folder / SUMMARY_FILE, summary_csv(rows))
         if note_left_out:
-            _note_runs_left_out(runs_dir, planned)
+            note_runs_left_out(runs_dir, planned)
     return rows
 
 
-def _note_runs_left_out(runs_dir: Path, planned: list[PlannedRun]) -> None:
+def note_runs_left_out(runs_dir: Path, planned: list[PlannedRun]) -> None:
     """One warning when the folder holds finished runs of an earlier grid that this one does not
     have (a rerun with another ``--set grid...``): the summary and the report are this grid's,
     and the earlier runs stay on disk."""

@@ -50,8 +50,9 @@ from lbtrain.worlds.simulated import SimulatedWorld
 
 logger = logging.getLogger(__name__)
 
-# A grid's edge extension is queued outside the searched range on purpose (``lbtrain.studies.search``).
-warnings.filterwarnings("ignore", message=r"Fixed parameter .* is out of range", category=UserWarning)
+# A grid's edge extension is queued outside the searched range on purpose (``lbtrain.studies.search``):
+# Optuna's warning about it is silenced where a trial takes its values (``suggest``).
+OUT_OF_RANGE_WARNING = r"Fixed parameter .* is out of range"
 
 OBJECTIVE = "validation_accuracy"
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
@@ -79,6 +80,11 @@ class StudySpec:
     # The protocol's ``tuning_seeds``: each trial trains once per seed and scores their mean
     # validation accuracy; empty: once, with the base run's ``training.seed``.
     seeds: tuple[int, ...] = ()
+
+    @property
+    def scored_seeds(self) -> list[int]:
+        """The seeds a trial's score rests on: ``seeds``, else the base run's ``training.seed``."""
+        return list(self.seeds) or [self.run({}).training.seed]
 
     def run(self, params: dict[str, Any], seed: int | None = None):
         """The run config of one trial: the base run at the study's world size with ``params``
@@ -143,7 +149,7 @@ def open_study(experiment: ExperimentConfig, study: int | StudySpec, storage: st
         load_if_exists=True,
     )
     _check_objective(opened)
-    _check_tuning_seeds(opened, spec.seeds)
+    _check_tuning_seeds(opened, spec)
     seed = sampler_seed(experiment, spec.world_size, worker, finished_trials(opened), spec.name if spec.method else "")
     if spec.method == "grid":
         # Every trial of a grid is queued with its parameters (``lbtrain.studies.protocol``): none is sampled.
@@ -173,20 +179,23 @@ def _check_objective(study: optuna.Study) -> None:
         study.set_user_attr("objective", OBJECTIVE)
 
 
-def _check_tuning_seeds(study: optuna.Study, seeds: tuple[int, ...]) -> None:
+def _check_tuning_seeds(study: optuna.Study, spec: StudySpec) -> None:
     """A study's trials are scored on the seeds it records in its user attribute
-    ``tuning_seeds`` (none recorded: one seed each, the run's own); a study whose trials were
-    scored otherwise than ``seeds`` asks for is a ``ConfigError``, as their values would be
-    ranked together. A new study records its seeds."""
-    recorded = study.user_attrs.get("tuning_seeds")
-    if recorded is None and not finished_trials(study):
-        study.set_user_attr("tuning_seeds", list(seeds))
+    ``tuning_seeds`` (a study made before it was recorded: the base run's ``training.seed``, the
+    one seed its trials trained with); a study with finished trials scored on other seeds than
+    ``spec.scored_seeds`` is a ``ConfigError``, as their values would be ranked together. A study
+    without finished trials records the spec's seeds."""
+    wanted = spec.scored_seeds
+    if not finished_trials(study):
+        if study.user_attrs.get("tuning_seeds") != wanted:
+            study.set_user_attr("tuning_seeds", wanted)
         return
-    if list(recorded or []) != list(seeds):
+    recorded = list(study.user_attrs.get("tuning_seeds") or [spec.run({}).training.seed])
+    if recorded != wanted:
         raise ConfigError(
-            f"Optuna study {study.study_name!r} has trials scored on tuning seeds {list(recorded or []) or 'the run seed only'}, "
-            f"the experiment asks for {list(seeds) or 'the run seed only'} (protocol.tuning_seeds): keep them, rename the "
-            "experiment, set sweep.storage, or delete that study")
+            f"Optuna study {study.study_name!r} has trials scored on tuning seed{'s' if len(recorded) > 1 else ''} "
+            f"{', '.join(map(str, recorded))}, the experiment asks for {', '.join(map(str, wanted))} (protocol.tuning_seeds, "
+            "else training.seed): keep them, rename the experiment, set sweep.storage, or delete that study")
 
 
 def suggest(trial: optuna.trial.BaseTrial, search: dict[str, SearchParam]) -> dict[str, Any]:
@@ -194,7 +203,7 @@ def suggest(trial: optuna.trial.BaseTrial, search: dict[str, SearchParam]) -> di
     outside the searched range on purpose, ``lbtrain.studies.search``, so Optuna's warning that a
     fixed parameter is out of range is silenced here)."""
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r"Fixed parameter .* is out of range", category=UserWarning)
+        warnings.filterwarnings("ignore", message=OUT_OF_RANGE_WARNING, category=UserWarning)
         return _suggested(trial, search)
 
 
@@ -322,12 +331,14 @@ def _seeds_objective_value(trial: optuna.trial.Trial, spec: StudySpec, params: d
     for seed in spec.seeds:
         config = spec.run(params, seed)
         world = SimulatedWorld(spec.world_size, config.training.micro_batches)
-        result = train(config, world, callbacks=[_PruningCallback(None, world, config.lr.warmup_epochs)])
+        result = train(config, world)
         trial.set_user_attr("learning_rate", result.learning_rate)
         if not is_ok(result.status):
             trial.set_user_attr("status", result.status)
             trial.set_user_attr("reason", f"seed {seed}: {result.reason}")
             trial.set_user_attr("epochs_run", len(result.history))
+            trial.set_user_attr("seed_values", values)  # the seeds done before this one
+            trial.set_user_attr("test_accuracy", None)
             if result.status == "diverged":
                 raise optuna.TrialPruned(trial.user_attrs["reason"])
             return float(result.metrics[OBJECTIVE])

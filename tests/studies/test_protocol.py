@@ -270,8 +270,13 @@ def test_a_final_seed_that_is_a_tuning_seed_and_a_study_scored_on_other_seeds_ar
     study.tell(study.ask(), 0.5)
     two_seeds = ExperimentConfig.model_validate(protocol_spec(
         tmp_path, protocol={"seeds": [1, 2, 3], "grid_extensions": 0, "tuning_seeds": [7, 8]}))
-    with pytest.raises(ConfigError, match=r"has trials scored on tuning seeds the run seed only, the experiment asks for \[7, 8\]"):
+    with pytest.raises(ConfigError, match=r"has trials scored on tuning seed 0, the experiment asks for 7, 8 \(protocol.tuning_seeds"):
         open_study(two_seeds, tuned_studies(protocol_arms(two_seeds))[0], storage)
+    # A study made before the seeds were recorded was scored on the run's seed (0): asking for [0] resumes it.
+    study.set_user_attr("tuning_seeds", None)
+    seed_zero = ExperimentConfig.model_validate(protocol_spec(
+        tmp_path, protocol={"seeds": [1, 2, 3], "grid_extensions": 0, "tuning_seeds": [0]}))
+    assert open_study(seed_zero, tuned_studies(protocol_arms(seed_zero))[0], storage).user_attrs["tuning_seeds"] is None
 
 
 @pytest.mark.parametrize("changes, message", [

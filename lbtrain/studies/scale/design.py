@@ -268,7 +268,9 @@ def protocol_experiment(design: ScaleDesign) -> ExperimentConfig:
 
 
 def _control(design: ScaleDesign, world_size: int) -> dict[str, Any]:
-    """A convergence control: the best arm at the reference world size, the linear rule's arm elsewhere."""
+    """A convergence control: the best arm at the reference world size; at the largest, the linear
+    rule's arm whatever rule the grid is centred on, as the answer's headline is where the linear
+    rule stops (is its loss there the budget's?)."""
     control = {"world_size": world_size, "factor": CONTROL_FACTOR}
     return control if world_size == design.reference else {**control, "arm": f"{design.recipe} linear rule"}
 

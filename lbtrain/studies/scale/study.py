@@ -40,10 +40,8 @@ __all__ = ["TRIM_ORDER", "Price", "answer_from_results", "design_configs", "pric
 
 logger = logging.getLogger(__name__)
 
-# What a budget gives up, in this order (``trim_to_budget``).
-TRIM_ORDER = ("final seeds 5 -> 3", "tuning seeds 2 -> 1", "the convergence control at the reference world size", "the layer-wise optimizer's arm",
-              "world sizes between the reference and the largest, from the largest down",
-              "the convergence control at the largest world size")
+# What a budget gives up, in this order (``trim_to_budget``; each step is one of ``_trim_steps``).
+TRIM_ORDER = ("final seeds", "tuning seeds", "reference control", "layerwise", "middle world", "last control")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,8 +146,10 @@ def _trim_steps(design: ScaleDesign) -> list[tuple[str, Callable[[ScaleDesign], 
             controls=(), trimmed=d.trimmed + ("the convergence control at the largest world size: whether its budget has "
                                               "converged is not measured",))
 
-    return [("seeds", fewer_seeds), ("tuning seeds", fewer_tuning_seeds), ("reference control", reference_control), ("layerwise", layerwise),
-            ("middle world", middle_world), ("last control", last_control)]
+    steps = {"final seeds": fewer_seeds, "tuning seeds": fewer_tuning_seeds, "reference control": reference_control,
+             "layerwise": layerwise, "middle world": middle_world, "last control": last_control}
+    return [(name, steps[name]) for name in TRIM_ORDER]
+
 
 
 def trim_to_budget(design: ScaleDesign, hours: float, probe: Probe) -> tuple[ScaleDesign, Price]:
