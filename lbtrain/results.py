@@ -51,6 +51,7 @@ SWEEP_SUMMARY_FILE = "sweep_summary.csv"
 SWEEP_FIT_FILE = "sweep_fit.json"
 PROTOCOL_FILE = "protocol.json"
 PROTOCOL_REPORT = "protocol.md"
+SCALE_DESIGN_FILE = "scale_design.json"  # lbtrain scale: what the first run's budget kept, reused on a rerun
 ANSWER_FILE = "answer.json"  # lbtrain scale: the answer as data, its page, and its figures under FIGURES_FOLDER
 ANSWER_REPORT = "answer.md"
 ANSWER_FIGURES = {"accuracy": "answer_accuracy.png", "learning_rate": "answer_learning_rate.png"}

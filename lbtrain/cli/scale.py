@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from lbtrain.cli import arguments
@@ -36,7 +37,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from lbtrain.config import load_experiment
     from lbtrain.reports.regime import MIN_UPDATES
-    from lbtrain.results import ANSWER_FILE, ANSWER_REPORT
+    from lbtrain.results import ANSWER_FILE, ANSWER_REPORT, SCALE_DESIGN_FILE
     from lbtrain.storage_urls import environment_storage
     from lbtrain.studies.price import probe_costs
     from lbtrain.studies.scale import (
@@ -58,7 +59,14 @@ def run(args: argparse.Namespace) -> int:
     design = design_study(experiment, training_size(experiment), sizes, min_updates=args.min_updates or MIN_UPDATES,
                           seeds=args.seeds, tuning_seeds=args.tuning_seeds)
     probe = probe_costs(design_configs(design).values())
-    if args.budget is not None:
+    folder = design.protocol_experiment().results_dir
+    recorded = folder / SCALE_DESIGN_FILE
+    if args.budget is not None and recorded.is_file():
+        # A budget trims from this machine's timings now: a rerun keeps what the first run kept.
+        design = design.with_record(json.loads(recorded.read_text()))
+        price = price_design(design, probe)
+        print(f"resuming the design the budget gave the first run ({recorded}; delete it to design again)")
+    elif args.budget is not None:
         design, price = trim_to_budget(design, args.budget, probe)
     else:
         price = price_design(design, probe)
@@ -67,8 +75,8 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return 0
     storage = args.storage or environment_storage() or storage_url(design.protocol_experiment())
-    run_scale(design, storage=storage, config_file=str(Path(args.experiment).resolve()), price=price)
-    folder = design.protocol_experiment().results_dir
+    run_scale(design, storage=storage, config_file=str(Path(args.experiment).resolve()), price=price,
+              record=args.budget is not None)
     print((folder / ANSWER_REPORT).read_text(), end="")
     print(f"wrote {folder / ANSWER_REPORT} and {folder / ANSWER_FILE}")
     return 0

@@ -153,3 +153,18 @@ def test_the_grid_is_centred_on_the_experiments_rule_when_linear_or_sqrt():
     none = ExperimentConfig.model_validate({**experiment().model_dump(), "lr": {"base_lr": 0.05, "base_batch": 32, "rule": "none"}})
     assert design_study(none, 40_000, [1, 4]).centre_rule == "linear"
     assert "around the sqrt rule's value" in "\n".join(describe_design(design))
+
+
+def test_a_rerun_resumes_what_the_budget_kept_whatever_a_new_probe_would_trim():
+    import json
+
+    design = design_study(experiment(), 4_000, [1, 4, 16])
+    costs = probe({32: 0.01, 128: 0.02, 512: 0.05})
+    trimmed, _ = trim_to_budget(design, 0.5 * price_design(design, costs).total / 3600, costs)
+    assert trimmed.trimmed  # the budget gave something up
+    record = json.loads(json.dumps(trimmed.record()))  # as the results folder keeps it
+    resumed = design.with_record(record)  # the fresh design of the rerun, before any trimming
+    assert resumed == trimmed and resumed.protocol_experiment().model_dump() == trimmed.protocol_experiment().model_dump()
+    with pytest.raises(ConfigError, match=r"holds a scaling study of world sizes 1, 4, 16; this design has no world size 16: "
+                                          r"rerun with --world-sizes 1,4,16"):
+        design_study(experiment(), 4_000, [1, 4]).with_record(design.record())

@@ -135,6 +135,26 @@ class ScaleDesign:
     def replace(self, **changes: Any) -> "ScaleDesign":
         return dataclasses.replace(self, **changes)
 
+    def record(self) -> dict[str, Any]:
+        """What a budget may trim, as plain data (``SCALE_DESIGN_FILE``): a rerun keeps it."""
+        return {"world_sizes": self.world_sizes, "seeds": list(self.seeds), "tuning_seeds": list(self.tuning_seeds),
+                "controls": list(self.controls), "layerwise": self.layerwise, "trimmed": list(self.trimmed)}
+
+    def with_record(self, record: dict[str, Any]) -> "ScaleDesign":
+        """This design as the first run of its study left it (``record``): its world sizes, seeds,
+        tuning seeds, controls, layer-wise arm and trims, so a rerun resumes the same study
+        whatever a new probe of a busier or quieter machine would trim. ``ConfigError`` when the
+        record names a world size this design does not have."""
+        sizes = list(record["world_sizes"])
+        missing = [size for size in sizes if size not in self.world_sizes]
+        if missing:
+            raise ConfigError(f"the results folder holds a scaling study of world sizes {', '.join(map(str, sizes))}; "
+                              f"this design has no world size {missing[0]}: rerun with --world-sizes {','.join(map(str, sizes))}, "
+                              "or give the experiment another name")
+        return self.replace(worlds=tuple(world for world in self.worlds if world.world_size in sizes),
+                            seeds=tuple(record["seeds"]), tuning_seeds=tuple(record["tuning_seeds"]),
+                            controls=tuple(record["controls"]), layerwise=record["layerwise"], trimmed=tuple(record["trimmed"]))
+
 
 def parse_world_sizes(text: str) -> list[int]:
     """``"1,4,16"`` -> ``[1, 4, 16]``; a ``ConfigError`` unless positive integers, strictly increasing, at least two.

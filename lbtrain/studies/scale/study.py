@@ -24,7 +24,7 @@ from lbtrain.config import ConfigError, ExperimentConfig, RunConfig, run_config_
 from lbtrain.config.experiment import MIN_PROTOCOL_SEEDS
 from lbtrain.files import write_atomic, write_json_atomic
 from lbtrain.reports.answer import ArmSpec, StudyFacts, answer_data, answer_markdown, write_answer_figures
-from lbtrain.results import ANSWER_FILE, ANSWER_REPORT, FIGURES_FOLDER
+from lbtrain.results import ANSWER_FILE, ANSWER_REPORT, FIGURES_FOLDER, SCALE_DESIGN_FILE, claim_folder
 from lbtrain.studies.price import Probe, estimate_seconds
 from lbtrain.studies.scale.design import (
     CONTROL_FACTOR,
@@ -221,9 +221,11 @@ def answer_from_results(design: ScaleDesign, storage: str) -> dict[str, Any]:
 
 
 def run_scale(design: ScaleDesign, *, storage: str, config_file: str | None, price: Price | None = None,
-              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+              progress: Callable[[str], None] | None = None, record: bool = False) -> dict[str, Any]:
     """Runs the design's protocol (resumable) and writes its answer; a progress line per finished
-    run carries the time left against the price."""
+    run carries the time left against the price. ``record``: first write what a budget kept
+    (``ScaleDesign.record``) to the results folder's ``SCALE_DESIGN_FILE``, which a rerun with a
+    budget resumes instead of trimming again from new timings."""
     from lbtrain.studies.protocol import run_protocol
     from lbtrain.studies.runner import log_progress
 
@@ -237,5 +239,10 @@ def run_scale(design: ScaleDesign, *, storage: str, config_file: str | None, pri
         left = max(price.total - (time.monotonic() - started), 0.0)
         report(f"{line} (study: about {left / 60:.0f} min left of {price.total / 60:.0f} priced)")
 
-    run_protocol(design.protocol_experiment(), storage=storage, config_file=config_file, progress=with_time_left)
+    experiment = design.protocol_experiment()
+    if record:
+        claim_folder(experiment.results_dir, experiment.name, config_file, experiment.model_dump(mode="json"))
+        if not (experiment.results_dir / SCALE_DESIGN_FILE).is_file():
+            write_json_atomic(experiment.results_dir / SCALE_DESIGN_FILE, design.record())
+    run_protocol(experiment, storage=storage, config_file=config_file, progress=with_time_left)
     return answer_from_results(design, storage)
