@@ -278,49 +278,69 @@ def once_per_session(tmp_path_factory, name: str):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-# Runs of lbtrain's trainer under horovodrun -np 2 (tests/horovod_jobs/trainer_two_ranks.py),
-# registered by the test modules as they are imported (``two_rank_run``) and trained one after
-# another in one shared job (the ``two_rank_runs`` fixture): a job's start (horovodrun, and two
-# ranks each importing TensorFlow and starting Horovod) costs more CPU than one of these runs.
-TWO_RANK_RUNS: dict[str, dict] = {}
+# Scripts of tests/horovod_jobs run under horovodrun -np 2 one after another in one shared job
+# (tests/horovod_jobs/one_after_another.py; the ``horovod_jobs`` fixture), registered by the test
+# modules as they are imported (``shared_horovod_job``): a job's start (horovodrun, and two ranks
+# each importing TensorFlow and starting Horovod) costs more CPU than most of these scripts' work.
+SHARED_HOROVOD_JOBS: dict[str, list[str]] = {}
+JOB_FOLDER = "{job_folder}"  # in a shared job's arguments: the folder of its outputs
 
 
-def two_rank_run(name: str, spec: dict) -> str:
-    """Registers ``spec`` (a run config) as run ``name`` of the shared two-rank job; returns ``name``."""
-    if TWO_RANK_RUNS.setdefault(name, spec) != spec:
-        raise ValueError(f"two-rank run {name!r} registered twice with different configs")
+def shared_horovod_job(name: str, script: str, *args: str) -> str:
+    """Registers ``tests/horovod_jobs/SCRIPT ARGS`` as job ``name`` of the shared horovodrun job
+    (``JOB_FOLDER`` in ARGS stands for the job's own folder); returns ``name``."""
+    command = [script, *args]
+    if SHARED_HOROVOD_JOBS.setdefault(name, command) != command:
+        raise ValueError(f"shared Horovod job {name!r} registered twice with different arguments")
     return name
 
 
 @pytest.fixture(scope="session")
-def two_rank_runs(tmp_path_factory, generated_mnist1d):
-    """``trained(name)``: the output (``np.load``-ed: every rank's weights and the run result)
-    and the runs folder (``rank0`` is the only rank's folder that may exist) of the registered run
-    ``name``, trained under ``horovodrun -np 2`` in one job with all the registered runs, once
-    per test session (``once_per_session``). A failed job fails each test that reads it, with
-    the job's output."""
-    with once_per_session(tmp_path_factory, "two_rank_runs") as (folder, made):
+def horovod_jobs(tmp_path_factory, generated_mnist1d):
+    """``folder(name)``: the folder of the registered job ``name`` (``shared_horovod_job``) after
+    it ran under ``horovodrun -np 2`` with all the registered jobs, one after another in one job,
+    once per test session (``once_per_session``). A failed job fails each test that reads it,
+    with the job's output."""
+    with once_per_session(tmp_path_factory, "horovod_jobs") as (folder, made):
         if not made:
-            arguments = []
-            for index, (name, spec) in enumerate(TWO_RANK_RUNS.items()):
-                arguments += [json.dumps(spec), str(folder / f"{index}.npz"), str(folder / f"{index}-runs")]
+            commands = []
+            for index, command in enumerate(SHARED_HOROVOD_JOBS.values()):
+                (folder / str(index)).mkdir()
+                commands.append([part.replace(JOB_FOLDER, str(folder / str(index))) for part in command])
             cache = folder / "cache"  # the job's own, as a test's (private_cache)
             (cache / "lbtrain").mkdir(parents=True)
             for path in generated_mnist1d:
                 (cache / "lbtrain" / path.name).symlink_to(path)
             with pytest.MonkeyPatch.context() as patch:
                 patch.setenv("XDG_CACHE_HOME", str(cache))
-                completed = run_horovod("trainer_two_ranks.py", *arguments, timeout=1200)
-            record = {"names": list(TWO_RANK_RUNS), "returncode": completed.returncode,
+                completed = run_horovod("one_after_another.py", json.dumps(commands), timeout=1800)
+            record = {"names": list(SHARED_HOROVOD_JOBS), "returncode": completed.returncode,
                       "output": (completed.stdout + completed.stderr)[-4000:]}
             (folder / "job.json").write_text(json.dumps(record))
             (folder / "done").touch()
         record = json.loads((folder / "job.json").read_text())
 
-    def trained(name: str) -> tuple:
+    def job_folder(name: str):
         assert record["returncode"] == 0, record["output"]
-        index = record["names"].index(name)
-        return np.load(folder / f"{index}.npz"), folder / f"{index}-runs"
+        return folder / str(record["names"].index(name))
+
+    return job_folder
+
+
+def two_rank_run(name: str, spec: dict) -> str:
+    """Registers a run of lbtrain's trainer (``spec``, a run config) under horovodrun -np 2
+    (tests/horovod_jobs/trainer_two_ranks.py) as job ``name`` of the shared job; returns ``name``."""
+    return shared_horovod_job(name, "trainer_two_ranks.py", json.dumps(spec), f"{JOB_FOLDER}/weights.npz", f"{JOB_FOLDER}/runs")
+
+
+@pytest.fixture
+def two_rank_runs(horovod_jobs):
+    """``trained(name)``: the output of the registered run ``name`` (``two_rank_run``), loaded
+    (every rank's weights and the run result), and its runs folder (``rank0`` is the only rank's
+    folder that may exist)."""
+    def trained(name: str) -> tuple:
+        folder = horovod_jobs(name)
+        return np.load(folder / "weights.npz"), folder / "runs"
 
     return trained
 

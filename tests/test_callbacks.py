@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import constant_output_problem, run_horovod, run_python
+from conftest import JOB_FOLDER, constant_output_problem, run_python, shared_horovod_job
 from lbtrain._keras import applied_learning_rate, optimizer_step
 from lbtrain.callbacks import GradientNoiseScale, LearningRateLogger, LearningRateWarmup
 from lbtrain.models import build_model
@@ -200,13 +200,14 @@ def test_warmup_callback_world_size_is_hvd_size_once_horovod_is_initialized():
     assert completed.stdout.splitlines() == [required, required, "1 1"]
 
 
+# Run in the session's shared horovodrun job (conftest: horovod_jobs).
+WARMUP_VS_HOROVOD = shared_horovod_job("test_callbacks:warmup", "warmup_vs_horovod.py", f"{JOB_FOLDER}/rates.json")
+
+
 @pytest.mark.slow
 @pytest.mark.horovod
-def test_warmup_equals_horovods_callback_step_by_step_under_horovodrun(tmp_path):
-    out = tmp_path / "rates.json"
-    result = run_horovod("warmup_vs_horovod.py", str(out))
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    rates = json.loads(out.read_text())
+def test_warmup_equals_horovods_callback_step_by_step_under_horovodrun(horovod_jobs):
+    rates = json.loads((horovod_jobs(WARMUP_VS_HOROVOD) / "rates.json").read_text())
     assert rates["size"] == 2
     horovod, ours = rates["horovod"], rates["lbtrain"]
     assert ours["steps"] == horovod["steps"] == list(range(12))

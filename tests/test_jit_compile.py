@@ -18,7 +18,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import run_horovod
+from conftest import JOB_FOLDER, shared_horovod_job
 from lbtrain.config import LATER_FIELD_DEFAULTS, ConfigError, run_config_from_dict
 from lbtrain.trainer import accelerators, resolve_jit_compile, train
 from lbtrain.worlds.modes import get_mode
@@ -138,18 +138,21 @@ def test_the_trainer_refuses_true_in_a_world_that_cannot_compile_and_auto_does_n
         train(run_config_from_dict(spec(jit_compile=True)), world)
 
 
+# Run in the session's shared horovodrun job (conftest: horovod_jobs).
+JIT_TWO_RANKS = shared_horovod_job("test_jit_compile:cnn", "jit_two_ranks.py",
+                                   json.dumps(spec(CNN, world_size=2, per_worker_batch=16, epochs=1, jit_compile=True)),
+                                   f"{JOB_FOLDER}/weights.npz")
+
+
 @pytest.mark.slow
 @pytest.mark.horovod
-def test_horovodrun_two_ranks_compiled_equal_a_simulated_world_of_two_uncompiled(tmp_path):
+def test_horovodrun_two_ranks_compiled_equal_a_simulated_world_of_two_uncompiled(horovod_jobs):
     """Horovod's allreduce has no XLA kernel: each rank compiles its forward and backward pass
     and allreduces outside XLA. Two ranks (batch norm, each rank normalizes its own batch) reach
     the weights of an uncompiled simulated world of 2, atol 1e-5 as the uncompiled two-rank test
     (the allreduce adds its own summation order)."""
     run = spec(CNN, world_size=2, per_worker_batch=16, epochs=1, jit_compile=True)
-    output = tmp_path / "weights.npz"
-    result = run_horovod("jit_two_ranks.py", json.dumps(run), str(output))
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    arrays = np.load(output)
+    arrays = np.load(horovod_jobs(JIT_TWO_RANKS) / "weights.npz")
     assert bool(arrays["compiled_gradients"]) and bool(arrays["ranks_equal"])
     simulated = train(run_config_from_dict({**run, "training": {**run["training"], "jit_compile": False}}), SimulatedWorld(2))
     for i, variable in enumerate(simulated.model.trainable_variables):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import run_horovod
+from conftest import JOB_FOLDER, shared_horovod_job
 from lbtrain._keras import KERAS_3, tensorflow_variables
 from lbtrain.models import build_model
 from lbtrain.optimizers import LAMB, LARS, OPTIMIZERS, build_optimizer
@@ -213,13 +213,15 @@ def test_xla_compiled_train_step_matches_the_plain_one(case):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
+# Run in the session's shared horovodrun job (conftest: horovod_jobs).
+LARS_TWO_RANKS = shared_horovod_job("test_contract:lars", "lars_two_ranks.py", f"{JOB_FOLDER}/weights.npz")
+BACKWARD_PASSES = shared_horovod_job("test_contract:backward_passes", "backward_passes_two_ranks.py", f"{JOB_FOLDER}/weights.npz")
+
+
 @pytest.mark.slow
 @pytest.mark.horovod
-def test_lars_under_horovodrun_matches_one_process_with_the_global_batch(tmp_path):
-    out = tmp_path / "weights.npz"
-    result = run_horovod("lars_two_ranks.py", str(out))
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    weights = np.load(out)
+def test_lars_under_horovodrun_matches_one_process_with_the_global_batch(horovod_jobs):
+    weights = np.load(horovod_jobs(LARS_TWO_RANKS) / "weights.npz")
     names = sorted({key.split(":")[1] for key in weights.files})
     for layer in names:
         rank0, rank1, single = (weights[f"{who}:{layer}"] for who in ("rank0", "rank1", "single"))
@@ -231,16 +233,13 @@ def test_lars_under_horovodrun_matches_one_process_with_the_global_batch(tmp_pat
 
 @pytest.mark.slow
 @pytest.mark.horovod
-def test_under_horovods_backward_passes_per_step_lbtrains_optimizers_clock_updates(tmp_path):
+def test_under_horovods_backward_passes_per_step_lbtrains_optimizers_clock_updates(horovod_jobs):
     """``hvd.DistributedOptimizer(..., backward_passes_per_step=2, average_aggregated_gradients=True)``
     under ``horovodrun -np 2`` reaches the weights of one process at the 4 times larger batch:
     LARS and LAMB with a Warmup by themselves (their schedule and LAMB's bias correction count
     updates, not Horovod's passes), Keras's SGD with ``PerUpdate(schedule, 2)``; Keras's SGD
     with the bare schedule runs its warmup twice too fast and does not."""
-    out = tmp_path / "weights.npz"
-    result = run_horovod("backward_passes_two_ranks.py", str(out))
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    weights = np.load(out)
+    weights = np.load(horovod_jobs(BACKWARD_PASSES) / "weights.npz")
     layers = sorted({key.split(":")[1] for key in weights.files if key.startswith("initial:")})
     for case in ("lars", "lamb", "sgd_per_update", "sgd_bare"):
         # Horovod counts 8 passes; one process 4 updates.
