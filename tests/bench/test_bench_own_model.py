@@ -44,10 +44,12 @@ def conv_then_dense_mflops(input_shape: tuple, width: int, outputs: int) -> floa
 
 
 @pytest.mark.slow
-def test_a_model_by_reference_is_benchmarked_from_the_users_folder(tmp_path):
+def test_a_model_by_reference_is_benchmarked_from_the_users_folder(tmp_path, lbtrain_here):
+    # In this process, as from the user's folder (its children start there); a fresh process
+    # would only add its TensorFlow import.
     write_package(tmp_path)
-    result = bench("--models", MODEL, "--batches", "8", "--worlds", "single,simulated:2", "--steps", "3", "--warmup", "1",
-                   "--output", "out", cwd=tmp_path)
+    result = lbtrain_here("bench", "--models", MODEL, "--batches", "8", "--worlds", "single,simulated:2", "--steps", "3",
+                          "--warmup", "1", "--output", "out", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = read_rows(tmp_path / "out")
     assert [(row["model"], row["world"], row["status"]) for row in rows] == [(MODEL, "single", "ok"), (MODEL, "simulated:2", "ok")]
@@ -62,14 +64,14 @@ def test_a_model_by_reference_is_benchmarked_from_the_users_folder(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_step_cheaper_than_its_input_pipeline_is_labelled_input_bound(tmp_path):
+def test_a_step_cheaper_than_its_input_pipeline_is_labelled_input_bound(tmp_path, lbtrain_here):
     """Large images (384x384x3, 1.7 MiB a sample): the pipeline gathers every byte of each batch,
     ``glance`` reads one pixel. Idle, the pipeline delivers about a tenth of the step's images/s;
     30 steps keep a stall of the loaded machine from deciding the label."""
     write_package(tmp_path)
     glance = "ownbench.models:glance"
-    result = bench("--models", glance, "--input-shape", "384,384,3", "--batches", "16", "--worlds", "single",
-                   "--steps", "30", "--warmup", "2", "--output", "out", cwd=tmp_path)
+    result = lbtrain_here("bench", "--models", glance, "--input-shape", "384,384,3", "--batches", "16", "--worlds", "single",
+                          "--steps", "30", "--warmup", "2", "--output", "out", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     [row] = read_rows(tmp_path / "out")
     assert row["bound"] == "input-bound", row
@@ -126,10 +128,10 @@ def test_from_python_a_lambda_is_refused_before_anything_runs(tmp_path):
 
 @pytest.mark.horovod
 @pytest.mark.slow
-def test_horovod_ranks_resolve_the_reference_from_the_users_folder(tmp_path):
+def test_horovod_ranks_resolve_the_reference_from_the_users_folder(tmp_path, lbtrain_here):
     write_package(tmp_path)
-    result = bench("--models", MODEL, "--batches", "8", "--worlds", "horovod:2", "--steps", "2", "--warmup", "1",
-                   "--output", "out", cwd=tmp_path)
+    result = lbtrain_here("bench", "--models", MODEL, "--batches", "8", "--worlds", "horovod:2", "--steps", "2",
+                          "--warmup", "1", "--output", "out", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     [row] = read_rows(tmp_path / "out")
     assert (row["model"], row["world"], row["processes"], row["status"]) == (MODEL, "horovod:2", "2", "ok")
@@ -142,7 +144,7 @@ BAD_MODELS = {
                         "'nopkg'); put its folder on PYTHONPATH or run from the folder that holds it"),
     "no such function": (["--models", "ownbench.models:biuld"],
                          "model 'ownbench.models:biuld': ownbench.models has no 'biuld' (did you mean 'build'? it defines: "),
-    "unknown name": (["--models", "vgg16"], "unknown model 'vgg16' (allowed: mlp, cnn, resnet, resnet50"),
+    "unknown name": (["--models", "vgg16"], "unknown model 'vgg16' (allowed: mlp, cnn, resnet, vit, resnet50"),
     "factory raises": (["--models", "ownbench.models:broken"],
                        "model 'ownbench.models:broken' raised ValueError building for input shape (28, 28, 1) and 10 outputs: "
                        "cannot build for this shape (the bench's synthetic data: --input-shape, --classes)"),
