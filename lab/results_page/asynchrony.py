@@ -20,10 +20,9 @@ from lab.results_page.common import (
     shown,
     study_json,
     study_runs,
-    trained_share_claim,
 )
 from lbtrain.reports.comparison import count_text, works_sentence
-from lbtrain.reports.decisions import BETTER, INCONCLUSIVE, MATCHES, WORSE
+from lbtrain.reports.decisions import BETTER, INCONCLUSIVE, MATCHES, WORSE, trained_share_claim
 from lbtrain.reports.statistics import difference_interval, mean_interval
 from lbtrain.reports.tables import markdown_table
 from lbtrain.results import COMPARE_JSON, FIGURE_ACCURACY_VS_LR, REPORT_JSON

@@ -29,10 +29,9 @@ from lab.results_page.common import (
     status_counts,
     study_json,
     study_runs,
-    trained_share_claim,
     validation_choice,
 )
-from lbtrain.reports.decisions import BEST, TIED_WITH_THE_BEST
+from lbtrain.reports.decisions import BEST, TIED_WITH_THE_BEST, trained_share_claim
 from lbtrain.reports.statistics import Estimate, difference_interval, mean_interval
 from lbtrain.reports.tables import markdown_table
 from lbtrain.results import FIGURE_ACCURACY_VS_BATCH, PROTOCOL_FILE, REPORT_JSON

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from lbtrain.config.experiment import MIN_PROTOCOL_SEEDS as MIN_SEEDS
-from lbtrain.reports.decisions import DEFAULT_CLAIM_MARGIN, TIED_WITH_THE_BEST, WORSE, claim, standing
+from lbtrain.reports.decisions import DEFAULT_CLAIM_MARGIN, TIED_WITH_THE_BEST, WORSE, claim, standing, trained_share_claim
 from lbtrain.reports.regime import MAX_BATCH_FRACTION, MIN_UPDATES
 from lbtrain.reports.scaling_laws import LrExponentFit
 from lbtrain.reports.statistics import Estimate, difference_interval, mean_interval
@@ -127,7 +127,19 @@ def _chosen(summary: Sequence[Mapping[str, Any]], arms: Sequence[ArmSpec], world
     return max(means, key=lambda label: means[label]), words
 
 
-def _world_row(summary, arms, facts: StudyFacts, world_size: int, reference_tests: list[float], margin: float) -> dict[str, Any]:
+def _decision(difference, margin: float, ok: int, runs: int, reference_ok: int, reference_runs: int) -> dict[str, Any]:
+    """The decision word on arm − reference, and when one side has no ok run (no difference to
+    take: every seed of a rule diverged) the word from how many runs of each ended ok instead
+    (``trained_share_claim``: Fisher's exact test, one-sided at 2.5%), with its text as
+    ``decided_by``."""
+    if (ok and reference_ok) or not runs or not reference_runs:
+        return {"decision": claim(difference, margin)}
+    word, text = trained_share_claim(ok, runs, reference_ok, reference_runs)
+    return {"decision": word, "decided_by": text}
+
+
+def _world_row(summary, arms, facts: StudyFacts, world_size: int, reference_tests: list[float], margin: float,
+               reference_runs: int = 0) -> dict[str, Any]:
     here = [arm for arm in arms if arm.world_size == world_size and arm.kind != "control"]
     use, words = _chosen(summary, arms, world_size)
     batch = facts.global_batches[world_size]
@@ -141,8 +153,9 @@ def _world_row(summary, arms, facts: StudyFacts, world_size: int, reference_test
         # What the rule costs against tuning its own recipe's LR at this world size.
         cost = difference_interval(_tests(summary, tuned.get(arm.recipe), world_size), rule_tests)
         rules[arm.rule] = {"label": arm.label, "test_accuracy": _estimate(mean_interval(rule_tests)), "cost": _difference(cost),
-                           "difference": _difference(against), "decision": claim(against, margin),
-                           "excluded": _excluded(summary, arm.label, world_size)}
+                           "difference": _difference(against), "excluded": _excluded(summary, arm.label, world_size),
+                           **_decision(against, margin, len(rule_tests), len(_rows(summary, arm.label, world_size)),
+                                       len(reference_tests), reference_runs)}
     learning_rate = [float(row["learning_rate"]) for row in _rows(summary, use, world_size)] if use else []
     return {
         "world_size": world_size, "global_batch": batch,
@@ -230,7 +243,8 @@ def answer_data(summary: Sequence[Mapping[str, Any]], arms: Sequence[ArmSpec], f
     sizes = sorted(facts.global_batches)
     reference_use, _ = _chosen(summary, arms, facts.reference)
     reference_tests = _tests(summary, reference_use, facts.reference)
-    per_world = [_world_row(summary, arms, facts, size, reference_tests, margin) for size in sizes]
+    reference_runs = len(_rows(summary, reference_use, facts.reference)) if reference_use else 0
+    per_world = [_world_row(summary, arms, facts, size, reference_tests, margin, reference_runs) for size in sizes]
     holds, first_worse = _linear_rule(per_world, facts.reference)
     controls = _controls(summary, arms, margin)
     seconds = sum(float(row["wall_time_seconds"] or 0) for row in summary) + facts.tuning_seconds
@@ -295,7 +309,8 @@ def answer_markdown(answer: Mapping[str, Any]) -> str:
           ", ".join(row["tied_with_the_best"]) or "-", "-" if row["learning_rate"] is None else f"{row['learning_rate']:.4g}",
           estimate_text(row["test_accuracy"]), "reference" if row["world_size"] == reference else estimate_text(row["difference"], True),
           row["decision"], sum(row["excluded"].values())] for row in per_world])
-    rule_rows = [[row["world_size"], rule, estimate_text(entry["test_accuracy"]), estimate_text(entry["difference"], True), entry["decision"],
+    rule_rows = [[row["world_size"], rule, estimate_text(entry["test_accuracy"]), estimate_text(entry["difference"], True),
+                  entry["decision"] + (f" ({entry['decided_by']})" if entry.get("decided_by") else ""),
                   estimate_text(entry["cost"], True), entry["excluded"]]
                  for row in per_world for rule, entry in row["rules"].items()]
     sections = [f"# {answer['experiment']}: the scaling answer",

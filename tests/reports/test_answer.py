@@ -139,3 +139,16 @@ def test_the_accuracy_figure_gives_each_point_its_seeds_and_no_band_below_three(
     assert sqrt.x == [32.0, 128.0, 512.0] and sqrt.n == [3, 3, 2]
     assert sqrt.low[2] is None and sqrt.high[2] is None and sqrt.low[1] == pytest.approx(mean_interval([0.908, 0.909, 0.910]).low)
     assert [(mark.kind, mark.recipe, mark.x) for mark in drawn if isinstance(mark, Mark)] == [("diverged", "sqrt rule", 512.0)]
+
+
+def test_a_rule_whose_every_seed_diverged_is_judged_by_how_many_runs_ended_ok():
+    """No ok run, no difference to take: 0 of 5 runs ok against the reference's 3 of 3 is worse by
+    Fisher's exact test (one-sided p = 1/56 < 0.025), and it is where the linear rule stops."""
+    rows = [row for row in summary() if not (row["label"] == f"{RECIPE} linear rule" and row["world_size"] == 16)]
+    (template,) = [r for r in summary() if r["label"] == f"{RECIPE} linear rule" and r["world_size"] == 16][:1]
+    rows += [{**template, "status": "diverged", "run_id": f"d{seed}", "test_accuracy": 0.1} for seed in range(5)]
+    answer = answer_data(rows, arms(), FACTS)
+    linear = answer["per_world_size"][2]["rules"]["linear"]
+    assert linear["decision"] == "worse" and linear["decided_by"] == (
+        "0 of 5 runs ok against 3 of 3 (Fisher's exact test, one-sided p = 0.018)")
+    assert answer["first_worse"] == 16 and "worse (0 of 5 runs ok against 3 of 3" in answer_markdown(answer)
