@@ -1,10 +1,9 @@
-"""Shared test set-up: quiet TensorFlow, a private cache dir, helpers to run the CLI."""
+"""Shared test set-up: quiet TensorFlow, a private cache dir, the fixtures and collection hooks.
+The plain helpers that tests import by name are in helpers.py."""
 
 import contextlib
 import json
-import math
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -14,7 +13,20 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import pytest
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# REPO_ROOT, goyal_blow_up_run, run_cli, run_python and stderr_lines are not used here: files that
+# still import them from conftest (tests/lab/, tests/studies/test_sweep.py and
+# tests/studies/test_advisor.py) find them until they import them from helpers.
+from helpers import (  # noqa: F401
+    JOB_FOLDER,
+    REPO_ROOT,
+    SHARED_HOROVOD_JOBS,
+    goyal_blow_up_run,
+    horovod_installed,
+    run_cli,
+    run_horovod,
+    run_python,
+    stderr_lines,
+)
 
 
 def _one_intra_op_thread_per_xdist_worker() -> None:
@@ -37,15 +49,6 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     # (a second run process would cost its TensorFlow import, seconds, for a grid of tiny runs).
     # Tests of parallel runs pass workers themselves.
     os.environ.setdefault("LBTRAIN_WORKERS", "1")
-
-
-def horovod_installed() -> bool:
-    """Whether Horovod and its launcher are installed next to this interpreter (the TF 2.15
-    stack); found without importing it."""
-    import importlib.util
-
-    return (importlib.util.find_spec("horovod") is not None
-            and os.path.isfile(os.path.join(os.path.dirname(sys.executable), "horovodrun")))
 
 
 # Tests whose behaviour does not depend on the Keras version run on the main stack only (TF 2.15,
@@ -186,30 +189,6 @@ def private_cache(tmp_path_factory, monkeypatch, generated_mnist1d):
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
 
 
-# What TensorFlow 2.21's C++ side prints to stderr while it loads, before absl logging is set up
-# (TF_CPP_MIN_LOG_LEVEL cannot silence it): absl's notice and glog-style info lines.
-TENSORFLOW_STARTUP_LOG = re.compile(r"^(WARNING: All log messages before absl::InitializeLog\(\)|[IWE]\d{4} [\d:. ]+\S+:\d+\] )")
-
-
-def stderr_lines(stderr: str) -> list[str]:
-    """The lines of a child's stderr that are not TensorFlow's start-up log."""
-    return [line for line in stderr.strip().splitlines() if not TENSORFLOW_STARTUP_LOG.match(line)]
-
-
-def run_python(code: str, *args: str, cwd=None, timeout=300) -> subprocess.CompletedProcess:
-    """Runs ``code`` in a fresh Python process (the venv's interpreter)."""
-    return subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=cwd or REPO_ROOT, timeout=timeout
-    )
-
-
-def run_cli(*args: str, cwd=None, timeout=300) -> subprocess.CompletedProcess:
-    """Runs ``lbtrain ARGS`` as a user would, in a fresh process."""
-    return subprocess.run(
-        [sys.executable, "-m", "lbtrain.cli", *args], capture_output=True, text=True, cwd=cwd or REPO_ROOT, timeout=timeout
-    )
-
-
 @pytest.fixture
 def lbtrain_here(monkeypatch, capsys):
     """``lbtrain ARGS`` in this test's process (``lbtrain.cli.main``), from ``cwd`` as a user's
@@ -249,14 +228,6 @@ def lbtrain_here(monkeypatch, capsys):
             del sys.modules[name]
 
 
-def run_horovod(script: str, *args: str, np: int = 2, timeout=300) -> subprocess.CompletedProcess:
-    """Runs ``tests/horovod_jobs/SCRIPT ARGS`` under ``horovodrun -np NP`` with Gloo on this machine."""
-    horovodrun = os.path.join(os.path.dirname(sys.executable), "horovodrun")
-    command = [horovodrun, "-np", str(np), "-H", f"localhost:{np}", "--gloo", sys.executable,
-               os.path.join(REPO_ROOT, "tests", "horovod_jobs", script), *args]
-    return subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT, timeout=timeout)
-
-
 @contextlib.contextmanager
 def once_per_session(tmp_path_factory, name: str):
     """The folder ``name`` that all of this session's test processes share (pytest-xdist's
@@ -276,23 +247,6 @@ def once_per_session(tmp_path_factory, name: str):
             yield folder, (folder / "done").exists()
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-# Scripts of tests/horovod_jobs run under horovodrun -np 2 one after another in one shared job
-# (tests/horovod_jobs/one_after_another.py; the ``horovod_jobs`` fixture), registered by the test
-# modules as they are imported (``shared_horovod_job``): a job's start (horovodrun, and two ranks
-# each importing TensorFlow and starting Horovod) costs more CPU than most of these scripts' work.
-SHARED_HOROVOD_JOBS: dict[str, list[str]] = {}
-JOB_FOLDER = "{job_folder}"  # in a shared job's arguments: the folder of its outputs
-
-
-def shared_horovod_job(name: str, script: str, *args: str) -> str:
-    """Registers ``tests/horovod_jobs/SCRIPT ARGS`` as job ``name`` of the shared horovodrun job
-    (``JOB_FOLDER`` in ARGS stands for the job's own folder); returns ``name``."""
-    command = [script, *args]
-    if SHARED_HOROVOD_JOBS.setdefault(name, command) != command:
-        raise ValueError(f"shared Horovod job {name!r} registered twice with different arguments")
-    return name
 
 
 @pytest.fixture(scope="session")
@@ -327,12 +281,6 @@ def horovod_jobs(tmp_path_factory, generated_mnist1d):
     return job_folder
 
 
-def two_rank_run(name: str, spec: dict) -> str:
-    """Registers a run of lbtrain's trainer (``spec``, a run config) under horovodrun -np 2
-    (tests/horovod_jobs/trainer_two_ranks.py) as job ``name`` of the shared job; returns ``name``."""
-    return shared_horovod_job(name, "trainer_two_ranks.py", json.dumps(spec), f"{JOB_FOLDER}/weights.npz", f"{JOB_FOLDER}/runs")
-
-
 @pytest.fixture
 def two_rank_runs(horovod_jobs):
     """``trained(name)``: the output of the registered run ``name`` (``two_rank_run``), loaded
@@ -343,18 +291,6 @@ def two_rank_runs(horovod_jobs):
         return np.load(folder / "weights.npz"), folder / "runs"
 
     return trained
-
-
-def goyal_blow_up_run(world_size: int = 32, per_worker_batch: int = 128, epochs: int = 2) -> dict:
-    """goyal_scaling's failing case as a run spec: momentum SGD on the Fashion-MNIST mlp 512-512,
-    base LR 0.05 at batch 128 scaled linearly to 1.6 at global batch 4096, no warmup, seed 1
-    (the seed once recorded ok after blowing up in its first epoch and settling at chance)."""
-    return {
-        "data": {"dataset": "fashion_mnist"}, "model": {"name": "mlp", "options": {"widths": [512, 512]}},
-        "optimizer": {"name": "momentum", "params": {"momentum": 0.9}},
-        "lr": {"base_lr": 0.05, "base_batch": 128, "rule": "linear", "decay": {"type": "cosine"}},
-        "training": {"world_size": world_size, "per_worker_batch": per_worker_batch, "epochs": epochs, "seed": 1},
-    }
 
 
 class PostgresServer:
@@ -460,26 +396,6 @@ def postgres_server():
 def postgres_url(postgres_server) -> str:
     """The ``postgresql://`` URL of a new empty database on the session's server."""
     return postgres_server.url(postgres_server.create_database())
-
-
-def constant_output_problem(dimension=128, samples=20000, distance_sq=4.0, seed=0):
-    """A model whose output is a trainable vector w (a Dense layer fed zeros: only its bias
-    matters) fit to targets t_i ~ N(0, I) with mean squared error: the per-example gradient is
-    2 (w - t_i) / d, so |G|^2 and tr(Sigma) are known from the targets exactly:
-    B_simple = tr(Cov t) / |w - mean t|^2 (population moments of the finite sample; about
-    128 / 4 = 32 by default, infinite at distance 0). Returns (model, inputs, targets, B_simple)."""
-    import tensorflow as tf
-
-    rng = np.random.default_rng(seed)
-    targets = rng.standard_normal((samples, dimension)).astype(np.float32)
-    mean = targets.astype(np.float64).mean(axis=0)
-    direction = rng.standard_normal(dimension)
-    w = mean + direction / np.linalg.norm(direction) * np.sqrt(distance_sq)
-    model = tf.keras.Sequential([tf.keras.Input(shape=(1,)), tf.keras.layers.Dense(dimension)])
-    model.layers[0].bias.assign(w.astype(np.float32))
-    model.compile(optimizer=tf.keras.optimizers.SGD(0.0), loss=tf.keras.losses.MeanSquaredError())
-    true_scale = targets.astype(np.float64).var(axis=0).sum() / distance_sq if distance_sq else math.inf
-    return model, np.zeros((samples, 1), np.float32), targets, true_scale
 
 
 @pytest.fixture

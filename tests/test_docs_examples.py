@@ -24,8 +24,7 @@ import subprocess
 import sys
 
 import pytest
-
-from conftest import REPO_ROOT, stderr_lines
+from helpers import REPO_ROOT, stderr_lines
 
 FENCE = re.compile(r"^(?P<indent>\s*)```python\s*$")
 NOT_RUN = re.compile(r"^\s*<!-- example: not run \((?P<reason>.*)\) -->\s*$")

@@ -7,8 +7,8 @@ import copy
 from pathlib import Path
 
 import pytest
+from helpers import REPO_ROOT
 
-from conftest import REPO_ROOT
 from lbtrain.config import load_experiment
 from lbtrain.config.run import run_config_from_dict
 from lbtrain.schedules import schedule_values

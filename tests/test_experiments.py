@@ -10,8 +10,8 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
+from helpers import REPO_ROOT
 
-from conftest import REPO_ROOT
 from lbtrain.config import load_experiment
 from lbtrain.reports.tables import read_summary
 from lbtrain.studies.plan import expand

@@ -1,6 +1,8 @@
 import os
 import stat
 
+from helpers import run_python
+
 from lbtrain.files import write_atomic, write_json_atomic
 
 
@@ -18,8 +20,6 @@ def test_atomic_writes_leave_no_partial_file_and_the_mode_a_new_file_gets(tmp_pa
 
 def test_a_write_that_fails_half_way_keeps_the_old_file_and_leaves_no_partial_one(tmp_path):
     # A full disk, made real in a fresh process: files may not grow past 4096 bytes there.
-    from conftest import run_python
-
     code = (
         "import resource, signal, sys\n"
         "from pathlib import Path\n"

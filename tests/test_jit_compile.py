@@ -17,8 +17,8 @@ import json
 
 import numpy as np
 import pytest
+from helpers import JOB_FOLDER, shared_horovod_job
 
-from conftest import JOB_FOLDER, shared_horovod_job
 from lbtrain.config import LATER_FIELD_DEFAULTS, ConfigError, run_config_from_dict
 from lbtrain.trainer import accelerators, resolve_jit_compile, train
 from lbtrain.worlds.modes import get_mode

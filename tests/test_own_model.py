@@ -11,9 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from helpers import write_package
+from helpers import run_cli, run_horovod, write_package
 
-from conftest import run_cli, run_horovod
 from lbtrain import SimulatedWorld, run_config_from_dict, train
 from lbtrain.cli import main
 from lbtrain.config import ConfigError, ExperimentConfig

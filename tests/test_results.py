@@ -2,8 +2,8 @@ import json
 import math
 
 import pytest
+from helpers import run_python
 
-from conftest import run_python
 from lbtrain.results import STATUSES, RunResult, finite_or_none, is_finished, read_run, run_set, write_run
 
 

@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import constant_output_problem
 
-from conftest import constant_output_problem
 from lbtrain.measures.noise_scale import NoiseScaleSettings, measurement_pieces
 from lbtrain.models import build_model
 from lbtrain.train_step import GradientStepModel, NoiseScaleTracker, noise_scale_tracker

@@ -4,8 +4,8 @@ import math
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import goyal_blow_up_run
 
-from conftest import goyal_blow_up_run
 from lbtrain.config import ConfigError, StopAtConfig, run_config_from_dict
 from lbtrain.results import RunResult
 from lbtrain.schedules import build_schedule

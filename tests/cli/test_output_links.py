@@ -9,9 +9,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from unchanged import snapshot
+from helpers import REPO_ROOT, snapshot, stderr_lines
 
-from conftest import REPO_ROOT, stderr_lines
 from lbtrain.cli import one_line
 
 RESULTS = Path(REPO_ROOT) / "results"

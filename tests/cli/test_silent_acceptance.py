@@ -5,7 +5,7 @@ import re
 
 import pytest
 import yaml
-from unchanged import snapshot
+from helpers import snapshot
 
 BASE = {"name": "accepted", "data": {"dataset": "mnist1d", "train_subset": 128, "options": {"num_samples": 500}},
         "model": {"name": "mlp", "options": {"widths": [8]}}, "lr": {"base_lr": 0.1, "base_batch": 16},

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 import yaml
-from unchanged import snapshot
+from helpers import snapshot
 
 GOOD = {
     "name": "trust",

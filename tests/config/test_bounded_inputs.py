@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from unchanged import snapshot
+from helpers import snapshot
 
 from lbtrain.config.limits import MAX_CONFIG_BYTES, MAX_GRID_RUNS, MAX_YAML_NODES
 

@@ -5,8 +5,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-
-from conftest import REPO_ROOT
+from helpers import REPO_ROOT
 
 SCRIPTS = sorted(Path(REPO_ROOT, "scripts").glob("*.py"))
 

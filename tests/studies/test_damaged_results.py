@@ -7,7 +7,7 @@ import re
 
 import pytest
 import yaml
-from unchanged import snapshot
+from helpers import snapshot
 
 from lbtrain.studies.plan import MAX_SLUG
 

@@ -18,9 +18,8 @@ import urllib.request
 
 import optuna
 import pytest
-from helpers import running_trials_are_stale, sweep_spec, wait_until, write_spec
+from helpers import REPO_ROOT, running_trials_are_stale, stderr_lines, sweep_spec, wait_until, write_spec
 
-from conftest import REPO_ROOT
 from lbtrain.cli import main
 from lbtrain.cli import one_line as cli_one_line
 from lbtrain.config.limits import quote
@@ -480,8 +479,6 @@ def sweep_here(lbtrain_here, monkeypatch, path, *args, cache) -> subprocess.Comp
 
 
 def one_line(result, code: int) -> str:
-    from conftest import stderr_lines
-
     assert result.returncode == code and "Traceback" not in result.stderr, result.stderr[-3000:]
     [line] = stderr_lines(result.stderr)
     assert len(line) <= 300  # lbtrain.cli.MAX_ERROR_LENGTH
