@@ -103,7 +103,7 @@ MAIN_STACK_ONLY = {
     "tests/studies/test_sweep.py::test_a_rerun_draws_new_trials_instead_of_repeating_the_first_ones": "Optuna's sampler seeded per rerun",
     "tests/studies/test_sweep.py::test_a_stale_running_trial_is_failed_even_when_the_study_has_its_trials":
         "a stale trial failed by the storage's heartbeat",
-    "tests/test_own_model.py::test_lbtrain_sweep_and_advise_take_the_users_model":
+    "tests/models/test_own_model.py::test_lbtrain_sweep_and_advise_take_the_users_model":
         "the user's model found by reference in a sweep and the advisor (it trains on both stacks in lbtrain run's test)",
 }
 

@@ -20,7 +20,7 @@ from lbtrain.studies.findings import recipe_advice
 
 
 def write_project(folder: Path) -> Path:
-    """tests/test_own_model.py's user package (``ownpkg``: a functional convnet with batch norm, and
+    """tests/models/test_own_model.py's user package (``ownpkg``: a functional convnet with batch norm, and
     ``data.npz``: 384 training images) and an experiment of it with a base run only."""
     write_package(folder)
     experiment = {
