@@ -2,9 +2,9 @@
 (its process group), not left running after lbtrain has moved on."""
 
 import os
-import time
 
 import pytest
+from helpers import wait_until
 
 import lbtrain.launch.horovodrun as horovodrun
 from lbtrain.config import ConfigError
@@ -29,10 +29,7 @@ def test_a_hanging_discovery_script_is_killed_with_its_children(tmp_path, monkey
         horovodrun.discovered_hosts(str(script))
     assert str(refused.value) == f"training.elastic.discovery: {script} did not finish within 2 s"
     pid = int(child.read_text())
-    deadline = time.monotonic() + 5
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _alive(pid)
+    wait_until(lambda: not _alive(pid), "the discovery script's child to end", timeout=5)
 
 
 def test_a_discovery_script_that_answers_gives_its_hosts(tmp_path):

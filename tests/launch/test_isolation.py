@@ -4,7 +4,8 @@ recorded failed with how it died, and the next run trains in a fresh child."""
 import os
 import signal
 import threading
-import time
+
+from helpers import wait_until
 
 from lbtrain.config import run_config_from_dict
 from lbtrain.launch.isolation import RunProcess
@@ -25,9 +26,7 @@ def test_a_run_whose_process_aborts_is_failed_with_the_signal_and_the_next_run_t
         outcome = {}
         worker = threading.Thread(target=lambda: outcome.setdefault("result", runs.train(tiny(0), tmp_path / "killed")))
         worker.start()
-        deadline = time.monotonic() + 60
-        while runs.pid is None and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: runs.pid, "the run process to start")
         # SIGABRT, as a native library aborting (oneDNN on an impossible layer) would send it.
         os.kill(runs.pid, signal.SIGABRT)
         worker.join(timeout=60)
