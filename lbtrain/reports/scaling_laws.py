@@ -16,9 +16,10 @@ A fit is only as good as its points: two free parameters through two or three ba
 always fit (0% error says nothing), so ``critical_batch`` needs ``MIN_FIT_BATCHES`` batch sizes
 and reports every point's residual. A point is a recipe's mean steps over its seeds, and only
 when every seed reached the target (``SEED_RULE``): averaging the seeds that got there would
-favour the recipe that loses seeds. ``B_crit``'s interval is a profile-likelihood interval
-(``profile_interval``: an F-profile of the weighted residual sum of squares, valid with 3 to 5
-seeds a batch, where a seed bootstrap is too narrow), with the seed bootstrap and the
+favour the recipe that loses seeds. ``B_crit`` and its interval come from one method, profile
+likelihood (``profile_interval``: the estimate is the minimum of the weighted residual sum of
+squares and the interval its F-profile, valid with 3 to 5 seeds a batch, where a seed bootstrap
+is too narrow), with the seed bootstrap and the
 leave-one-seed-out range recorded beside it (``CriticalBatchFit.b_crit_interval`` says which
 claims use). ``lr_exponent`` takes the best *region* of a sweep (top-k
 trials per batch) and bootstraps over trials for its interval, so one lucky trial cannot move it.
@@ -73,12 +74,22 @@ def counts_in_fit(row: Mapping[str, Any]) -> bool:
     return row.get("steps_to_target") is not None and not row.get("upper_bound", False) and row.get("reached") == row.get("runs")
 
 
-def _fit(batches: np.ndarray, steps: np.ndarray) -> tuple[float, float]:
+def _fit(batches: np.ndarray, steps: np.ndarray, counts: Sequence[int] | None = None) -> tuple[float, float]:
     """``(S_min, B_crit)`` of ``S = S_min (1 + B_crit / B)``: non-negative least squares of
-    ``S = a + b / B`` on relative residuals; ``(0, inf)`` when ``a`` -> 0 (the steps keep halving),
-    ``B_crit = 0`` when ``b`` is round-off of flat steps."""
+    ``S = a + b / B`` on relative residuals, each point's squared residual weighted by its seeds
+    ``counts`` (equal weights without them); ``(0, inf)`` when ``a`` -> 0 (the steps keep halving),
+    ``B_crit = 0`` when ``b`` is round-off of flat steps.
+
+    With counts this is the maximiser of ``profile_interval``'s likelihood: the weights
+    ``n_i / (cv^2 y_i^2)`` there are these up to the common ``cv^2``, which moves no minimum, and
+    ``a, b >= 0`` is ``S_min >= 0``, ``B_crit`` in ``[0, inf]``. The counts enter relative to the
+    largest, so equal counts give the unweighted fit bit for bit."""
     design = np.stack([np.ones_like(batches), 1.0 / batches], axis=1) / steps[:, None]
-    (s_min, slope), _ = scipy.optimize.nnls(design, np.ones_like(steps))
+    target = np.ones_like(steps)
+    if counts is not None:
+        scale = np.sqrt(np.asarray(counts, dtype=np.float64) / max(counts))
+        design, target = design * scale[:, None], target * scale
+    (s_min, slope), _ = scipy.optimize.nnls(design, target)
     if s_min <= 1e-6 * steps.min():
         return 0.0, math.inf
     b_crit = float(slope / s_min)
@@ -105,8 +116,10 @@ def _range_text(interval: tuple[float, float] | None, digits: int) -> str:
     return f"[{low:.{digits}f}, " + ("unbounded]" if not math.isfinite(high) else f"{high:.{digits}f}]")
 
 
-PROFILE_METHOD = ("profile likelihood (F-profile of the weighted residual sum of squares of S(B) = S_min (1 + B_crit / B) "
-                  "over B_crit, S_min profiled out; Bates & Watts 1988, sec. 6.1; Venables & Ripley 2002, sec. 8.4)")
+# As the reports state it: no years or section numbers (a report's prose states only numbers from its data;
+# the references are profile_interval's: Bates & Watts 1988, sec. 6.1; Venables & Ripley 2002, sec. 8.4).
+PROFILE_METHOD = ("profile likelihood (the F-profile of Bates & Watts and Venables & Ripley: the weighted residual sum of squares "
+                  "of S(B) = S_min (1 + B_crit / B) over B_crit, S_min profiled out, around its minimum, the B_crit reported)")
 
 
 def _profile_rss(batches: np.ndarray, steps: np.ndarray, weights: np.ndarray, b_crit: float) -> float:
@@ -120,7 +133,8 @@ def _profile_rss(batches: np.ndarray, steps: np.ndarray, weights: np.ndarray, b_
 
 @dataclasses.dataclass(frozen=True)
 class ProfileInterval:
-    """``profile_interval``'s result: ``b_crit`` (the weighted fit's), ``interval`` (an end may be
+    """``profile_interval``'s result: ``b_crit`` and ``s_min`` (the point estimate: the maximiser
+    of the likelihood the interval profiles, ``c_hat`` there), ``interval`` (an end may be
     0 or ``inf``: the data cannot rule it out), ``threshold`` (the rise of the weighted residual
     sum of squares that bounds it), ``rss`` (its minimum), ``dispersion`` (``rss / (k - 2)``),
     ``df`` (the pooled seeds' degrees of freedom, ``sum (n_i - 1)``), ``points`` (k) and
@@ -134,6 +148,7 @@ class ProfileInterval:
     df: int
     points: int
     lack_of_fit: bool = False
+    s_min: float | None = None
 
 
 def profile_interval(batches: Sequence[float], seed_steps: Sequence[Sequence[float]], level: float = DEFAULT_LEVEL) -> ProfileInterval:
@@ -148,7 +163,11 @@ def profile_interval(batches: Sequence[float], seed_steps: Sequence[Sequence[flo
     ``nu = sum (n_i - 1)`` degrees of freedom: 16 at 8 batches of 3 seeds, where one batch's own
     variance has 2); the mean's standard error is ``se_i = cv y_i / sqrt(n_i)`` and its weight
     ``w_i = 1 / se_i^2``. ``RSS(c)`` is the weighted residual sum of squares with ``B_crit = c`` and
-    ``S_min`` at its best for that c (it is linear given c), ``c_hat`` its minimiser. The interval
+    ``S_min`` at its best for that c (it is linear given c), ``c_hat`` its minimiser: the point
+    estimate, the maximum of the Gaussian likelihood with these standard errors, found in closed
+    form as ``S = a + b / B`` is linear in ``a = S_min``, ``b = S_min B_crit`` (non-negative least
+    squares with the weights ``w_i``, ``_fit``; ``c_hat = b / a`` in ``[0, inf]``). Estimate and
+    interval are one method; ``critical_batch`` reports this estimate. The interval
     is ``{c : RSS(c) - RSS(c_hat) <= threshold}`` with
 
         threshold = F(level; 1, nu)                              the curve fits within the seeds' scatter
@@ -186,13 +205,10 @@ def profile_interval(batches: Sequence[float], seed_steps: Sequence[Sequence[flo
     def rss(log_c: float) -> float:
         return _profile_rss(x, means, weights, math.exp(log_c))
 
+    s_min, b_crit = _fit(x, means, [len(group) for group in groups])
+    best_rss = _profile_rss(x, means, weights, b_crit)
     low_log, high_log = math.log(x.min() * 1e-3), math.log(x.max() * 1e3)
-    grid = np.linspace(low_log, high_log, 241)
-    values = np.array([rss(value) for value in grid])
-    start = int(np.argmin(values))
-    best = scipy.optimize.minimize_scalar(rss, bounds=(grid[max(start - 1, 0)], grid[min(start + 1, len(grid) - 1)]),
-                                          method="bounded", options={"xatol": 1e-10})
-    best_log, best_rss = (best.x, best.fun) if best.fun <= values[start] else (grid[start], values[start])
+    best_log = min(max(math.log(b_crit), low_log), high_log) if b_crit > 0 else low_log
     k = len(x)
     dispersion = best_rss / (k - 2) if k > 2 else math.inf
     lack_of_fit = k > 2 and dispersion > float(scipy.stats.f.ppf(level, k - 2, df))
@@ -206,7 +222,7 @@ def profile_interval(batches: Sequence[float], seed_steps: Sequence[Sequence[flo
         scipy.optimize.brentq(excess, _crossing(excess, best_log, low_log), best_log))
     upper = math.inf if _profile_rss(x, means, weights, math.inf) - best_rss <= threshold else math.exp(
         scipy.optimize.brentq(excess, best_log, _crossing(excess, best_log, high_log + math.log(1e3))))
-    return ProfileInterval(math.exp(best_log), (lower, upper), threshold, float(best_rss), dispersion, df, k, bool(lack_of_fit))
+    return ProfileInterval(b_crit, (lower, upper), threshold, float(best_rss), dispersion, df, k, bool(lack_of_fit), s_min)
 
 
 def _crossing(excess, start: float, end: float, count: int = 200) -> float:
@@ -290,6 +306,16 @@ class CriticalBatchFit:
         return "bootstrap hull" if self.b_crit_interval is not None else None
 
     @property
+    def estimate_method(self) -> str | None:
+        """How ``b_crit`` and ``s_min`` were estimated (None without a fit): ``profile likelihood``
+        when the profile interval was made, its maximiser (``critical_batch``: each batch's mean
+        weighted by its seeds), else ``least squares on relative residuals`` (equal weights; a fit
+        recorded before the profile interval, or without per-seed steps)."""
+        if not self.fitted:
+            return None
+        return "profile likelihood" if self.b_crit_profile is not None else "least squares on relative residuals"
+
+    @property
     def s_min_interval(self) -> tuple[float, float] | None:
         """``s_min``'s interval, the hull as for ``b_crit_interval``."""
         return _hull(self.s_min_bootstrap, self.s_min_leave_one_out)
@@ -350,7 +376,7 @@ class CriticalBatchFit:
         return {**data, "residuals": [dict(point) for point in self.residuals], "excluded": [dict(row) for row in self.excluded],
                 "excluded_batches": list(self.excluded_batches), "rule": SEED_RULE, "e_min": self.e_min,
                 "noise_scale_ratio": self.noise_scale_ratio, "b_crit_interval": _pair(self.b_crit_interval),
-                "interval_method": self.interval_method,
+                "interval_method": self.interval_method, "estimate_method": self.estimate_method,
                 "s_min_interval": _pair(self.s_min_interval), "noise_scale_ratio_interval": _pair(self.noise_scale_ratio_interval)}
 
     def interval_text(self) -> str:
@@ -370,10 +396,11 @@ class CriticalBatchFit:
         return "; ".join(parts) + f"; {self.seeds} seeds per batch or more"
 
     def describe(self) -> str:
-        """One sentence: the fit's numbers, B_crit's interval and error, or ``not fitted —
+        """One sentence: the fit's numbers, how B_crit was estimated, its interval and error, or ``not fitted —
         <note>``; then the measured noise scale when there is one."""
         if self.fitted:
-            text = (f"critical batch B_crit = {self.b_crit:.0f} ({self.interval_text()}), fewest steps S_min = {self.s_min:.1f}, "
+            method = "the profile likelihood's maximum; " if self.estimate_method == "profile likelihood" else ""
+            text = (f"critical batch B_crit = {self.b_crit:.0f} ({method}{self.interval_text()}), fewest steps S_min = {self.s_min:.1f}, "
                     f"fewest samples E_min = {self.e_min:.0f}; relative rms error {100 * self.relative_rms:.1f}% over "
                     f"{self.batches} batch sizes")
         else:
@@ -455,8 +482,12 @@ def critical_batch(summary: Iterable[Mapping[str, Any]], noise_scale: float | No
     recipe tuned for that batch, chosen on the target's metric (validation accuracy), as
     Shallue et al. tune per batch size.
 
-    The fit: ``S`` is linear in ``1/B`` (``S = a + b / B``, ``a = S_min``, ``b = S_min B_crit``),
-    non-negative least squares on relative residuals, as the steps span orders of magnitude.
+    The estimate: ``S`` is linear in ``1/B`` (``S = a + b / B``, ``a = S_min``, ``b = S_min B_crit``),
+    non-negative least squares on relative residuals (the steps span orders of magnitude), each
+    point weighted by its recipe's seeds: the maximiser of the likelihood ``profile_interval``
+    profiles (its standard errors ``cv y_i / sqrt(n_i)``), so ``b_crit`` and its interval
+    ``b_crit_profile`` come from one method, profile likelihood (``PROFILE_METHOD``). Without
+    per-seed steps every point weighs the same (and there is no interval).
     With fewer than ``MIN_FIT_BATCHES`` batch sizes the result is "not enough points" (two
     parameters through two or three points fit whatever they are); when the steps keep halving
     with the batch (``a`` -> 0) it is "no critical batch within the measured range".
@@ -474,7 +505,7 @@ def critical_batch(summary: Iterable[Mapping[str, Any]], noise_scale: float | No
       recipe's seeds, an F-profile of the weighted residual sum of squares over ``B_crit``, valid
       at 3 to 5 seeds a batch; claims use it (``CriticalBatchFit.b_crit_interval``).
 
-    The bootstrap and the leave-one-out range are recorded beside it: with 3 seeds a batch the
+    The bootstrap and the leave-one-out range (refits with equal weights) are recorded beside it: with 3 seeds a batch the
     bootstrap is too narrow on its own (their hull is what fits recorded before the profile use).
     There is no interval when a point's recipe has a single seed (nothing to resample).
     ``noise_scale_training_range``, its range over the second half of training to the target, is
@@ -496,11 +527,13 @@ def critical_batch(summary: Iterable[Mapping[str, Any]], noise_scale: float | No
                                 **common)
     x = np.array(batches, dtype=np.float64)
     steps = _choose(arms, batches, np.array([arm.mean for arm in arms]))
-    s_min, b_crit = _fit(x, steps)
+    chosen = [min((arm for arm in arms if arm.batch == batch), key=lambda arm: arm.mean) for batch in batches]
+    # The estimate of the profile likelihood (its maximiser: each mean weighted by its seeds), so that
+    # B_crit and its profile interval come from one method; without per-seed steps, equal weights.
+    s_min, b_crit = _fit(x, steps, [len(arm.seeds) for arm in chosen] if all(arm.seeds for arm in chosen) else None)
     if math.isinf(b_crit):
         return CriticalBatchFit(len(batches), note="steps keep halving with the batch: no critical batch within the measured range",
                                 **common)
-    chosen = [min((arm for arm in arms if arm.batch == batch), key=lambda arm: arm.mean) for batch in batches]
     fitted = s_min * (1 + b_crit / x)
     relative = (fitted - steps) / steps
     residuals = tuple({"global_batch": arm.batch, "steps": float(s), "fitted_steps": float(f), "relative_residual": float(r),
@@ -518,6 +551,7 @@ def critical_batch(summary: Iterable[Mapping[str, Any]], noise_scale: float | No
         except ValueError as error:  # seeds that do not vary
             uncertainty["interval_note"] = f"no profile interval: {error}"
         else:
+            # profile.b_crit is b_crit: _fit with the same weights, on the seeds' means (the rows' means up to round-off).
             uncertainty.update(b_crit_profile=profile.interval, profile_lack_of_fit=profile.lack_of_fit)
     return CriticalBatchFit(len(batches), s_min, b_crit, float(np.sqrt(np.mean(relative ** 2))), residuals, note=None,
                             **common, **uncertainty)

@@ -314,7 +314,7 @@ def test_the_profile_interval_is_the_weighted_nonlinear_fits_profile_by_scipy():
 def test_the_profile_interval_covers_the_true_critical_batch_95_times_in_100(seeds):
     """200 simulated studies (7 batches 32 to 2,048, S_min 200, B_crit 300, seeds scattered by 10%):
     the 95% profile interval holds the true B_crit in 95% of them, within 0.035 (2.3 standard
-    errors of a proportion over 200 draws). Measured: 0.955 at 3 seeds, 0.96 at 4."""
+    errors of a proportion over 200 draws). Measured: 0.94 at 3 seeds, 0.96 at 4."""
     rng = np.random.default_rng(2026)
     covered = [found.interval[0] <= 300 <= found.interval[1]
                for found in (profile_interval(STUDY_BATCHES, simulated_seeds(rng, seeds)) for _ in range(200))]
@@ -348,3 +348,76 @@ def test_an_epoch_end_between_two_validation_points_counts():
     history = [{"epoch": 1, "val_accuracy": 0.88}]
     assert steps_to_target(history, 1687, 0.85, points=points) == pytest.approx(1600 + 87 * (0.05 / 0.08))
     assert steps_to_target(history, 1687, 0.89, points=points) == pytest.approx(1687 + 13 * 0.5)
+
+
+def test_the_reported_critical_batch_is_the_profile_likelihoods_own_estimate_by_scipy():
+    """Synthetic steps from S(B) = 150 (1 + 400 / B) at 6 batches, 3 to 5 seeds each scattered by
+    8%: B_crit and S_min reported by ``critical_batch`` are the maximiser of the likelihood the
+    profile interval profiles, the weighted least squares of ``curve_fit`` with standard errors
+    ``y_i / sqrt(n_i)`` (a common cv cancels), found here by scipy; the profile interval lies
+    around that very estimate, holds it, and holds the true 400. Unequal seeds make the weights
+    matter: the unweighted fit differs."""
+    import scipy.optimize
+
+    rng = np.random.default_rng(56)
+    batches, counts = (64, 128, 256, 512, 1024, 2048), (5, 3, 4, 3, 5, 4)
+    groups = [model_steps(b, 150.0, 400.0) * (1 + 0.08 * rng.standard_normal(n)) for b, n in zip(batches, counts)]
+    rows = [{"recipe": "r", "global_batch": b, "steps_to_target": float(g.mean()), "seed_steps": list(g), "reached": len(g),
+             "runs": len(g), "upper_bound": False} for b, g in zip(batches, groups)]
+    fit = critical_batch(rows, resamples=200)
+    means = np.array([g.mean() for g in groups])
+    x = np.array(batches, float)
+    (s_min, b_crit), _ = scipy.optimize.curve_fit(lambda b, s, c: s * (1 + c / b), x, means, p0=(100.0, 100.0),
+                                                  sigma=means / np.sqrt(counts))
+    assert fit.b_crit == pytest.approx(b_crit, rel=1e-6) and fit.s_min == pytest.approx(s_min, rel=1e-6)
+    assert fit.estimate_method == "profile likelihood" and fit.to_dict()["estimate_method"] == "profile likelihood"
+    profile = profile_interval(batches, groups)
+    assert profile.b_crit == pytest.approx(fit.b_crit, rel=1e-12) and profile.s_min == pytest.approx(fit.s_min, rel=1e-12)
+    assert fit.b_crit_profile == profile.interval and fit.b_crit_profile[0] < fit.b_crit < fit.b_crit_profile[1]
+    assert fit.b_crit_profile[0] < 400 < fit.b_crit_profile[1]
+    unweighted, _ = hand_fit(batches, means)[::-1]
+    assert abs(unweighted / fit.b_crit - 1) > 1e-3
+    assert "B_crit = " + f"{fit.b_crit:.0f} (the profile likelihood's maximum; 95% profile-likelihood interval [" in fit.describe()
+    # Without per-seed steps there is no likelihood to profile: least squares on relative residuals, said so.
+    bare = critical_batch([{"global_batch": b, "steps_to_target": m} for b, m in zip(batches, means)])
+    assert bare.estimate_method == "least squares on relative residuals" and "maximum" not in bare.describe()
+    assert bare.b_crit == pytest.approx(unweighted, rel=1e-6)
+
+
+def test_profile_estimates_at_the_edges_no_critical_batch_and_steps_that_keep_halving():
+    """Flat steps: the estimate is B_crit = 0 and the interval reaches 0; steps that halve with
+    the batch: the estimate is unbounded and so is the interval's upper end."""
+    rng = np.random.default_rng(5)
+    flat = profile_interval(STUDY_BATCHES, [50.0 * (1 + 0.05 * rng.standard_normal(4)) for _ in STUDY_BATCHES])
+    assert flat.interval[0] == 0.0 and flat.b_crit <= flat.interval[1] < math.inf
+    halving = profile_interval(STUDY_BATCHES, [12800 / b * np.array([0.97, 1.0, 1.03]) for b in STUDY_BATCHES])
+    assert halving.b_crit == math.inf and halving.interval[1] == math.inf and 0 < halving.interval[0] < math.inf
+
+
+def v4_design_study(rng, kappa, seeds=4, cv=0.1, s_min=200.0, b_crit=300.0):
+    """One simulated study of critical_batch_v4's design (experiments/critical_batch_v4.yaml): at
+    each of 7 batches 32 to 2,048, 4 LR candidates 1/4, 1/2, 1 and 2 x the linear rule (octaves -2
+    to 1 from it), the best LR a uniform offset in [-1.5, 0.5] octaves from the linear rule (an
+    interior best, as the grid extension ensures); a candidate d octaves from the best takes
+    (1 + kappa d^2) x S(B) steps in expectation, each seed scattered by ``cv``. The study keeps
+    each batch's candidate with the fewest mean steps: the seeds of that candidate."""
+    chosen = []
+    for batch in STUDY_BATCHES:
+        best = rng.uniform(-1.5, 0.5)
+        candidates = [model_steps(batch, s_min, b_crit) * (1 + kappa * (octave - best) ** 2) * (1 + cv * rng.standard_normal(seeds))
+                      for octave in (-2, -1, 0, 1)]
+        chosen.append(min(candidates, key=np.mean))
+    return chosen
+
+
+def test_with_four_lr_candidates_a_batch_the_profile_interval_is_not_too_narrow():
+    """200 simulated studies of critical_batch_v4's design (``v4_design_study``), with the 4
+    candidates of a batch tied (kappa = 0, the strongest selection: the fewest of 4 equal means):
+    the 95% profile interval on the chosen candidates' seeds holds the true B_crit at least 95% of
+    the time, within 0.035. It over-covers (measured 0.99): the chosen mean scatters less than one
+    candidate's, and the interval takes its scatter from the seeds. benchmarks/profile_coverage.py
+    reports the coverage over more studies and candidates further apart."""
+    rng = np.random.default_rng(56)
+    covered = [found.interval[0] <= 300 <= found.interval[1]
+               for found in (profile_interval(STUDY_BATCHES, v4_design_study(rng, kappa=0.0)) for _ in range(200))]
+    assert np.mean(covered) >= 0.95 - 0.035
