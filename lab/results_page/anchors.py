@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable, Mapping, NamedTuple
 
 from lab.results_page.asynchrony import anchor_async_lr, anchor_staleness, anchor_staleness_damping
-from lab.results_page.common import figure_lines
+from lab.results_page.common import figure_lines, study_json, study_regimes, study_runs
 from lab.results_page.critical_batch import anchor_mccandlish, anchor_shallue
 from lab.results_page.goyal import (
     GOYAL_2017_BASE_ERROR,
@@ -22,7 +22,9 @@ from lab.results_page.goyal import (
     anchor_nado,
 )
 from lab.results_page.goyal_v3 import CRITICAL_BATCH_STUDY, anchor_goyal_v3_longer
-from lab.results_page.keskar import anchor_hoffer, anchor_keskar, anchor_keskar_v3
+from lab.results_page.goyal_v4 import STUDY as GOYAL_V4
+from lab.results_page.goyal_v4 import anchor_goyal_v4_linear
+from lab.results_page.keskar import KESKAR_V4, KESKAR_V4_REGIMES, anchor_hoffer, anchor_keskar, anchor_keskar_v3, anchor_keskar_v4
 from lab.results_page.lr_scaling import anchor_malladi
 from lbtrain.reports.decisions import BETTER, CLAIMS, MATCHES, WORSE
 from lbtrain.reports.regime import (
@@ -30,12 +32,13 @@ from lbtrain.reports.regime import (
     MIN_UPDATES,
     OUT_OF_REGIME,
     PAPER_REGIMES,
+    PaperRegime,
+    Regime,
     in_regime,
     largest_in_regime,
-    study_regimes,
 )
 from lbtrain.reports.tables import markdown_table
-from lbtrain.results import COMPARE_JSON, REPORT_JSON, SUMMARY_FILE
+from lbtrain.results import COMPARE_JSON, PROTOCOL_FILE, REPORT_JSON, SUMMARY_FILE
 
 NOT_MEASURED_YET = "not measured yet"
 
@@ -49,6 +52,12 @@ def _first(*studies: str) -> Callable[[Path], list[str]]:
     """The judge reads the first of ``studies`` with a ``report.json`` (the second edition where
     committed, else the first), as ``critical_batch._steps_study`` chooses."""
     return lambda results: next(([study] for study in studies if (results / study / REPORT_JSON).is_file()), [])
+
+
+def _finished(study: str) -> Callable[[Path], list[str]]:
+    """The judge reads ``study`` once its ``protocol.json`` is written: a protocol writes it
+    last, so a study still running (its ``summary.csv`` growing) is not read half done."""
+    return lambda results: [study] if (results / study / PROTOCOL_FILE).is_file() else []
 
 
 def _compared(study: str) -> Callable[[Path], list[str]]:
@@ -80,9 +89,12 @@ AGREES = {MATCHES: HOLDS, WORSE: DOES_NOT_HOLD}
 class Anchor(NamedTuple):
     """One published finding: its paper (a key of ``PAPER_REGIMES``), the claim, its judge
     (results folder -> (verdict, evidence)), the studies the judge reads (results folder -> the
-    committed ones), the edition of the studies that test it (3: the third edition, in the
-    papers' regime; 2: the second and the first) and which decision supports the claim
-    (``supports``: decision -> ``HOLDS`` or ``DOES_NOT_HOLD``; ``claim_text``)."""
+    committed ones), the edition of the studies that test it (4: the fourth edition, 3: the
+    third, both in the papers' regime; 2: the second and the first; ``EDITIONS``) and which
+    decision supports the claim (``supports``: decision -> ``HOLDS`` or ``DOES_NOT_HOLD``;
+    ``claim_text``). ``row`` and ``world_size``: a study judged on more than one row (keskar_v4's
+    batch 1,024 and Keskar's own 10% of the data) names each row and the world size of its
+    large batch, whose regime the row shows; None: the study's largest batch."""
 
     paper: str
     claim: str
@@ -90,6 +102,15 @@ class Anchor(NamedTuple):
     studies: Callable[[Path], list[str]]
     edition: int = 2
     supports: Mapping[str, str] = AS_GOOD
+    row: str = ""
+    world_size: int | None = None
+
+
+# The words of the table's edition column.
+EDITIONS = {4: "fourth", 3: "third", 2: "second and first"}
+# A fourth-edition study is on the page only once it has finished: its rows are absent before
+# (docs/results.md lists it as not run yet), where an earlier edition's read *not measured yet*.
+SHOWN_ONLY_WHEN_RUN = 4
 
 
 def claim_text(verdict: str, supports: Mapping[str, str]) -> str:
@@ -124,9 +145,12 @@ HOFFER = "training longer with ghost batch norm closes the large-batch gap"
 YOU = "LARS with warmup holds at large batches"
 KESKAR = "large batches reach sharper minima and test worse"
 
-# In the table's order: the third edition's anchors first, then the second edition's (and the
-# first's), each kept and marked superseded where a third-edition anchor re-tests its claim.
+# In the table's order: the fourth edition's anchors first, then the third's, then the second's
+# (and the first's), each kept and marked superseded where the next edition re-tests its claim.
 ANCHORS: list[Anchor] = [
+    Anchor("Goyal et al. 2017", GOYAL_LINEAR, anchor_goyal_v4_linear, _finished(GOYAL_V4), 4),
+    *[Anchor("Keskar et al. 2017", KESKAR, functools.partial(anchor_keskar_v4, regime=regime), _finished(KESKAR_V4), 4, LOSES,
+             row=regime, world_size=world_size) for regime, world_size in KESKAR_V4_REGIMES.items()],
     Anchor("Goyal et al. 2017", GOYAL_LINEAR, functools.partial(anchor_goyal_linear_warmup, study="goyal_v3"), _each("goyal_v3"), 3),
     Anchor("Goyal et al. 2017", GOYAL_NO_WARMUP, functools.partial(anchor_goyal_no_warmup, study="goyal_v3"), _each("goyal_v3"), 3,
            LOSES),
@@ -159,13 +183,35 @@ ANCHORS: list[Anchor] = [
 
 
 def superseded_by(results: Path, anchor: Anchor) -> list[str]:
-    """The committed third-edition studies that re-test ``anchor``'s claim and give a verdict
-    on it (not ``not measured yet``: a study still running, or one without the arm the claim
-    needs, supersedes nothing); empty for a third-edition anchor."""
-    if anchor.edition == 3:
-        return []
-    return [study for other in ANCHORS if other.edition == 3 and (other.paper, other.claim) == (anchor.paper, anchor.claim)
-            and other.judge(results)[0] != NOT_MEASURED_YET for study in other.studies(results)]
+    """The committed studies of the next edition that re-tests ``anchor``'s claim and gives a
+    verdict on it (not ``not measured yet``: a study still running, or one without the arm the
+    claim needs, supersedes nothing): goyal_bn's by goyal_v3, goyal_v3's by goyal_v4; empty when
+    no later edition does."""
+    later: dict[int, list[str]] = {}
+    for other in ANCHORS:
+        if other.edition > anchor.edition and (other.paper, other.claim) == (anchor.paper, anchor.claim) \
+                and other.judge(results)[0] != NOT_MEASURED_YET:
+            later.setdefault(other.edition, []).extend(other.studies(results))
+    return list(dict.fromkeys(later[min(later)])) if later else []
+
+
+def shown_anchors(results: Path) -> list[Anchor]:
+    """``ANCHORS`` as the page shows them: a fourth-edition anchor only once its study has
+    finished (``SHOWN_ONLY_WHEN_RUN``)."""
+    return [anchor for anchor in ANCHORS if anchor.edition < SHOWN_ONLY_WHEN_RUN or anchor.studies(results)]
+
+
+def row_regime(results: Path, anchor: Anchor, study: str) -> tuple[Regime | None, list[Regime]]:
+    """The regime ``anchor``'s row reads ``study`` at (``common.study_regimes``): its large
+    batch's (``Anchor.world_size``, found in the study's summary) or the study's largest; and
+    every regime of the study. None when no committed run records it."""
+    regimes = study_regimes(results, study)
+    if not regimes:
+        return None, regimes
+    if anchor.world_size is None:
+        return regimes[-1], regimes
+    batches = {int(row["global_batch"]) for row in study_runs(results, study) if int(row["world_size"]) == anchor.world_size}
+    return next((regime for regime in regimes if regime.global_batch in batches), None), regimes
 
 
 def anchor_row(results: Path, anchor: Anchor) -> list[str]:
@@ -173,19 +219,22 @@ def anchor_row(results: Path, anchor: Anchor) -> list[str]:
     regime, the verdict shown with what it says of the claim (``claim_text``) and the evidence.
     The verdict shown is ``out of regime`` when any
     study the judge reads lies outside the paper's regime (``lbtrain.reports.regime.in_regime``
-    at its largest batch), with the judge's own verdict kept in the evidence as ``(judged anyway:
-    ...)``; else the judge's verdict (``not measured yet`` when no study is committed). An
-    earlier edition's verdict is kept and marked ``(superseded by <study>)`` when a committed
-    third-edition study re-tests its claim (``superseded_by``)."""
+    at its largest batch, or at the row's own batch: ``row_regime``), with the judge's own verdict
+    kept in the evidence as ``(judged anyway: ...)``; else the judge's verdict (``not measured
+    yet`` when no study is committed). An earlier edition's verdict is kept and marked
+    ``(superseded by <study>)`` when a committed study of the next edition re-tests its claim
+    (``superseded_by``)."""
     paper = PAPER_REGIMES[anchor.paper]
     verdict, evidence = anchor.judge(results)
     cells, out = [], []
     for study in anchor.studies(results):
-        regimes = study_regimes(results, study)
-        if not regimes:
+        regime, regimes = row_regime(results, anchor, study)
+        if regime is None:
             continue
-        inside, reason = in_regime(paper, regimes[-1])
-        cell = f"{study}: {regimes[-1].describe()}; " + ("in regime" if inside else f"out of regime ({reason})")
+        inside, reason = in_regime(paper, regime)
+        name = f"{study}, {anchor.row}" if anchor.row else study
+        cell = f"{name}: {regime.describe()}; " + (("in regime" + (f" ({reason})" if anchor.row else "")) if inside
+                                                   else f"out of regime ({reason})")
         widest = None if inside else largest_in_regime(paper, regimes)
         if widest is not None:
             cell += f"; in regime up to batch {widest.global_batch:,}"
@@ -198,8 +247,48 @@ def anchor_row(results: Path, anchor: Anchor) -> list[str]:
     later = superseded_by(results, anchor)
     if later:
         shown += f" (superseded by {', '.join(later)})"
-    edition = "third" if anchor.edition == 3 else "second and first"
-    return [anchor.paper, anchor.claim, edition, paper.describe(), "<br>".join(cells) or "-", shown, evidence]
+    return [anchor.paper, anchor.claim, EDITIONS[anchor.edition], paper.describe(), "<br>".join(cells) or "-", shown, evidence]
+
+
+# The page's own rule where no published finding reads a study: its largest batch at most 5% of
+# the training set, with at least 300 updates (``lbtrain.reports.regime``).
+PAGE_RULE = PaperRegime(paper="the page's rule", data="-", source="lbtrain.reports.regime: MAX_BATCH_FRACTION, MIN_UPDATES")
+
+
+def _verdicts_text(papers: list[str], regime: Regime) -> str:
+    """``**in regime** for Goyal et al. 2017 and You et al. 2017; **out of regime** (...) for ...``."""
+    verdicts: dict[str, list[str]] = {}
+    for paper in papers or [PAGE_RULE.paper]:
+        inside, reason = in_regime(PAPER_REGIMES.get(paper, PAGE_RULE), regime)
+        verdicts.setdefault("**in regime**" if inside else f"**{OUT_OF_REGIME}** ({reason})", []).append(paper)
+    return "; ".join(f"{verdict} for {' and '.join(names)}" for verdict, names in verdicts.items())
+
+
+def regime_line(results: Path, study: str) -> list[str]:
+    """A section's regime label: the study's largest batch (``common.study_regimes``; for an
+    ``lbtrain compare`` record, its compared folders') and, for each paper whose finding the page
+    judges on this study (``ANCHORS``), *in regime* or *out of regime* with why, judged on this
+    study alone (another study on the finding's row does not move it); the page's own rule
+    (``PAGE_RULE``) where no finding reads it; *not read* when no committed run records it. A
+    study judged on rows of its own (``Anchor.row``) gets a label per row, at that row's batch.
+    The page writes it where the section's opening left its slot (``common.regime_slot``)."""
+    compared = study_json(results, study, COMPARE_JSON)
+    folders = [compared["first"]["name"], compared["second"]["name"]] if compared else [study]
+    regimes = [regime for folder in folders for regime in study_regimes(results, folder)[-1:]]
+    if not regimes:
+        return ["*Regime*: not read (no committed run records its batches and updates).", ""]
+    reading = [anchor for anchor in ANCHORS if {study, *folders} & set(anchor.studies(results))]
+    rows = [anchor for anchor in reading if anchor.row]
+    if rows:
+        parts = []
+        for anchor in rows:
+            regime, _ = row_regime(results, anchor, study)
+            if regime is not None:
+                parts.append(f"{anchor.row}, {regime.describe()}: {_verdicts_text([anchor.paper], regime)}")
+        return ["*Regime*, each row at its own large batch: " + "; ".join(parts) + ".", ""]
+    largest = max(regimes, key=lambda regime: (regime.fraction, -regime.updates))
+    papers = list(dict.fromkeys(anchor.paper for anchor in reading))
+    return [f"*Regime* at its largest batch, {largest.describe()}: {_verdicts_text(papers, largest)}.", ""]
 
 
 def _percent(fraction: float) -> str:
@@ -209,7 +298,7 @@ def _percent(fraction: float) -> str:
 def section_anchors(results: Path) -> list[str]:
     """The table of ``ANCHORS`` with each paper's regime and its studies', each verdict and its
     evidence, and goyal_bn's figure beside Goyal et al. 2017's numbers."""
-    rows = [anchor_row(results, anchor) for anchor in ANCHORS]
+    rows = [anchor_row(results, anchor) for anchor in shown_anchors(results)]
     widened = "; ".join(f"{regime.paper} {_percent(regime.max_fraction())}" for regime in PAPER_REGIMES.values()
                         if regime.max_fraction() not in (None, MAX_BATCH_FRACTION))
     fewer = "; ".join(f"{regime.paper} {regime.min_updates():,}" for regime in PAPER_REGIMES.values()
@@ -228,9 +317,11 @@ def section_anchors(results: Path) -> list[str]:
             f"that itself went further widens its own bounds (largest fraction: {widened}; fewest updates: {fewer}) and a "
             f"claim about the whole range of batches drops them: {unbounded}. A claim judged on a study outside the "
             f"paper's regime reads *{OUT_OF_REGIME}*, whatever its data say: the judge's own verdict stays in the evidence "
-            "as *judged anyway*. The third edition's studies (in the papers' regime, the sound protocol: a searched LR, "
-            "fresh seeds, five of them for the headline study) come first; the second and first editions' verdicts are kept "
-            "below, marked *superseded* where a committed third-edition study re-tests the claim.", "",
+            "as *judged anyway*. The fourth edition's finished studies come first (made by the commands a user runs, "
+            "`lbtrain scale` or `lbtrain sweep`; a study judged on more than one row names each row and shows its regime at "
+            "that row's batch), then the third edition's (in the papers' regime, the sound protocol: a searched LR, "
+            "fresh seeds, five of them for the headline study); the second and first editions' verdicts are kept "
+            "below. Each is marked *superseded* where a committed study of the next edition re-tests the claim.", "",
             markdown_table(["paper", "claim", "edition", "paper's regime", "study's regime", "here", "evidence"], rows), "",
             *figure_lines(results, "goyal_bn", GOYAL_FIGURE, "goyal_bn's linear rule with and without gradual warmup beside Goyal et al. 2017's "
                           f"ImageNet numbers (Table 1: top-1 error {GOYAL_2017_BASE_ERROR:.2f} at batch 256, at 8k "

@@ -32,11 +32,12 @@ from lbtrain.reports.decisions import (
     claim_from_interval,
     standing,
 )
-from lbtrain.reports.regime import OUT_OF_REGIME, PAPER_REGIMES, PaperRegime, in_regime, study_regimes
+from lbtrain.reports.regime import Regime
+from lbtrain.reports.regime import study_regimes as regime_study_regimes
 from lbtrain.reports.report import machine_minutes as folder_minutes
 from lbtrain.reports.statistics import Estimate
 from lbtrain.reports.tables import markdown_table, read_summary
-from lbtrain.results import COMPARE_JSON, EXPERIMENT_FILE, SUMMARY_FILE
+from lbtrain.results import COMPARE_JSON, EXPERIMENT_FILE, METRICS_FILE, RUNS_FOLDER, SUMMARY_FILE
 from lbtrain.verdict import is_ok
 
 # The margin of every claim on the page (``lbtrain.reports.decisions``): 1 point of accuracy.
@@ -85,37 +86,47 @@ def opening(results: Path, study: str, title: str, file: str, command: str) -> t
                   ("" if tuning is None else f" and {tuning:.0f} minutes of tuning trials") + ".", ""]
         experiment = results / study / EXPERIMENT_FILE
         sizing = str(yaml.safe_load(experiment.read_text()).get("sizing") or "") if experiment.is_file() else ""
-        lines += [f"Sized {sizing}", ""] if sizing else []
-        lines += regime_line(results, study)
+        # "for 2 CPU cores, ..." reads after "Sized"; a price the command composed ("priced by ...") on its own.
+        lines += [] if not sizing else [f"Sizing: {sizing[0].upper()}{sizing[1:]}" if sizing.startswith("priced") else f"Sized {sizing}", ""]
+        lines += regime_slot(study)
     return lines, data
 
 
-# The page's own rule where no published finding reads a study: its largest batch at most 5% of
-# the training set, with at least 300 updates (``lbtrain.reports.regime``).
-PAGE_RULE = PaperRegime(paper="the page's rule", data="-", source="lbtrain.reports.regime: MAX_BATCH_FRACTION, MIN_UPDATES")
+# Where a section's regime label goes (``regime_slot``): the page (``lab.results_page.page``) puts
+# ``lab.results_page.anchors.regime_line`` there, which reads the anchors (they import every
+# section's module, so a section cannot ask them itself).
+REGIME_SLOT = "<!-- the regime of {study} -->"
 
 
-def regime_line(results: Path, study: str) -> list[str]:
-    """A section's regime label: the study's largest batch (``lbtrain.reports.regime``; for an
-    ``lbtrain compare`` record, its compared folders') and, for each paper whose finding the page
-    judges on this study (``anchors.ANCHORS``), *in regime* or *out of regime* with why, judged on
-    this study alone (another study on the finding's row does not move it); the page's own rule
-    (``PAGE_RULE``) where no finding reads it; *not read* when no committed run records it."""
-    from lab.results_page.anchors import ANCHORS  # the anchors import every section's module
+def regime_slot(study: str) -> list[str]:
+    """The line that stands for ``study``'s regime label until the page writes it
+    (``lab.results_page.page.render_results_page``); a section rendered alone keeps it, an HTML
+    comment that Markdown does not show."""
+    return [REGIME_SLOT.format(study=study)]
 
-    compared = study_json(results, study, COMPARE_JSON)
-    folders = [compared["first"]["name"], compared["second"]["name"]] if compared else [study]
-    regimes = [regime for folder in folders for regime in study_regimes(results, folder)[-1:]]
-    if not regimes:
-        return ["*Regime*: not read (no committed run records its batches and updates).", ""]
-    largest = max(regimes, key=lambda regime: (regime.fraction, -regime.updates))
-    papers = list(dict.fromkeys(anchor.paper for anchor in ANCHORS if {study, *folders} & set(anchor.studies(results))))
-    verdicts: dict[str, list[str]] = {}
-    for paper in papers or [PAGE_RULE.paper]:
-        inside, reason = in_regime(PAPER_REGIMES.get(paper, PAGE_RULE), largest)
-        verdicts.setdefault("**in regime**" if inside else f"**{OUT_OF_REGIME}** ({reason})", []).append(paper)
-    return [f"*Regime* at its largest batch, {largest.describe()}: " + "; ".join(
-        f"{verdict} for {' and '.join(names)}" for verdict, names in verdicts.items()) + ".", ""]
+
+def study_regimes(results: Path, study: str) -> list[Regime]:
+    """``lbtrain.reports.regime.study_regimes`` with each batch's updates at least its runs'
+    update floor (``training.min_steps``, the budget's ``min_steps`` in a run's ``metrics.json``):
+    lbtrain's reader counts a run's epochs only, so goyal_v4's batch 2,048 (6 epochs of 26
+    updates, trained for its floor of 800) would read 156 updates. A study without a floor reads
+    as lbtrain reads it."""
+    regimes = regime_study_regimes(results, study)
+    floors: dict[int, int] = {}
+    for path in sorted((results / study / RUNS_FOLDER).glob(f"*/{METRICS_FILE}")):
+        run = json.loads(path.read_text())
+        floor = (run.get("budget") or {}).get("min_steps")
+        if floor and run.get("steps_per_epoch"):
+            floors[run["global_batch"]] = min(floors.get(run["global_batch"], floor), int(floor))
+    corrected = []
+    for regime in regimes:
+        floor = floors.get(regime.global_batch)
+        if floor is None or regime.updates >= floor:
+            corrected.append(regime)
+            continue
+        per_epoch = regime.updates / regime.epochs
+        corrected.append(dataclasses.replace(regime, updates=floor, epochs=floor / per_epoch))
+    return corrected
 
 
 def figure_lines(results: Path, study: str, name: str, caption: str) -> list[str]:

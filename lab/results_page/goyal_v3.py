@@ -10,7 +10,7 @@ Everything is read from the committed ``protocol.json``, ``summary.csv`` and the
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from lab.results_page.common import (
     MARGIN,
@@ -20,10 +20,11 @@ from lab.results_page.common import (
     judged_points,
     opening,
     points_text,
-    regime_line,
+    regime_slot,
     shown,
     standing_text,
     study_json,
+    study_regimes,
     study_runs,
     validation_choice,
 )
@@ -39,7 +40,7 @@ from lab.results_page.goyal import (
     study_arms,
 )
 from lbtrain.reports.decisions import BETTER, MATCHES
-from lbtrain.reports.regime import Regime, study_regimes
+from lbtrain.reports.regime import Regime
 from lbtrain.reports.scaling_laws import CriticalBatchFit
 from lbtrain.reports.statistics import difference_interval, mean_interval
 from lbtrain.reports.tables import markdown_table
@@ -79,9 +80,9 @@ def critical_batch_fit(results: Path) -> CriticalBatchFit | None:
     return None if report is None else CriticalBatchFit.from_dict(report["critical_batch"])
 
 
-def _regimes(results: Path) -> dict[int, Regime]:
-    """goyal_v3's regime at each of its global batches."""
-    return {regime.global_batch: regime for regime in study_regimes(results, STUDY)}
+def study_batch_regimes(results: Path, study: str = STUDY) -> dict[int, Regime]:
+    """The study's regime at each of its global batches (``common.study_regimes``)."""
+    return {regime.global_batch: regime for regime in study_regimes(results, study)}
 
 
 def _regime_text(regimes: dict[int, Regime], batch: int) -> str:
@@ -104,7 +105,7 @@ def _stopped_text(row: dict[str, Any]) -> str:
 def stops_sentence(results: Path, protocol: dict[str, Any]) -> str:
     """Where linear scaling with warmup stops in goyal_v3 (``where_linear_scaling_stops``), set
     against critical_batch_v3's measured B_crit of the same model and data."""
-    regimes = _regimes(results)
+    regimes = study_batch_regimes(results)
     held, stopped = where_linear_scaling_stops(protocol)
     if held is None and stopped is None:
         return "goyal_v3 has no linear-rule arm beyond world size 1."
@@ -153,7 +154,7 @@ def lead_rows(results: Path, protocol: dict[str, Any]) -> list[list[Any]]:
     chosen on validation with its standing, its test accuracy and its difference from world size
     1's chosen arm, and Goyal's recipe by the linear rule against the same reference."""
     runs, arms = study_runs(results, STUDY), study_arms(protocol)
-    regimes = _regimes(results)
+    regimes = study_batch_regimes(results)
     reference_arm, reference = goyal_bn_reference(protocol, runs)
     linear = {arm["world_size"]: arm for arm in arms if arm["label"] == f"{GOYAL_RECIPE}, linear rule"}
     base_updates = regimes.get(reference_arm["global_batch"])
@@ -197,10 +198,13 @@ def converged_text(gain: dict[str, Any]) -> str:
     return "convergence not shown either way (the gain's interval straddles +1 point)"
 
 
-def control_sentence(protocol: dict[str, Any]) -> str:
-    """The convergence controls (``protocol.train_longer``): each arm re-run for ``factor`` times
-    its updates, its gain over its own budget (``converged_text``) and its difference from the
-    recipe at world size 1, with the runs left out."""
+CONTROL_LEAD = "Convergence control (is the largest batch's budget enough to converge?): "
+
+
+def control_sentence(protocol: dict[str, Any], lead: str = CONTROL_LEAD) -> str:
+    """The convergence controls (``protocol.train_longer``) after ``lead``: each arm re-run for
+    ``factor`` times its updates, its gain over its own budget (``converged_text``) and its
+    difference from the recipe at world size 1, with the runs left out."""
     parts = []
     for row in protocol.get("train_longer", []):
         longer = as_estimate(row["longer"])
@@ -212,7 +216,7 @@ def control_sentence(protocol: dict[str, Any]) -> str:
                      f"{_points_claim(row['longer_minus_reference'])} against {row['recipe']} tuned at world size 1")
     if not parts:
         return "No convergence control was run (protocol.train_longer)."
-    return "Convergence control (is the largest batch's budget enough to converge?): " + "; ".join(parts) + "."
+    return lead + "; ".join(parts) + "."
 
 
 def section_lead(results: Path) -> list[str]:
@@ -224,7 +228,7 @@ def section_lead(results: Path) -> list[str]:
     if not protocol.get("best_arms"):
         return lines + [f"{STUDY}: no arm had every seed ok at any world size, so none is chosen.", ""]
     reference_arm, reference = goyal_bn_reference(protocol, study_runs(results, STUDY))
-    return lines + regime_line(results, STUDY) + [
+    return lines + regime_slot(STUDY) + [
         f"From {STUDY} (study 1 of the third edition: Goyal et al. 2017's question in its regime, below): the resnet with ghost "
         "batch norm on full Fashion-MNIST, every recipe's LR searched on a log2 grid on validation, each arm's best re-run with "
         f"{len(protocol['seeds']['finals'])} fresh seeds ({', '.join(map(str, protocol['seeds']['finals']))}; the tuning "
@@ -251,19 +255,36 @@ def _learning_rates(runs: list[dict[str, Any]], arm: dict[str, Any]) -> str:
     return "/".join(f"{rate:g}" for rate in rates) or "-"
 
 
+def arm_table_lines(results: Path, study: str, protocol: dict[str, Any],
+                    cell: Callable[[dict[str, Any] | None, list[dict[str, Any]], list[float]], str] = arm_cell) -> list[str]:
+    """A protocol study's arms against its one reference (the arm chosen on validation at the
+    smallest world size, ``goyal_bn_reference``): each recipe tuned there, then a row per arm
+    with its ``cell`` (test accuracy minus the reference, ``goyal.arm_cell`` unless said) and the
+    LR it trained with at each larger world size."""
+    arms, runs = study_arms(protocol), study_runs(results, study)
+    reference_arm, reference = goyal_bn_reference(protocol, runs)
+    sizes = sorted({arm["world_size"] for arm in arms})
+    references = [row for row in protocol["rows"] if row["rule_name"] == "reference"]
+    table = [[label, *[value for size in sizes for value in _cells(arms, label, size, runs, reference, cell)]]
+             for label in dict.fromkeys(arm["label"] for arm in arms)]
+    batches = {arm["world_size"]: arm["global_batch"] for arm in arms}
+    return [
+        f"Each recipe tuned at world size {reference_arm['world_size']}, test accuracy: " +
+        "; ".join(f"{row['recipe']} {shown(as_estimate(row['tuned']))}" for row in references) + ".",
+        "",
+        markdown_table(["arm", *[column for size in sizes for column in (f"world {size} (batch {batches[size]:,}) − reference", "LR")]],
+                       table),
+        "",
+    ]
+
+
 def section_goyal_v3(results: Path) -> list[str]:
     """goyal_v3's own section: every arm against the one reference at every world size, with the
     LR each trained with."""
     lines, protocol = opening(results, STUDY, "Goyal et al. 2017 in regime (third edition, study 1)", PROTOCOL_FILE, COMMAND)
     if protocol is None or not protocol.get("best_arms"):
         return lines + ([] if protocol is None else ["No arm had every seed ok at any world size, so none is chosen.", ""])
-    arms, runs = study_arms(protocol), study_runs(results, STUDY)
-    reference_arm, reference = goyal_bn_reference(protocol, runs)
-    sizes = sorted({arm["world_size"] for arm in arms})
-    references = [row for row in protocol["rows"] if row["rule_name"] == "reference"]
-    table = [[label, *[cell for size in sizes for cell in _cells(arms, label, size, runs, reference)]]
-             for label in dict.fromkeys(arm["label"] for arm in arms)]
-    batches = {arm["world_size"]: arm["global_batch"] for arm in arms}
+    reference_arm, reference = goyal_bn_reference(protocol, study_runs(results, STUDY))
     return lines + [
         "Arms (experiments/goyal_v3.yaml): momentum SGD with half an epoch of warmup and cosine decay, tuned at every world "
         "size and carried from world size 1 by the linear and the sqrt rule; momentum SGD without warmup, tuned at world size "
@@ -273,19 +294,15 @@ def section_goyal_v3(results: Path) -> list[str]:
         "seeds of the arm vs the reference), df and the claim; *LR*: the learning rate the arm trained with at that batch. "
         f"[protocol]({STUDY}/protocol.md) (the grid each study searched, and where its best sits)",
         "",
-        f"Each recipe tuned at world size {reference_arm['world_size']}, test accuracy: " +
-        "; ".join(f"{row['recipe']} {shown(as_estimate(row['tuned']))}" for row in references) + ".",
-        "",
-        markdown_table(["arm", *[column for size in sizes for column in (f"world {size} (batch {batches[size]:,}) − reference", "LR")]],
-                       table),
-        "",
+        *arm_table_lines(results, STUDY, protocol),
         *figure_lines(results, STUDY, FIGURE_ACCURACY_VS_BATCH, "test accuracy against the global batch, every arm"),
     ]
 
 
-def _cells(arms: list[dict[str, Any]], label: str, size: int, runs: list[dict[str, Any]], reference: list[float]) -> list[str]:
+def _cells(arms: list[dict[str, Any]], label: str, size: int, runs: list[dict[str, Any]], reference: list[float],
+           cell: Callable[[dict[str, Any] | None, list[dict[str, Any]], list[float]], str] = arm_cell) -> list[str]:
     arm = next((arm for arm in arms if arm["label"] == label and arm["world_size"] == size), None)
-    return [arm_cell(arm, runs, reference), "-" if arm is None else _learning_rates(runs, arm)]
+    return [cell(arm, runs, reference), "-" if arm is None else _learning_rates(runs, arm)]
 
 
 def anchor_goyal_v3_longer(results: Path) -> tuple[str, str]:

@@ -548,7 +548,7 @@ def anchor_keskar_v4(results: Path, regime: str) -> tuple[str, str]:
     holds when the large batch tests worse *and* is sharper (a Welch interval above 0) with both
     arms annealed; it does not hold when it matches or is better and is not sharper; flatness
     measured at unequal LRs is not read (``matched_lr_text``)."""
-    if study_json(results, KESKAR_V4, PROTOCOL_FILE) is None and not study_runs(results, KESKAR_V4):
+    if study_json(results, KESKAR_V4, PROTOCOL_FILE) is None:  # a protocol writes it last: a running study is not read
         return "not measured yet", f"{KESKAR_V4} is not committed"
     comparison = keskar_v4_comparison(run_flatness(results, KESKAR_V4), KESKAR_V4_REGIMES[regime])
     if comparison is None:

@@ -8,17 +8,19 @@ import logging
 from pathlib import Path
 from typing import Any, Callable
 
-from lab.results_page.anchors import section_anchors
+from lab.results_page.anchors import regime_line, section_anchors
 from lab.results_page.asynchrony import section_staleness, section_sync_vs_async, staleness_figure
+from lab.results_page.common import REGIME_SLOT
 from lab.results_page.critical_batch import section_critical_batch, section_steps_to_target
 from lab.results_page.goyal import goyal_figure, section_accuracy_study, section_goyal_bn, section_warmup_ablation
 from lab.results_page.goyal_v3 import COMMAND as THIRD_EDITION_COMMAND
 from lab.results_page.goyal_v3 import CRITICAL_BATCH_STUDY, section_goyal_v3, section_lead
-from lab.results_page.keskar import section_keskar_gap, section_keskar_v2
+from lab.results_page.goyal_v4 import section_goyal_v4
+from lab.results_page.keskar import KESKAR_V4, section_keskar_gap, section_keskar_v2, section_keskar_v4
 from lab.results_page.lr_scaling import section_adam_scaling, section_goyal_sweep
 from lbtrain.reports.report import ReportError
 from lbtrain.reports.tables import markdown_table, read_summary
-from lbtrain.results import SUMMARY_FILE
+from lbtrain.results import PROTOCOL_FILE, SUMMARY_FILE
 from lbtrain.verdict import is_ok
 
 logger = logging.getLogger(__name__)
@@ -26,11 +28,23 @@ logger = logging.getLogger(__name__)
 PAGE_FILE = "README.md"  # in the results folder of the committed studies
 
 
+def when_finished(section: Callable[[Path], list[str]], study: str) -> Callable[[Path], list[str]]:
+    """``section``, rendered only once ``study`` has finished (its ``protocol.json``, which a
+    protocol writes last); nothing before: a fourth-edition study not run yet is absent from the
+    page (docs/results.md lists it as not run yet), never a half-done table."""
+    def shown(results: Path) -> list[str]:
+        return section(results) if (results / study / PROTOCOL_FILE).is_file() else []
+    shown.__doc__ = section.__doc__
+    return shown
+
+
 # Each section: results folder -> its lines. The third edition's answer first, then the anchors,
-# the third edition's studies, the second edition and the first.
+# the fourth edition's finished studies, the third edition's, the second edition and the first.
 SECTIONS: list[Callable[[Path], list[str]]] = [
     section_lead,
     section_anchors,
+    section_goyal_v4,
+    when_finished(section_keskar_v4, KESKAR_V4),
     section_goyal_v3,
     functools.partial(section_steps_to_target, study=CRITICAL_BATCH_STUDY, command=THIRD_EDITION_COMMAND,
                       title="the critical batch and the noise scale (third edition, study 2)"),
@@ -76,8 +90,22 @@ def render_results_page(results: Path) -> str:
     """The results page (``results/README.md``) of the studies committed in ``results``."""
     lines = list(INTRODUCTION)
     for section in SECTIONS:
-        lines += section(results)
+        lines += with_regimes(results, section(results))
     return "\n".join(lines).rstrip() + "\n"
+
+
+def with_regimes(results: Path, lines: list[str]) -> list[str]:
+    """``lines`` with each section's regime slot (``common.regime_slot``) replaced by its regime
+    label (``anchors.regime_line``): the page, which imports both the sections and the anchors,
+    writes what a section cannot ask the anchors itself (they import every section's module)."""
+    head, tail = REGIME_SLOT.split("{study}")
+    written: list[str] = []
+    for line in lines:
+        if line.startswith(head) and line.endswith(tail):
+            written += regime_line(results, line[len(head):len(line) - len(tail)])
+        else:
+            written.append(line)
+    return written
 
 
 QUICKSTART_REFERENCE = "quickstart_reference"

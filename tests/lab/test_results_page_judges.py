@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT
-from lab.results_page.anchors import ANCHORS, anchor_row
+from lab.results_page.anchors import ANCHORS, EDITIONS, anchor_row
 from lab.results_page.asynchrony import anchor_async_lr, anchor_staleness, anchor_staleness_damping
 from lab.results_page.common import accuracy_table, study_runs
 from lab.results_page.goyal import (
@@ -25,6 +25,7 @@ from lab.results_page.goyal import (
     section_warmup_ablation,
 )
 from lab.results_page.goyal_v3 import anchor_goyal_v3_longer
+from lab.results_page.goyal_v4 import anchor_goyal_v4_linear
 from lab.results_page.keskar import anchor_hoffer, anchor_keskar, anchor_keskar_v3
 from lab.results_page.lr_scaling import anchor_malladi
 from lbtrain.reports.decisions import BETTER, CLAIMS, TIED_WITH_THE_BEST
@@ -32,7 +33,8 @@ from lbtrain.reports.statistics import difference_interval, mean_interval
 
 RESULTS = Path(REPO_ROOT) / "results"
 JUDGES = [anchor_goyal_linear_warmup, anchor_goyal_no_warmup, anchor_keskar, anchor_hoffer, anchor_lars, anchor_nado,
-          anchor_malladi, anchor_staleness, anchor_staleness_damping, anchor_async_lr, anchor_goyal_v3_longer, anchor_keskar_v3]
+          anchor_malladi, anchor_staleness, anchor_staleness_damping, anchor_async_lr, anchor_goyal_v3_longer, anchor_keskar_v3,
+          anchor_goyal_v4_linear]
 WORDS = (*CLAIMS, "out of regime", TIED_WITH_THE_BEST, "not measured yet")
 
 
@@ -58,7 +60,7 @@ def test_every_judge_without_its_study_says_not_measured_yet(tmp_path, judge):
 def test_every_anchor_row_without_its_studies_says_not_measured_yet_and_supersedes_nothing(tmp_path, anchor):
     row = anchor_row(tmp_path, anchor)
     assert row[5] == "**not measured yet**" and row[4] == "-"
-    assert row[2] == ("third" if anchor.edition == 3 else "second and first")
+    assert row[2] == EDITIONS[anchor.edition] and row[2] == {4: "fourth", 3: "third", 2: "second and first"}[anchor.edition]
 
 
 def test_the_committed_async_judges_under_the_stated_rules():

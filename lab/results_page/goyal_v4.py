@@ -1,0 +1,355 @@
+"""goyal_v4, the fourth edition's study 1 (where linear scaling with warmup breaks), on the results
+page: its section and the anchor of Goyal et al. 2017 judged on it.
+
+goyal_v4 is made by ``lbtrain scale`` (what a user runs on their own model), so the page reads the
+files that command writes: ``answer.json`` (per world size the arm chosen on validation, each LR
+rule's decision against world size 1, where the linear rule holds and first is worse, the tuned
+LR's exponent in the batch, the convergence controls) and ``protocol.json`` (the arms, their
+searches, the controls' rows), and renders them with goyal_v3's section code (``arm_table_lines``,
+``control_sentence``). lbtrain has no reader of ``answer.json`` beyond ``json``: the page reads it
+as it reads every study's JSON (``common.study_json``). A rule arm with no ok seed carries the
+decision the answer took on how many of its runs ended ok (``decided_by``: Fisher's exact test,
+``lbtrain.reports.decisions.trained_share_claim``).
+
+The warmup (half an epoch at every batch) is read from the runs' ``metrics.json``: its updates are
+``round(warmup_epochs * steps_per_epoch)`` (``lbtrain.schedules.epochs_to_steps``, not imported:
+it loads Keras), set beside the update at which each run of the linear rule diverged."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from lab.results_page.common import (
+    as_estimate,
+    figure_lines,
+    opening,
+    points_text,
+    shown,
+    study_json,
+    study_runs,
+)
+from lab.results_page.goyal import arm_cell
+from lab.results_page.goyal_v3 import GOYAL_RECIPE, arm_table_lines, control_sentence, study_batch_regimes
+from lbtrain.reports.regime import Regime
+from lbtrain.reports.report import machine_minutes as folder_minutes
+from lbtrain.reports.scaling_laws import LrExponentFit
+from lbtrain.reports.tables import markdown_table
+from lbtrain.results import ANSWER_FIGURES, ANSWER_FILE, ANSWER_REPORT, EXPERIMENT_FILE, METRICS_FILE, PROTOCOL_FILE, RUNS_FOLDER
+from lbtrain.verdict import is_ok
+
+STUDY = "goyal_v4"
+COMMAND = "make study-v4"
+# The rules lbtrain scale carries world size 1's tuning by, in the answer's words.
+LINEAR, SQRT, NONE = "linear", "sqrt", "none"
+
+
+def study_answer(results: Path) -> dict[str, Any] | None:
+    """goyal_v4's ``answer.json`` (``lbtrain scale``), or None when it is not committed."""
+    return study_json(results, STUDY, ANSWER_FILE)
+
+
+def _batch(batch: int) -> str:
+    return f"batch {batch:,}"
+
+
+def rule_decisions(answer: dict[str, Any], rule: str) -> list[tuple[int, dict[str, Any]]]:
+    """``(global batch, the answer's entry)`` of ``rule`` at every world size beyond the reference,
+    smallest first."""
+    return [(row["global_batch"], row["rules"][rule]) for row in answer["per_world_size"] if rule in row["rules"]]
+
+
+def decisions_by_batch(decisions: list[tuple[int, dict[str, Any]]]) -> str:
+    """The decisions over the batches, runs of one word joined: ``matches at batch 128 to 256;
+    inconclusive at batch 512; worse at batch 1,024 to 2,048`` (one word alone when every batch
+    gives it, as ``common.claims_at``).
+
+    >>> decisions_by_batch([(128, {"decision": "matches"}), (256, {"decision": "matches"}), (512, {"decision": "worse"})])
+    'matches at batch 128 to 256; worse at batch 512'
+    """
+    groups: list[tuple[str, list[int]]] = []
+    for batch, entry in decisions:
+        if groups and groups[-1][0] == entry["decision"]:
+            groups[-1][1].append(batch)
+        else:
+            groups.append((entry["decision"], [batch]))
+    if len(groups) == 1:
+        return groups[0][0]
+    return "; ".join(f"{word} at {_batch(batches[0])}" + ("" if len(batches) == 1 else f" to {batches[-1]:,}")
+                     for word, batches in groups)
+
+
+def entry_text(entry: dict[str, Any]) -> str:
+    """A rule's difference from world size 1 in points and the answer's decision, or, with no ok
+    seed, the decision on how many runs ended ok (``decided_by``)."""
+    if entry.get("decided_by"):
+        return f"{entry['decision']} ({entry['decided_by']})"
+    left_out = f"; {entry['excluded']} of its runs not ok, left out" if entry.get("excluded") else ""
+    return f"{points_text(entry['difference'])} points{left_out}: {entry['decision']}"
+
+
+def _regime_text(regimes: dict[int, Regime], batch: int) -> str:
+    regime = regimes.get(batch)
+    return _batch(batch) if regime is None else regime.describe()
+
+
+def break_text(answer: dict[str, Any], regimes: dict[int, Regime]) -> str:
+    """Where linear scaling with warmup breaks: the largest batch where it matches world size 1
+    (every smaller one matching too, ``linear_rule_holds_up_to``), the first batch where it is
+    worse (``first_worse``), and between them the interval the break lies in, with the decision
+    at each batch inside it."""
+    batches = {row["world_size"]: row["global_batch"] for row in answer["per_world_size"]}
+    decisions = rule_decisions(answer, LINEAR)
+    held = batches.get(answer["linear_rule_holds_up_to"])
+    worse = batches.get(answer["first_worse"])
+    if worse is None:
+        text = "no batch where linear + warmup is worse was reached" + (
+            f" (it matches up to {_regime_text(regimes, held)})" if held else "")
+        return text[0].upper() + text[1:] + "."
+    first = next(entry for batch, entry in decisions if batch == worse)
+    text = f"First batch where linear + warmup is worse: **{worse:,}** ({_regime_text(regimes, worse)}): {entry_text(first)}."
+    if held is None:
+        return text + f" It matches world size {answer['reference_world_size']} at no smaller batch."
+    between = [(batch, entry) for batch, entry in decisions if held < batch < worse]
+    return text + (f" It matches up to {_regime_text(regimes, held)}, so the break lies above batch {held:,} and at most "
+                   f"{worse:,}" + ("" if not between else ": " + "; ".join(f"at {_batch(batch)} {entry_text(entry)}"
+                                                                                 for batch, entry in between)) + ".")
+
+
+def exponent_text(answer: dict[str, Any], recipe: str = GOYAL_RECIPE) -> str:
+    """The tuned LR's exponent in the batch (``LrExponentFit.describe``) and where the sqrt
+    rule's 0.5 and the linear rule's 1 lie against its interval."""
+    record = (answer.get("lr_exponent") or {}).get(recipe)
+    if record is None:
+        return f"{recipe}: no fit of the tuned LR against the batch"
+    fit = LrExponentFit.from_dict(record)
+    text = f"{recipe}: {fit.describe()}"
+    if fit.low is None or fit.high is None:
+        return text
+
+    def where(value: float) -> str:
+        return "inside it" if fit.low <= value <= fit.high else ("above it" if value > fit.high else "below it")
+
+    return text + f": the sqrt rule's 0.5 lies {where(0.5)}, the linear rule's 1 {where(1.0)}"
+
+
+def warmup_runs(results: Path, labels: tuple[str, ...] = (f"{GOYAL_RECIPE} linear rule",)) -> dict[int, tuple[int, list[int]]]:
+    """Per global batch, for the runs labelled one of ``labels``: the warmup's updates
+    (``round(warmup_epochs * steps_per_epoch)``) and the update at which each run that was not ok
+    stopped (its ``total_steps``), smallest first (``failed_statuses`` names how they ended)."""
+    found: dict[int, tuple[int, list[int]]] = {}
+    for row in study_runs(results, STUDY):
+        if row["label"] not in labels:
+            continue
+        path = results / STUDY / RUNS_FOLDER / row["run_id"] / METRICS_FILE
+        if not path.is_file():
+            continue
+        run = json.loads(path.read_text())
+        warmup = round(float(run["config"]["lr"].get("warmup_epochs") or 0) * run["steps_per_epoch"])
+        batch = int(row["global_batch"])
+        _, stopped = found.setdefault(batch, (warmup, []))
+        if not is_ok(row["status"]) and row.get("total_steps") not in (None, ""):
+            stopped.append(int(float(row["total_steps"])))
+    return {batch: (warmup, sorted(stopped)) for batch, (warmup, stopped) in sorted(found.items())}
+
+
+def failed_statuses(results: Path, labels: tuple[str, ...] = (f"{GOYAL_RECIPE} linear rule",)) -> list[str]:
+    """How the runs labelled one of ``labels`` that were not ok ended (``diverged``, ...)."""
+    return sorted({row["status"] for row in study_runs(results, STUDY) if row["label"] in labels and not is_ok(row["status"])})
+
+
+def _listed(values: list[int]) -> str:
+    """``512, 1,024 and 2,048``."""
+    texts = [f"{value:,}" for value in values]
+    return texts[0] if len(texts) == 1 else f"{', '.join(texts[:-1])} and {texts[-1]}"
+
+
+def _span(values: list[int]) -> str:
+    return f"{values[0]:,}" if values[0] == values[-1] else f"{values[0]:,} to {values[-1]:,}"
+
+
+def warmup_text(results: Path, answer: dict[str, Any]) -> str:
+    """The open question: the warmup is half an epoch at every batch, so its updates shrink as
+    the batch grows; where the linear rule's runs diverged, inside or after it."""
+    runs = warmup_runs(results)
+    failed = {batch: (warmup, stopped) for batch, (warmup, stopped) in runs.items() if stopped}
+    if not failed:
+        return ""
+    worse = next((row["global_batch"] for row in answer["per_world_size"] if row["world_size"] == answer["first_worse"]), None)
+    ended = " or ".join(failed_statuses(results))
+    places = "; ".join(f"at {_batch(batch)} its warmup is {warmup:,} updates and {len(stopped)} run{'s' if len(stopped) > 1 else ''} "
+                       f"{ended} at update {_span(stopped)} ({'inside' if stopped[-1] <= warmup else 'after' if stopped[0] > warmup else 'inside and after'} it)"
+                       for batch, (warmup, stopped) in failed.items())
+    lengths = ", ".join(f"{warmup:,} at {_batch(batch) if index == 0 else f'{batch:,}'}" for index, (batch, (warmup, _)) in enumerate(runs.items()))
+    focus = (f" At {_batch(worse)}, linear + warmup's failure may be the warmup's, not the batch's" if worse in runs else
+             " Linear + warmup's failures may be the warmup's, not the batch's")
+    return (f"**Open question: the batch or the warmup?** The warmup is half an epoch at every batch, so it shrinks with the "
+            f"batch (its updates: {lengths}). Of the linear rule's runs that were not ok, {places}.{focus}: this study "
+            "cannot tell them apart. A warmup of a fixed share of the updates (or of a fixed number) at the same batches would.")
+
+
+def not_run_controls(results: Path, answer: dict[str, Any]) -> str:
+    """The convergence controls the experiment asks for (``protocol.train_longer``) that have no
+    row in the answer: an arm with no ok run has no budget of its own to multiply."""
+    path = results / STUDY / EXPERIMENT_FILE
+    if not path.is_file():
+        return ""
+    import yaml
+
+    asked = (yaml.safe_load(path.read_text()).get("protocol") or {}).get("train_longer") or []
+    ran = {row["world_size"] for row in answer["controls"]}
+    missing = [entry for entry in asked if entry["world_size"] not in ran]
+    runs = study_runs(results, STUDY)
+    parts = []
+    for entry in missing:
+        label = entry.get("arm") or "the best arm"
+        rows = [row for row in runs if row["label"] == entry.get("arm") and int(row["world_size"]) == entry["world_size"]]
+        ok = sum(1 for row in rows if is_ok(row["status"]))
+        parts.append(f"{label} at world size {entry['world_size']} ({entry['factor']:g}x) was not run: "
+                     + (f"{ok} of its {len(rows)} runs ended ok, so it has no budget of its own to multiply" if rows and not ok
+                        else "no row in the answer"))
+    return "; ".join(parts)
+
+
+def lars_text(protocol: dict[str, Any]) -> str:
+    """LARS (tuned on its own grid at every world size): where its search found no ok trial, so
+    it has no final runs there and is not judged."""
+    rows = sorted((row for row in protocol["rows"] if row["recipe"] == "lars+warmup" and row["rule_name"] != "reference"),
+                  key=lambda row: row["world_size"])
+    empty = [row for row in rows if not row["tuned_runs"]]
+    if not empty:
+        return ""
+    studies = {int(name.rsplit("-w", 1)[1]): entry for name, entry in protocol.get("search", {}).items() if "-lars-" in name}
+    grids = {tuple(field["values"]) for row in empty for field in studies.get(row["world_size"], {}).get("fields", {}).values()}
+    grid = "" if len(grids) != 1 else f" (base LR {', '.join(f'{value:g}' for value in next(iter(grids)))})"
+    return (f"LARS with warmup, tuned on its own grid{grid} at every world size, found no ok tuning trial at batch "
+            + _listed([row["global_batch"] for row in empty])
+            + ": no best, so no final runs there and no verdict (lbtrain scale flags its best there as on the grid's edge; "
+            "a grid extended below its smallest LR would say more).")
+
+
+def world_rows(answer: dict[str, Any], regimes: dict[int, Regime]) -> list[list[Any]]:
+    """Per world size, from the answer: batch, share of the data, updates, the arm chosen on
+    validation with the arms tied with it, its LR and test accuracy, its difference from world
+    size 1 and each rule's decision against world size 1."""
+    rows = []
+    for row in answer["per_world_size"]:
+        regime = regimes.get(row["global_batch"])
+        chosen = row["use"] or "no arm ok"
+        if row["tied_with_the_best"]:
+            chosen += f"; tied with the best: {', '.join(row['tied_with_the_best'])}"
+        reference = row["world_size"] == answer["reference_world_size"]
+        rules = [("reference" if reference else "-") if rule not in row["rules"] else row["rules"][rule]["decision"]
+                 for rule in (LINEAR, SQRT, NONE)]
+        rows.append([row["world_size"], f"{row['global_batch']:,}", f"{100 * row['share']:.2g}%",
+                     f"{row['updates']:,}" if regime is None else f"{regime.updates:,}", chosen,
+                     "-" if row["learning_rate"] is None else f"{row['learning_rate']:.4g}", shown(as_estimate(row["test_accuracy"])),
+                     "the reference" if reference else f"{points_text(row['difference'])}: {row['decision']}", *rules])
+    return rows
+
+
+def _counts_cell(answer: dict[str, Any]) -> Callable[[dict[str, Any] | None, list[dict[str, Any]], list[float]], str]:
+    """``goyal.arm_cell``, and for a rule arm with no ok seed the answer's decision on how many of
+    its runs ended ok (``decided_by``)."""
+    decided = {(entry["label"], row["world_size"]): entry for row in answer["per_world_size"] for entry in row["rules"].values()
+               if entry.get("decided_by")}
+
+    def cell(arm: dict[str, Any] | None, runs: list[dict[str, Any]], reference: list[float]) -> str:
+        text = arm_cell(arm, runs, reference)
+        entry = None if arm is None else next((decided[(label, arm["world_size"])] for label in arm["run_labels"]
+                                               if (label, arm["world_size"]) in decided), None)
+        return text if entry is None else f"{text}: {entry['decision']} ({entry['decided_by']})"
+    return cell
+
+
+def machine_text(results: Path, answer: dict[str, Any]) -> str:
+    """The study's machine time in hours from its folder (``lbtrain.reports.report.machine_minutes``)
+    beside the hours ``lbtrain scale``'s answer states."""
+    minutes = folder_minutes(results / STUDY)
+    total = (minutes["runs"] or 0.0) + (minutes["tuning_trials"] or 0.0)
+    return (f"In all {total / 60:.2f} machine hours, one run after another (the runs' and the trials' times above); "
+            f"`lbtrain scale`'s answer states {answer['machine_hours']:.2f}, from every summary row's wall time (a run the "
+            "runner copied for a second label included) and its own count of the tuning time.")
+
+
+def section_goyal_v4(results: Path) -> list[str]:
+    """goyal_v4's section: what ``lbtrain scale`` answered (module doc), the break point with its
+    interval, the tuned LR's exponent with its interval, the open question of the warmup, the
+    convergence control, LARS, the answer per world size and every arm against world size 1."""
+    lines, protocol = opening(results, STUDY, "where linear scaling with warmup breaks (fourth edition, study 1)", PROTOCOL_FILE,
+                              COMMAND)
+    answer = study_answer(results)
+    if protocol is None or answer is None:
+        return lines if protocol is None else lines + [f"{STUDY} has no {ANSWER_FILE}: `{COMMAND}` writes it.", ""]
+    regimes = study_batch_regimes(results, STUDY)
+    sizes = [row["world_size"] for row in answer["per_world_size"]]
+    batches = [row["global_batch"] for row in answer["per_world_size"]]
+    seeds = protocol["seeds"]
+    sqrt = rule_decisions(answer, SQRT)
+    none = rule_decisions(answer, NONE)
+    controls = control_sentence(protocol, lead="Convergence control (is the equal-epoch budget enough to converge?): ")
+    missing = not_run_controls(results, answer)
+    bullets = [
+        f"- {break_text(answer, regimes)}",
+        f"- The sqrt rule against world size {answer['reference_world_size']}: **{decisions_by_batch(sqrt)}**; no scaling: "
+        f"{decisions_by_batch(none)}.",
+        f"- The tuned LR against the batch, {exponent_text(answer)}.",
+        f"- {warmup_text(results, answer)}",
+        f"- {controls}" + (f" The control of {missing}." if missing else ""),
+        *([f"- {text}"] if (text := lars_text(protocol)) else []),
+    ]
+    return lines + [
+        machine_text(results, answer), "",
+        f"Made by `lbtrain scale` (`{COMMAND}`), as a user's own study would be: {answer['model']} on {answer['data']} "
+        f"({answer['train_size']:,} training samples), world sizes {', '.join(map(str, sizes))} (batch {batches[0]:,} to "
+        f"{batches[-1]:,}). Every arm's LR searched on a log2 grid on validation (each trial the mean of seeds "
+        f"{', '.join(map(str, seeds['tuning']))}), each arm's best re-run with seeds {', '.join(map(str, seeds['finals']))} "
+        f"and tested; every difference is against world size {answer['reference_world_size']}'s arm chosen on validation, in "
+        f"points with Welch's 95% interval and the decision rule's word (margin {100 * answer['margin']:g} point). "
+        f"[answer]({STUDY}/{ANSWER_REPORT}), [protocol]({STUDY}/protocol.md)",
+        "",
+        *bullets,
+        "",
+        "What to use at each world size (chosen on validation among arms whose every seed was ok; test accuracy reported) and "
+        f"each rule's decision against world size {answer['reference_world_size']}:",
+        "",
+        markdown_table(["world size", "global batch", "share of the data", "updates", "use (chosen on validation)", "LR",
+                        "its test accuracy", "− world 1 (points)", "linear + warmup", "sqrt rule", "no scaling"],
+                       world_rows(answer, regimes)),
+        "",
+        "Every arm against the same reference, with the LR it trained with (an arm with no ok seed: the decision on how many of "
+        "its runs ended ok):",
+        "",
+        *arm_table_lines(results, STUDY, protocol, cell=_counts_cell(answer)),
+        *figure_lines(results, STUDY, ANSWER_FIGURES["accuracy"],
+                      "test accuracy against the global batch, the chosen arm and each rule (runs not ok marked)"),
+        *figure_lines(results, STUDY, ANSWER_FIGURES["learning_rate"], "the chosen LR against the global batch, beside the rules"),
+    ]
+
+
+def anchor_goyal_v4_linear(results: Path) -> tuple[str, str]:
+    """Goyal et al. 2017's linear scaling with gradual warmup judged on goyal_v4: the answer's
+    decision at each batch (world size 1's tuning carried by the linear rule, against world size
+    1's chosen arm; a batch with no ok seed decided on how many runs ended ok), the break point
+    with its interval, the tuned LR's exponent with its interval, and the warmup's open question."""
+    answer = study_answer(results)
+    if answer is None or study_json(results, STUDY, PROTOCOL_FILE) is None:
+        return "not measured yet", f"{STUDY} is not committed"
+    decisions = rule_decisions(answer, LINEAR)
+    if not decisions:
+        return "not measured yet", f"{STUDY} has no linear-rule arm"
+    regimes = study_batch_regimes(results, STUDY)
+    runs = warmup_runs(results)
+    worse = next((row["global_batch"] for row in answer["per_world_size"] if row["world_size"] == answer["first_worse"]), None)
+    warmup = ("" if worse not in runs else
+              f"; open: its warmup is half an epoch at every batch, {runs[worse][0]:,} updates at {_batch(worse)}, so the failure "
+              "there may be the warmup's, not the batch's")
+    evidence = (f"{STUDY} (`lbtrain scale`), linear + gradual warmup carried from world size {answer['reference_world_size']} minus "
+                f"its chosen arm: " + "; ".join(f"{_batch(batch)}: {entry_text(entry)}" for batch, entry in decisions)
+                + f". {break_text(answer, regimes).replace('**', '')} Tuned LR, {exponent_text(answer)}{warmup}")
+    return decisions_by_batch(decisions), evidence
+
+
+__all__ = ["STUDY", "anchor_goyal_v4_linear", "break_text", "decisions_by_batch", "exponent_text", "section_goyal_v4",
+           "warmup_runs", "warmup_text"]

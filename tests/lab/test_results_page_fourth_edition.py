@@ -1,0 +1,189 @@
+"""The fourth edition on the results page: goyal_v4 (``lab.results_page.goyal_v4``) rendered from
+the committed ``answer.json`` and ``protocol.json`` of ``lbtrain scale``, its anchor superseding
+goyal_v3's; keskar_v4 absent until its protocol has finished, then judged on two rows of its own,
+each at its own batch (a synthetic study in ``tmp_path``, shaped as keskar_v3's committed files);
+a regime that counts the update floor; and the page's modules without an import circle."""
+
+import ast
+import csv
+import json
+from pathlib import Path
+
+from conftest import REPO_ROOT
+from lab.results_page import render_results_page
+from lab.results_page.anchors import ANCHORS, GOYAL_LINEAR, KESKAR, anchor_row, regime_line, shown_anchors, superseded_by
+from lab.results_page.common import REGIME_SLOT, study_regimes
+from lab.results_page.goyal_v4 import anchor_goyal_v4_linear, decisions_by_batch, section_goyal_v4, warmup_runs
+from lab.results_page.keskar import KESKAR_V4_REGIMES, section_keskar_v4
+from lbtrain.reports.regime import study_regimes as lbtrain_study_regimes
+from lbtrain.reports.report import machine_minutes
+
+RESULTS = Path(REPO_ROOT) / "results"
+
+
+def _answer():
+    return json.loads((RESULTS / "goyal_v4" / "answer.json").read_text())
+
+
+def test_goyal_v4s_regime_counts_the_update_floor():
+    """Batch 2,048 trains 800 updates (its floor; 6 epochs would be 156): lbtrain's reader counts
+    the epochs only, the page's counts the floor, and a study without a floor reads the same."""
+    answer = _answer()
+    floors = {row["global_batch"]: row["updates"] for row in answer["per_world_size"]}
+    assert {regime.global_batch: regime.updates for regime in study_regimes(RESULTS, "goyal_v4")} == floors
+    assert lbtrain_study_regimes(RESULTS, "goyal_v4")[-1].updates < 300 <= floors[2048]
+    assert study_regimes(RESULTS, "goyal_v3") == lbtrain_study_regimes(RESULTS, "goyal_v3")
+
+
+def test_goyal_v4s_anchor_names_the_break_with_its_interval_and_the_exponent_and_supersedes_goyal_v3():
+    answer = _answer()
+    verdict, evidence = anchor_goyal_v4_linear(RESULTS)
+    decisions = [(row["global_batch"], row["rules"]["linear"]) for row in answer["per_world_size"] if "linear" in row["rules"]]
+    assert verdict == decisions_by_batch(decisions)
+    worse = next(row["global_batch"] for row in answer["per_world_size"] if row["world_size"] == answer["first_worse"])
+    held = next(row["global_batch"] for row in answer["per_world_size"] if row["world_size"] == answer["linear_rule_holds_up_to"])
+    assert f"First batch where linear + warmup is worse: {worse:,}" in evidence
+    assert f"the break lies above batch {held:,} and at most {worse:,}" in evidence
+    fit = answer["lr_exponent"]["momentum+warmup"]
+    assert f"^{fit['alpha']:.2f} (95% CI {fit['alpha_95_low']:.2f} to {fit['alpha_95_high']:.2f}" in evidence
+    warmup, stopped = warmup_runs(RESULTS)[worse]
+    assert f"{warmup:,} updates at batch {worse:,}" in evidence and max(stopped) <= warmup  # every seed diverged inside it
+
+    goyal = {anchor.edition: anchor for anchor in ANCHORS if anchor.claim == GOYAL_LINEAR and anchor.paper == "Goyal et al. 2017"}
+    assert superseded_by(RESULTS, goyal[3]) == ["goyal_v4"] and superseded_by(RESULTS, goyal[2]) == ["goyal_v3"]
+    row = anchor_row(RESULTS, goyal[4])
+    assert row[2] == "fourth" and row[4].startswith("goyal_v4: batch 2,048 = 3.79% of 53,984; 800 updates") and row[4].endswith("in regime")
+    assert row[5].startswith(f"**{verdict}**: the claim holds at batch 128 to 256; the claim: inconclusive at batch 512; "
+                             "the claim does not hold at batch 1,024 to 2,048")
+
+
+def test_goyal_v4s_section_states_its_machine_time_sizing_and_the_warmup_question():
+    text = "\n".join(section_goyal_v4(RESULTS))
+    minutes = machine_minutes(RESULTS / "goyal_v4")
+    assert f"{minutes['runs']:.0f} minutes of runs and {minutes['tuning_trials']:.0f} minutes of tuning trials" in text
+    assert f"In all {(minutes['runs'] + minutes['tuning_trials']) / 60:.2f} machine hours" in text
+    assert f"answer states {_answer()['machine_hours']:.2f}" in text
+    assert "Sizing: Priced by lbtrain scale --dry-run" in text and REGIME_SLOT.format(study="goyal_v4") in text
+    assert "**Open question: the batch or the warmup?**" in text and "26 at 1,024" in text
+    assert "was not run: 0 of its 5 runs ended ok" in text  # the world-64 control of a rule whose every seed diverged
+    assert "no ok seed (5 diverged): worse (0 of 5 runs ok against 5 of 5 (Fisher's exact test" in text
+    assert "found no ok tuning trial at batch 512, 1,024 and 2,048" in text
+    assert "![test accuracy against the global batch" in text and "goyal_v4/figures/answer_accuracy.png" in text
+
+
+# keskar_v4, synthetic: the shapes of keskar_v3's committed summary.csv and metrics.json --------
+
+
+def _template():
+    header = (RESULTS / "keskar_v3" / "summary.csv").read_text().splitlines()[0].split(",")
+    run = next((RESULTS / "keskar_v3" / "runs").glob("*/metrics.json"))
+    return header, json.loads(run.read_text())
+
+
+TRAIN = 54_000
+PER_WORKER = 128
+
+
+def write_keskar_v4(folder, longer_loss, finished=True):
+    """keskar_v4 as its sweep would write it: ``momentum tuned`` at world sizes 1, 8 and 42 (batch
+    128, 1,024, 5,376; 20 epochs), ``momentum tuned 2x longer`` at 8 and ``4x longer`` at 42, five
+    seeds each, every run annealed (LR at its end 1e-6 of its peak); ``protocol.json`` only when
+    ``finished``. The large batch tests 3 points worse at 5,376, level at 1,024; its eigenvalues
+    sit above the small batch's."""
+    header, template = _template()
+    folder.mkdir(parents=True)
+    rows = []
+    arms = [(1, 1, 0.89, 0.20, 20.0), (8, 1, 0.888, 0.24, 30.0), (8, 2, 0.889, longer_loss, 31.0),
+            (42, 1, 0.85, 0.40, 60.0), (42, 4, 0.86, 0.30, 61.0)]
+    for world, factor, test, loss, eigenvalue in arms:
+        batch = world * PER_WORKER
+        label = "momentum tuned" + ("" if factor == 1 else f" {factor}x longer")
+        per_epoch = TRAIN // batch
+        for seed in range(1, 6):
+            wobble = 0.001 * (seed - 3)
+            run_id = f"{label.replace(' ', '-')}-w{world}-s{seed}-abc{world}{factor}"
+            peak = 0.1 * (batch / 128) ** 0.5
+            steps = factor * 20 * per_epoch
+            metrics = {**template, "config": {**template["config"], "optimizer": {"name": "momentum", "params": {"momentum": 0.9}}},
+                       "status": "ok", "world_size": world, "global_batch": batch, "learning_rate": peak, "steps_per_epoch": per_epoch,
+                       "total_steps": steps, "budget": {"epochs": 20} if factor == 1 else {"steps": steps},
+                       "history": [{**template["history"][-1], "epoch": 20 * factor, "lr": 1e-6 * peak}],
+                       "metrics": {**template["metrics"], "train_loss": loss, "test_accuracy": test + wobble,
+                                   "hessian_top_eigenvalue": eigenvalue + seed, "sharpness": eigenvalue / 4}}
+            (folder / "runs" / run_id).mkdir(parents=True)
+            (folder / "runs" / run_id / "metrics.json").write_text(json.dumps(metrics))
+            rows.append({**dict.fromkeys(header, ""), "run_id": run_id, "label": label, "status": "ok", "world_size": world,
+                         "per_worker_batch": PER_WORKER, "global_batch": batch, "seed": seed, "learning_rate": peak,
+                         "test_accuracy": test + wobble, "train_loss": loss, "sharpness": eigenvalue / 4, "total_steps": steps})
+    with open(folder / "summary.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, header)
+        writer.writeheader()
+        writer.writerows(rows)
+    if finished:
+        (folder / "protocol.json").write_text(json.dumps({"rows": [], "trials": {}, "lr_fits": {}, "equal_steps": [], "train_longer": [],
+                                                          "best_arms": {}, "search": {}, "seeds": {"tuning": [0, 100], "finals": [1, 2, 3, 4, 5]}}))
+
+
+def test_keskar_v4_is_absent_from_the_page_until_its_protocol_has_finished(tmp_path):
+    write_keskar_v4(tmp_path / "keskar_v4", longer_loss=0.19, finished=False)
+    page = render_results_page(tmp_path)
+    assert "keskar_v4" not in page
+    assert not [anchor for anchor in shown_anchors(tmp_path) if anchor.edition == 4]
+    assert "keskar_v4" not in render_results_page(RESULTS)  # the study running now: no protocol.json yet
+
+
+def test_keskar_v4_is_judged_on_a_row_per_regime_each_at_its_own_batch(tmp_path):
+    write_keskar_v4(tmp_path / "keskar_v4", longer_loss=0.19)
+    rows = {anchor.row: anchor_row(tmp_path, anchor) for anchor in ANCHORS if anchor.claim == KESKAR and anchor.edition == 4}
+    assert set(rows) == set(KESKAR_V4_REGIMES)
+    assert rows["in regime"][4].startswith("keskar_v4, in regime: batch 1,024 = 1.9% of 53,888; 1,040 updates (20 epochs); in regime")
+    assert rows["Keskar's regime"][4].startswith("keskar_v4, Keskar's regime: batch 5,376 = 9.98% of 53,888; 200 updates (20 epochs); "
+                                                 "in regime (9.98% of the data <= 10%; 200 updates >= 200)")
+    # At 1,024 the 2x horizon reached the small batch's loss (0.19 <= 0.20) and tests level: matches, and sharper.
+    assert rows["in regime"][5] == "**matches**: the claim does not hold"
+    assert "2x longer, annealed = equal training loss" in rows["in regime"][6]
+    # At 5,376 no horizon reached it (0.30 > 0.20): judged at equal epochs, said so; worse and sharper.
+    assert rows["Keskar's regime"][5] == "**worse**: the claim holds"
+    assert "at equal epochs: no annealed horizon (1x, 4x) reached the small batch's mean train loss 0.200" in rows["Keskar's regime"][6]
+    keskar_v3 = next(anchor for anchor in ANCHORS if anchor.claim == KESKAR and anchor.edition == 3)
+    assert superseded_by(tmp_path, keskar_v3) == ["keskar_v4"]
+
+    assert regime_line(tmp_path, "keskar_v4")[0] == (
+        "*Regime*, each row at its own large batch: in regime, batch 1,024 = 1.9% of 53,888; 1,040 updates (20 epochs): **in regime** "
+        "for Keskar et al. 2017; Keskar's regime, batch 5,376 = 9.98% of 53,888; 200 updates (20 epochs): **in regime** for Keskar "
+        "et al. 2017.")
+    page = render_results_page(tmp_path)
+    section = page.split("## keskar_v4:")[1].split("\n## ")[0]
+    assert "*Regime*, each row at its own large batch" in section and "<!--" not in page
+    # Flatness at matched LR: each run's LR at its end and 2 (1 + m) / LR beside its eigenvalue.
+    assert "| limit 2 (1 + m) / LR | λ / limit |" in section
+    assert "| momentum tuned 4x longer | 5376 | 1 | 800 | 6.48e-07 (0% of 0.648) | 62 | 5.86e+06 | 0.00 |" in section
+    assert "| in regime: 2x longer, annealed = equal training loss | 1024 |" in section
+    assert "| Keskar's regime: 4x longer, annealed | 5376 |" in section  # 0.30 > 0.20: not called equal loss
+
+
+def test_the_equal_loss_arm_is_named_only_when_its_loss_is_at_most_the_small_batchs(tmp_path):
+    write_keskar_v4(tmp_path / "keskar_v4", longer_loss=0.21)
+    text = "\n".join(section_keskar_v4(tmp_path))
+    assert "equal training loss |" not in text and "| in regime: 2x longer, annealed | 1024 |" in text
+
+
+def test_the_results_page_modules_import_no_circle():
+    """No module of lab/results_page imports, at its top or inside a function, one that imports it
+    back (issue 54: common imported the anchors inside regime_line)."""
+    folder = Path(REPO_ROOT) / "lab" / "results_page"
+    imports = {}
+    for path in folder.glob("*.py"):
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("lab.results_page."):
+                names.add(node.module.rsplit(".", 1)[1])
+            elif isinstance(node, ast.Import):
+                names |= {alias.name.rsplit(".", 1)[1] for alias in node.names if alias.name.startswith("lab.results_page.")}
+        imports[path.stem] = names
+
+    def reaches(start, goal, seen=()):
+        return any(name == goal or (name not in seen and reaches(name, goal, (*seen, name))) for name in imports.get(start, ()))
+
+    assert imports["common"] == set()
+    assert not [module for module in imports if module != "__init__" and reaches(module, module)]
