@@ -18,6 +18,14 @@ B_simple times the geometric mean multiple of the *other* pairs, against its mea
 (every number in it comes from the JSON) and ``validation.png`` from the committed outputs: no
 training, no TensorFlow.
 
+The fourth edition (issue 56, item 6; ``fourth_edition``, written to
+``results/advisor_validation_v4/``): for every fourth-edition study committed (``FOURTH_EDITION``;
+one not committed yet reads "not run yet"), the LR exponent ``lbtrain scale``'s design rule and
+``lbtrain advise``'s published-evidence recipe predict against the tuned LR's exponent the study
+measured with its 95% interval, and B_crit predicted from the gradient noise scale (the advisor's
+probe of the workload, committed beside the check, and the study's own B_simple) against B_crit
+measured by the critical-batch study of the same workload, the ratio with its interval.
+
     python scripts/validate_advisor.py
 """
 
@@ -524,7 +532,9 @@ def validation(root: Path, pairs: tuple[tuple[str, str, str, str, str], ...] = P
 
 def write_validation(root: Path) -> dict[str, Any]:
     """Writes ``validation.json``, ``validation.md`` and ``validation.png`` into ``root``'s
-    ``results/advisor_validation`` from the committed outputs of ``PAIRS``; returns the record."""
+    ``results/advisor_validation`` from the committed outputs of ``PAIRS``, and the fourth
+    edition's check into ``results/advisor_validation_v4`` (``write_fourth_edition``); returns the
+    first record."""
     from lbtrain.files import write_atomic
 
     data = validation(root)
@@ -533,6 +543,7 @@ def write_validation(root: Path) -> dict[str, Any]:
     write_atomic(output / ADVISOR_VALIDATION_FILE, (json.dumps(data, indent=2, allow_nan=False) + "\n").encode())
     write_atomic(output / ADVISOR_VALIDATION_REPORT, render_markdown(data).encode())
     plot(data, output / ADVISOR_VALIDATION_FIGURE)
+    write_fourth_edition(root)
     logger.info("wrote %s, %s, %s", output / ADVISOR_VALIDATION_FILE, ADVISOR_VALIDATION_REPORT, ADVISOR_VALIDATION_FIGURE)
     return data
 
@@ -546,3 +557,322 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
               f"{row['measured_b_crit']:.0f}, ratio {row['ratio']:.2f}, within 2x: {'yes' if row['within_2x'] else 'no'}"
               for row in data["leave_one_out"]]
     return lines
+
+
+# The fourth edition (issue 56, item 6) ----------------------------------------------------------
+
+OUTPUT_V4 = Path("results") / "advisor_validation_v4"
+DESCRIPTION_V4 = ("lbtrain advise and lbtrain scale's predictions against the fourth-edition studies: the LR exponent "
+                  "predicted vs measured, and B_crit predicted (gradient noise scale) vs measured, each with its interval "
+                  "(issue 56, item 6)")
+# (study, its folder, the folder of the critical-batch study measured on the same workload, the advisor's probe of that
+# workload), relative to the checkout's root. goyal_v4 and critical_batch_v4 share a workload (MLP 256-256, full
+# Fashion-MNIST, momentum SGD with half an epoch of warmup and cosine decay); keskar_v4 and adam_vit_v4 have no
+# critical-batch study.
+FOURTH_EDITION = (
+    ("goyal_v4", "results/goyal_v4", "results/critical_batch_v4", "results/advisor_validation_v4/goyal_v4/advice.json"),
+    ("critical_batch_v4", "results/critical_batch_v4", "results/critical_batch_v4", "results/advisor_validation_v4/goyal_v4/advice.json"),
+    ("keskar_v4", "results/keskar_v4", None, None),
+    ("adam_vit_v4", "results/adam_vit_v4", None, None),
+)
+# The LR exponent of each rule in the global batch (lbtrain.scaling: lr = base_lr (B / base_batch) ** alpha).
+RULE_EXPONENTS = {"linear": 1.0, "sqrt": 0.5, "none": 0.0}
+MATCHES, DOES_NOT_MATCH, INCONCLUSIVE = "matches", "does not match", "inconclusive"
+
+
+def rule_exponent(rule: Any) -> float | None:
+    """The exponent of an ``lr.rule`` (a rule's name or a number), None for anything else."""
+    if isinstance(rule, (int, float)) and not isinstance(rule, bool):
+        return float(rule)
+    return RULE_EXPONENTS.get(str(rule))
+
+
+def recipe_exponent(label: str) -> float | None:
+    """The exponent of the rule a recipe's label names (``sqrt+warmup``: 0.5), None when it names
+    none (a tuned LR) or more than one."""
+    import re
+
+    named = {word for word in RULE_EXPONENTS if re.search(rf"(?<![\w-]){word}(?![\w-])", label)}
+    return RULE_EXPONENTS[named.pop()] if len(named) == 1 else None
+
+
+def _json(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _experiment(folder: Path) -> dict[str, Any]:
+    import yaml
+
+    from lbtrain.results import EXPERIMENT_FILE
+
+    path = folder / EXPERIMENT_FILE
+    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+
+
+def exponent_decision(predicted: float | None, low: float | None, high: float | None) -> str | None:
+    """``matches`` when the measured exponent's 95% interval holds the prediction, ``does not
+    match`` when it excludes it (margin 0: the interval itself); None without both."""
+    if predicted is None or low is None or high is None:
+        return None
+    return MATCHES if low <= predicted <= high else DOES_NOT_MATCH
+
+
+def ratio_decision(interval: tuple[float, float] | None) -> str | None:
+    """Predicted / measured B_crit judged as the results page judges McCandlish et al.: ``matches``
+    when the whole ratio interval lies within [1/2, 2], ``does not match`` when wholly outside,
+    ``inconclusive`` otherwise."""
+    if interval is None:
+        return None
+    low, high = interval
+    if 1 / WITHIN <= low and high <= WITHIN:
+        return MATCHES
+    return DOES_NOT_MATCH if high < 1 / WITHIN or low > WITHIN else INCONCLUSIVE
+
+
+def _measured_exponent(folder: Path, answer: dict[str, Any] | None, optimizer: str) -> dict[str, Any] | None:
+    """The tuned LR's exponent the study measured: ``lbtrain scale``'s (``answer.json``, the arm of
+    the experiment's own optimizer) or a sweep's (``sweep_fit.json``); None when it measured none."""
+    from lbtrain.results import SWEEP_FIT_FILE
+
+    fits = (answer or {}).get("lr_exponent") or {}
+    arm = next((name for name in fits if name.split("+")[0] == optimizer), None)
+    if arm is not None:
+        return {"arm": arm, "source": "answer.json", **fits[arm]}
+    fit = _json(folder / SWEEP_FIT_FILE)
+    return None if fit is None else {"arm": None, "source": SWEEP_FIT_FILE, **fit}
+
+
+def _advisor_recipe(model: str, dataset: str, multiple: float) -> dict[str, Any] | None:
+    """What the advisor quotes from lbtrain's published findings at ``multiple`` x the base batch
+    (its fallback without the user's own evidence), with the exponent of its rule."""
+    from lbtrain.studies.findings import recipe_advice
+
+    row = recipe_advice(model, dataset, multiple)
+    if row is None or not row["held"]:
+        return None
+    first = row["held"][0]["recipe"]
+    return {"recipe": first, "study": row["title"], "multiple": row["multiple"], "asked_multiple": multiple,
+            "exponent": recipe_exponent(first)}
+
+
+def _predicted_b_crit(answer: dict[str, Any] | None, report: dict[str, Any] | None,
+                      advice: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The predictions of B_crit on the workload, each with its spread: the advisor's probe
+    (B_simple with its 95% bootstrap interval over the probe's steps) and its calibrated B_crit,
+    ``lbtrain scale``'s B_simple (the median of the ok runs' final values, its range over training),
+    a steps-to-target study's B_simple at the target (median over batch sizes, its range)."""
+    predictions = []
+    if advice is not None and advice["noise_scale"]["mean"] is not None:
+        estimate = advice["noise_scale"]
+        predictions.append({"by": "lbtrain advise: probe B_simple", "value": estimate["mean"], "low": estimate["low"],
+                            "high": estimate["high"], "spread": f"95% bootstrap interval over the last {estimate['n']} of the probe's "
+                            f"{advice['probe']['steps']} steps at batch {advice['probe']['global_batch']}"})
+        calibrated = advice["probe"].get("calibrated")
+        if calibrated:
+            multiple = calibrated["multiple"]
+            predictions.append({"by": "lbtrain advise: calibrated B_crit", "value": calibrated["b_crit"],
+                                "low": estimate["low"] * multiple, "high": estimate["high"] * multiple,
+                                "spread": f"the probe's interval x {multiple:.2f}, the geometric mean multiple of "
+                                f"{len(calibrated['pairs'])} validation pairs, whose own scatter is not included"})
+    noise = (answer or {}).get("noise_scale")
+    if noise and noise.get("b_simple") is not None:
+        predictions.append({"by": "lbtrain scale: B_simple", "value": noise["b_simple"], "low": noise.get("low"),
+                            "high": noise.get("high"), "spread": f"the median of {noise.get('runs')} ok runs' final values; "
+                            "its range over training, a spread of measurements with no confidence level"})
+    noise = (report or {}).get("noise_scale")
+    if noise and noise.get("median") is not None:
+        low, high = noise.get("range") or (None, None)
+        predictions.append({"by": "the study's B_simple at the target", "value": noise["median"], "low": low, "high": high,
+                            "spread": f"the median over {noise.get('batches')} batch sizes; the range over them"})
+    return predictions
+
+
+def _measured_b_crit(root: Path, folder: str | None) -> dict[str, Any]:
+    """B_crit measured on the workload by its critical-batch study (``report.json``), or why not."""
+    from lbtrain.results import REPORT_JSON
+
+    if folder is None:
+        return {"status": "no critical-batch study on this workload"}
+    report = _json(root / folder / REPORT_JSON)
+    if report is None:
+        return {"status": "not run yet", "study": folder}
+    fit = report.get("critical_batch") or {}
+    if fit.get("b_crit") is None:
+        return {"status": f"not fitted: {fit.get('note')}", "study": folder}
+    interval = fit.get("b_crit_interval")
+    return {"status": "measured", "study": folder, "b_crit": fit["b_crit"], "low": None if interval is None else interval[0],
+            "high": None if interval is None or interval[1] is None else interval[1], "batches": fit["batches"],
+            "seeds": fit.get("seeds"), "estimate_method": fit.get("estimate_method"), "interval_method": fit.get("interval_method"),
+            "target": report.get("target"), "metric": report.get("metric")}
+
+
+def _ratio(prediction: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any] | None:
+    """Predicted / measured with the hull ``[predicted low / measured high, predicted high / measured
+    low]`` (no confidence level: a prediction's spread over the measurement's interval)."""
+    if measured.get("status") != "measured":
+        return None
+    ratio = prediction["value"] / measured["b_crit"]
+    interval = None
+    if None not in (prediction["low"], prediction["high"], measured["low"]):
+        high = math.inf if measured["high"] is None else measured["high"]
+        interval = (prediction["low"] / high, prediction["high"] / measured["low"] if measured["low"] > 0 else math.inf)
+    return {"ratio": ratio, "low": None if interval is None else interval[0],
+            "high": None if interval is None or not math.isfinite(interval[1]) else interval[1],
+            "decision": ratio_decision(interval)}
+
+
+def _linear_break(answer: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Where ``lbtrain scale`` found the linear rule stop: the largest global batch where it
+    matches and the first where it is worse (a bracket of global batches), when the answer has them."""
+    if not answer or answer.get("first_worse") is None:
+        return None
+    batches = {row["world_size"]: row["global_batch"] for row in answer["per_world_size"]}
+    holds = answer.get("linear_rule_holds_up_to")
+    return {"holds_up_to": batches.get(holds), "first_worse": batches.get(answer["first_worse"])}
+
+
+def fourth_edition_study(root: Path, name: str, folder: str, b_crit_study: str | None, advice_path: str | None) -> dict[str, Any]:
+    """One fourth-edition study's check (paths relative to ``root``): ``not run yet`` without its
+    result (``answer.json`` of ``lbtrain scale`` or ``report.json`` of ``lbtrain report``)."""
+    from lbtrain.results import ANSWER_FILE, REPORT_JSON
+
+    path = root / folder
+    answer, report = _json(path / ANSWER_FILE), _json(path / REPORT_JSON)
+    if answer is None and report is None:
+        return {"study": name, "folder": folder, "status": "not run yet"}
+    experiment = _experiment(path)
+    model = (answer or {}).get("model") or (experiment.get("model") or {}).get("name")
+    dataset = (answer or {}).get("data") or (experiment.get("data") or {}).get("dataset")
+    optimizer = (experiment.get("optimizer") or {}).get("name")
+    advice = None if advice_path is None else _json(root / advice_path)
+    lr = experiment.get("lr") or {}
+    measured = _measured_exponent(path, answer, optimizer)
+    exponent = None
+    if measured is not None:
+        batches = [row["global_batch"] for row in measured["batches"]]
+        base = lr.get("base_batch") or min(batches)
+        if advice is not None and advice.get("recommended_world_size"):
+            asked = advice["recommended_world_size"] * advice["probe"]["per_worker_batch_advised"] / base
+        else:
+            asked = max(batches) / base
+        low, high = measured.get("alpha_95_low"), measured.get("alpha_95_high")
+        scale_rule = rule_exponent(lr.get("rule"))
+        advisor = None if model is None or dataset is None else _advisor_recipe(model, dataset, asked)
+        exponent = {"measured": {key: measured.get(key) for key in ("arm", "source", "alpha", "points", "note")} | {"low": low, "high": high},
+                    "batches": batches,
+                    "scale": {"rule": lr.get("rule"), "exponent": scale_rule, "decision": exponent_decision(scale_rule, low, high)},
+                    "advisor": None if advisor is None else {**advisor,
+                                                             "decision": exponent_decision(advisor["exponent"], low, high)},
+                    "rules_inside": [rule for rule, value in RULE_EXPONENTS.items()
+                                     if low is not None and high is not None and low <= value <= high]}
+    measured_b_crit = _measured_b_crit(root, b_crit_study)
+    predictions = _predicted_b_crit(answer, report, advice)
+    for prediction in predictions:
+        prediction["ratio"] = _ratio(prediction, measured_b_crit)
+    return {"study": name, "folder": folder, "status": "done", "model": model, "dataset": dataset, "optimizer": optimizer,
+            "exponent": exponent, "b_crit": {"measured": measured_b_crit, "predicted": predictions,
+                                             "linear_break": _linear_break(answer)}}
+
+
+def fourth_edition(root: Path, studies: tuple[tuple[str, str, str | None, str | None], ...] = FOURTH_EDITION) -> dict[str, Any]:
+    """The record ``results/advisor_validation_v4/validation.json`` holds (``fourth_edition_study``
+    per study of ``studies``, relative to ``root``)."""
+    return {"description": DESCRIPTION_V4, "tolerance": WITHIN, "studies": [fourth_edition_study(root, *spec) for spec in studies]}
+
+
+def _value(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _exponent_lines(item: dict[str, Any]) -> list[str]:
+    exponent = item["exponent"]
+    if exponent is None:
+        return ["- LR exponent: not measured by this study (no tuned LR per batch with an interval)."]
+    measured = exponent["measured"]
+    where = f"{measured['source']}" + (f", arm {measured['arm']}" if measured["arm"] else "")
+    if measured["alpha"] is None:
+        return [f"- LR exponent: not fitted ({measured['note']}; {where})."]
+    interval = ("no interval" if measured["low"] is None else f"[{measured['low']:.2f}, {measured['high']:.2f}]")
+    lines = [f"- LR exponent measured: {measured['alpha']:.2f} {interval} over {measured['points']} batch sizes "
+             f"{exponent['batches'][0]:,} to {exponent['batches'][-1]:,} ({where}; tuned LR ~ B^alpha, bootstrap over trials)."]
+    scale = exponent["scale"]
+    if scale["exponent"] is not None:
+        lines.append(f"  - lbtrain scale's design rule (`lr.rule: {scale['rule']}`, which centres every batch's LR grid) "
+                     f"predicts {scale['exponent']:.2f}: **{scale['decision'] or 'no decision (no interval)'}**.")
+    advisor = exponent["advisor"]
+    if advisor is not None:
+        said = ("names no rule (a tuned LR)" if advisor["exponent"] is None else f"predicts {advisor['exponent']:.2f}: "
+                f"**{advisor['decision'] or 'no decision (no interval)'}**")
+        lines.append(f"  - lbtrain advise without the study (lbtrain's findings, at {advisor['asked_multiple']:g}x the base "
+                     f"batch; the nearest row {advisor['multiple']:g}x of \"{advisor['study']}\"): `{advisor['recipe']}`, which {said}.")
+    inside = exponent["rules_inside"]
+    lines.append("  - Rules inside the measured interval: " + (", ".join(inside) if inside else "none of linear, sqrt, none")
+                 + (" (the interval cannot tell them apart)." if len(inside) > 1 else "."))
+    return lines
+
+
+def _b_crit_lines(item: dict[str, Any]) -> list[str]:
+    b_crit = item["b_crit"]
+    measured = b_crit["measured"]
+    if measured["status"] == "measured":
+        high = "unbounded" if measured["high"] is None else f"{measured['high']:,.0f}"
+        head = (f"- B_crit measured by {measured['study']}: {measured['b_crit']:,.0f} [{_value(measured['low'], 0)}, {high}] "
+                f"({measured['estimate_method']} estimate, {measured['interval_method']} interval; {measured['batches']} batch "
+                f"sizes, {measured['seeds']} seeds or more each; {measured['metric']} {measured['target']:.3f}).")
+    elif measured["status"] == "not run yet":
+        head = f"- B_crit measured: not run yet ({measured['study']} is the critical-batch study of this workload)."
+    else:
+        head = f"- B_crit measured: {measured['status']}."
+    lines = [head]
+    for prediction in b_crit["predicted"]:
+        spread = "" if prediction["low"] is None else f" [{_value(prediction['low'], 0)}, {_value(prediction['high'], 0)}]"
+        line = f"  - {prediction['by']}: {prediction['value']:,.0f}{spread} ({prediction['spread']})"
+        ratio = prediction["ratio"]
+        if ratio is not None:
+            interval = "" if ratio["low"] is None else f" [{_value(ratio['low'])}, {_value(ratio['high']) if ratio['high'] is not None else 'unbounded'}]"
+            line += (f"; predicted / measured = {ratio['ratio']:.2f}{interval}: **{ratio['decision'] or 'no decision (no interval)'}**"
+                     f" (within {WITHIN:g}x)")
+        lines.append(line + ".")
+    if not b_crit["predicted"]:
+        lines.append("  - No prediction of B_crit recorded on this workload (no advisor probe, no B_simple in the study).")
+    brk = b_crit["linear_break"]
+    if brk is not None:
+        lines.append(f"  - Where the linear rule stopped in this study: it matches up to batch {_value(brk['holds_up_to'], 0)} and is "
+                     f"worse from batch {_value(brk['first_worse'], 0)}. Not a B_crit measurement, so no ratio: McCandlish et al.'s "
+                     "model puts the end of linear LR growth near B_noise, but the break also moves with the warmup and with where "
+                     "the LR becomes unstable, and B_crit is defined by steps to a target, which this study does not count.")
+    return lines
+
+
+def render_fourth_edition(data: dict[str, Any]) -> str:
+    """``results/advisor_validation_v4/validation.md``: every number from ``data`` (``fourth_edition``)."""
+    lines = ["# The advisor and `lbtrain scale` against the fourth-edition studies", "",
+             "Rendered by `python scripts/validate_advisor.py` from `validation.json` (every number here is in it). Per study: "
+             "(i) the LR exponent predicted (the rule `lbtrain scale` centres its grids on, and the recipe `lbtrain advise` quotes "
+             "from lbtrain's published findings without the study) against the tuned LR's exponent the study measured, with its "
+             "95% interval: *matches* when the interval holds the prediction, *does not match* when it excludes it; (ii) B_crit "
+             "predicted from the gradient noise scale against B_crit measured by the critical-batch study of the same workload, "
+             f"the ratio over the prediction's spread and the measurement's interval (a hull, no confidence level): *matches* "
+             f"when it lies wholly within [{1 / WITHIN:g}, {WITHIN:g}], *does not match* when wholly outside, *inconclusive* "
+             "otherwise.", ""]
+    for item in data["studies"]:
+        lines.append(f"## {item['study']}")
+        lines.append("")
+        if item["status"] == "not run yet":
+            lines += [f"Not run yet (no answer.json or report.json in {item['folder']}).", ""]
+            continue
+        lines += [f"{item['model']} on {item['dataset']}, {item['optimizer']}.", ""]
+        lines += _exponent_lines(item) + _b_crit_lines(item) + [""]
+    return "\n".join(lines)
+
+
+def write_fourth_edition(root: Path) -> dict[str, Any]:
+    """Writes ``validation.json`` and ``validation.md`` into ``root``'s ``results/advisor_validation_v4``."""
+    from lbtrain.files import write_atomic
+
+    data = fourth_edition(root)
+    output = root / OUTPUT_V4
+    output.mkdir(parents=True, exist_ok=True)
+    write_atomic(output / ADVISOR_VALIDATION_FILE, (json.dumps(data, indent=2, allow_nan=False) + "\n").encode())
+    write_atomic(output / ADVISOR_VALIDATION_REPORT, render_fourth_edition(data).encode())
+    return data

@@ -112,3 +112,118 @@ def test_a_study_report_taken_batch_by_batch_is_described_so(tmp_path):
     text = render_markdown(validation(tmp_path, (spec,)))
     assert ("the study's own runs logged B_simple 180 at the epoch each reached the target (the median over 5 batch sizes of "
             "each batch's median, 14 runs; from 120 to 260 over the batch sizes; the in-step estimator, as the probe)") in text
+
+
+# The fourth edition (issue 56, item 6): results/advisor_validation_v4.
+
+COMMITTED_V4 = Path(REPO_ROOT) / "results" / "advisor_validation_v4"
+
+
+def test_the_committed_fourth_edition_check_is_what_the_committed_results_render():
+    from lab.advisor_validation import fourth_edition, render_fourth_edition
+
+    data = fourth_edition(Path(REPO_ROOT))
+    assert (COMMITTED_V4 / "validation.json").read_text() == json.dumps(data, indent=2, allow_nan=False) + "\n", (
+        "results/advisor_validation_v4 is stale: run python scripts/validate_advisor.py")
+    assert (COMMITTED_V4 / "validation.md").read_text() == render_fourth_edition(data)
+
+
+def test_goyal_v4_measured_the_lr_exponent_that_neither_prediction_matches():
+    """goyal_v4's answer: the tuned LR grows as B^0.56 [0.34, 0.80] over 6 batches 32 to 2,048.
+    lbtrain scale's design rule there (linear, 1) and the advisor's findings recipe at its
+    recommended 4 workers (linear+warmup, 1) lie outside it; sqrt (0.5) is the one rule inside.
+    Its workload's critical-batch study is not committed: B_crit measured reads "not run yet",
+    and the linear rule's break (matches to batch 256, worse from 1,024) is set beside, no ratio."""
+    from lab.advisor_validation import fourth_edition
+
+    data = fourth_edition(Path(REPO_ROOT))
+    goyal = next(item for item in data["studies"] if item["study"] == "goyal_v4")
+    exponent = goyal["exponent"]
+    assert exponent["measured"]["alpha"] == pytest.approx(0.557, abs=1e-3) and exponent["measured"]["points"] == 6
+    assert (exponent["measured"]["low"], exponent["measured"]["high"]) == pytest.approx((0.343, 0.795), abs=1e-3)
+    assert exponent["batches"] == [32, 128, 256, 512, 1024, 2048] and exponent["measured"]["arm"] == "momentum+warmup"
+    assert exponent["scale"] == {"rule": "linear", "exponent": 1.0, "decision": "does not match"}
+    assert exponent["advisor"]["recipe"] == "linear+warmup" and exponent["advisor"]["decision"] == "does not match"
+    assert exponent["rules_inside"] == ["sqrt"]
+    b_crit = goyal["b_crit"]
+    if not (Path(REPO_ROOT) / "results/critical_batch_v4/report.json").is_file():
+        assert b_crit["measured"] == {"status": "not run yet", "study": "results/critical_batch_v4"}
+        assert all(prediction["ratio"] is None for prediction in b_crit["predicted"])
+    assert b_crit["linear_break"] == {"holds_up_to": 256, "first_worse": 1024}
+    by = {prediction["by"]: prediction for prediction in b_crit["predicted"]}
+    assert by["lbtrain scale: B_simple"]["value"] == pytest.approx(3908.9, abs=0.1)
+    probe = by["lbtrain advise: probe B_simple"]
+    assert probe["low"] < probe["value"] < probe["high"]
+    for item in data["studies"]:
+        folder = Path(REPO_ROOT) / item["folder"]
+        committed = (folder / "answer.json").is_file() or (folder / "report.json").is_file()
+        assert (item["status"] == "not run yet") == (not committed)
+
+
+def test_a_synthetic_fourth_edition_judges_each_prediction_by_its_interval(tmp_path):
+    """goyal_v4's answer with a synthetic critical_batch_v4 (B_crit 400 [300, 450], B_simple at
+    the target 360, 230 to 500 over the batches), a synthetic probe (B_simple 120 [100, 140],
+    calibrated x5: 600 [500, 700]) and a keskar_v4 whose sweep fit has too few batches:
+
+    - probe / measured: 0.30, [100 / 450, 140 / 300] = [0.22, 0.47], wholly below 1/2: does not match;
+    - calibrated: 1.50, [500 / 450, 700 / 300] = [1.11, 2.33]: inconclusive;
+    - the study's own B_simple: 0.90, [230 / 450, 500 / 300] = [0.51, 1.67]: matches;
+    - adam_vit_v4, not there: not run yet."""
+    import shutil
+
+    from lab.advisor_validation import fourth_edition, render_fourth_edition
+
+    root = Path(REPO_ROOT)
+    for name in ("answer.json", "experiment.yaml"):
+        (tmp_path / "results/goyal_v4").mkdir(parents=True, exist_ok=True)
+        shutil.copy(root / "results/goyal_v4" / name, tmp_path / "results/goyal_v4" / name)
+    study = tmp_path / "results/critical_batch_v4"
+    study.mkdir(parents=True)
+    (study / "report.json").write_text(json.dumps({
+        "target": 0.87, "metric": "val_accuracy",
+        "critical_batch": {"b_crit": 400.0, "b_crit_interval": [300.0, 450.0], "batches": 7, "seeds": 4,
+                           "estimate_method": "profile likelihood", "interval_method": "profile"},
+        "noise_scale": {"median": 360.0, "range": [230.0, 500.0], "batches": 7}}))
+    (study / "experiment.yaml").write_text((root / "experiments/critical_batch_v4.yaml").read_text())
+    advice = {"noise_scale": {"mean": 120.0, "low": 100.0, "high": 140.0, "n": 50, "level": 0.95}, "recommended_world_size": 4,
+              "probe": {"steps": 100, "global_batch": 32, "per_worker_batch_advised": 32,
+                        "calibrated": {"b_crit": 600.0, "multiple": 5.0, "pairs": [{}, {}, {}]}}}
+    (tmp_path / "probe").mkdir()
+    (tmp_path / "probe/advice.json").write_text(json.dumps(advice))
+    keskar = tmp_path / "results/keskar_v4"
+    keskar.mkdir(parents=True)
+    (keskar / "report.json").write_text(json.dumps({}))
+    (keskar / "experiment.yaml").write_text((root / "experiments/keskar_v4.yaml").read_text())
+    (keskar / "sweep_fit.json").write_text(json.dumps({"alpha": None, "alpha_95_low": None, "alpha_95_high": None, "points": 3,
+                                                       "intercept": None, "top_k": 3, "batches": [{"global_batch": 128}],
+                                                       "note": "not enough points (n = 3 batch sizes < 4)"}))
+    studies = (("goyal_v4", "results/goyal_v4", "results/critical_batch_v4", "probe/advice.json"),
+               ("critical_batch_v4", "results/critical_batch_v4", "results/critical_batch_v4", "probe/advice.json"),
+               ("keskar_v4", "results/keskar_v4", None, None), ("adam_vit_v4", "results/adam_vit_v4", None, None))
+    data = fourth_edition(tmp_path, studies)
+    goyal, critical, keskar_item, adam = data["studies"]
+    by = {prediction["by"]: prediction["ratio"] for prediction in goyal["b_crit"]["predicted"]}
+    assert by["lbtrain advise: probe B_simple"] == pytest.approx({"ratio": 0.30, "low": 100 / 450, "high": 140 / 300,
+                                                                  "decision": "does not match"})
+    assert by["lbtrain advise: calibrated B_crit"] == pytest.approx({"ratio": 1.5, "low": 500 / 450, "high": 700 / 300,
+                                                                     "decision": "inconclusive"})
+    own = next(prediction for prediction in critical["b_crit"]["predicted"] if prediction["by"] == "the study's B_simple at the target")
+    assert own["ratio"] == pytest.approx({"ratio": 0.9, "low": 230 / 450, "high": 500 / 300, "decision": "matches"})
+    assert critical["exponent"] is None and critical["b_crit"]["linear_break"] is None
+    assert keskar_item["exponent"]["measured"]["alpha"] is None and keskar_item["b_crit"]["measured"] == {
+        "status": "no critical-batch study on this workload"}
+    assert adam == {"study": "adam_vit_v4", "folder": "results/adam_vit_v4", "status": "not run yet"}
+    text = render_fourth_edition(data)
+    assert "- B_crit measured by results/critical_batch_v4: 400 [300, 450] (profile likelihood estimate, profile interval" in text
+    assert "predicted / measured = 0.30 [0.22, 0.47]: **does not match** (within 2x)" in text
+    assert "predicted / measured = 0.90 [0.51, 1.67]: **matches**" in text
+    assert "- LR exponent: not fitted (not enough points (n = 3 batch sizes < 4); sweep_fit.json)." in text
+    assert "## adam_vit_v4\n\nNot run yet (no answer.json or report.json in results/adam_vit_v4)." in text
+
+
+def test_a_recipe_names_the_rule_whose_exponent_it_predicts():
+    from lab.advisor_validation import recipe_exponent, rule_exponent
+
+    assert [recipe_exponent(label) for label in ("sqrt+warmup", "linear capped", "none", "momentum+warmup sqrt rule",
+                                                  "momentum+warmup tuned", "lars+warmup tuned")] == [0.5, 1.0, 0.0, 0.5, None, None]
+    assert (rule_exponent("linear"), rule_exponent("sqrt"), rule_exponent(0.75), rule_exponent("cubic")) == (1.0, 0.5, 0.75, None)
