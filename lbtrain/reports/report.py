@@ -31,7 +31,7 @@ from typing import Any, Callable, Sequence
 from lbtrain.files import write_atomic, write_json_atomic
 from lbtrain.measures.noise_scale import simple_noise_scale
 from lbtrain.measures.steps_to_target import measured_points, steps_to_target
-from lbtrain.reports.decisions import DEFAULT_CLAIM_MARGIN, WORSE, claim
+from lbtrain.reports.decisions import DEFAULT_CLAIM_MARGIN, WORSE, claim, trained_share_claim
 from lbtrain.reports.plots import Line, Mark, plot_panels, recipe_colors
 from lbtrain.reports.scaling_laws import (
     PROFILE_METHOD,
@@ -80,6 +80,11 @@ from lbtrain.results import (
 )
 
 BATCH_AXIS = {"xlabel": "global batch", "log2_x": True}
+# The claim of an arm none of whose runs ended ok: no accuracy to take a difference of, so its
+# claim counts how many runs of it and of the reference ended ok (as lbtrain scale's answer does).
+SHARE_CLAIMS_SENTENCE = ("Arms with no ok run have no difference of accuracies: their *claim* compares how many of their runs "
+                         "ended ok with the reference's (Fisher's exact test, one-sided at 2.5%, the level of each bound of a "
+                         "95% interval):")
 
 
 class ReportError(ValueError):
@@ -561,18 +566,23 @@ def _accuracy_section(report: _Report, records: Sequence[RunRecord]) -> list[Agg
     reference, differences = differences_from_reference(test)
     report.summary["reference"] = None if reference is None else {
         "recipe": reference.recipe, "global_batch": reference.global_batch, "world_size": reference.world_size}
-    entries, rows = [], []
+    entries, rows, shares = [], [], []
     for item, difference in differences:
         key = (item.recipe, item.global_batch)
         estimate = item.estimate()
         word = None if difference is None or difference.mean is None else claim(difference)
+        decided_by = None
+        if reference is not None and item is not reference and not item.ok_runs and item.total:
+            word, decided_by = trained_share_claim(item.ok_runs, item.total, reference.ok_runs, reference.total)
+            shares.append(f"- `{item.recipe}` at global batch {item.global_batch}: {word}, {decided_by}")
         entries.append({"recipe": item.recipe, "world_size": item.world_size, "global_batch": item.global_batch,
                         "learning_rate": rates[key], "test_accuracy": item.mean, "low": estimate.low, "high": estimate.high, "df": estimate.df,
                         "std": item.std, "runs": item.runs, "ok_runs": item.ok_runs, "total": item.total, "excluded": item.excluded,
                         "train_accuracy": _estimate_record(train[key].estimate()), "gap_accuracy": _estimate_record(gap[key].estimate()),
                         "validation_accuracy": _estimate_record(validation[key].estimate()),
                         "standing_on_validation": ranked.get(key),
-                        "difference_from_reference": _estimate_record(difference), "claim": word})
+                        "difference_from_reference": _estimate_record(difference), "claim": word,
+                        **({"decided_by": decided_by} if decided_by else {})})
         is_reference = reference is not None and item is reference
         rows.append([item.recipe, item.world_size, item.global_batch, f"{rates[key]:.4g}", train[key].describe(),
                      *([validation[key].describe()] if has_validation else []), item.describe(), gap[key].describe(),
@@ -593,7 +603,8 @@ def _accuracy_section(report: _Report, records: Sequence[RunRecord]) -> list[Agg
                + reference_sentence(report.summary["reference"], DEFAULT_CLAIM_MARGIN, score) + standing_text,
                markdown_table(["recipe", "world", "global batch", "lr", f"train {short}",
                                *([f"validation {short}"] if has_validation else []), f"test {short}", "gap", "test − reference", "claim",
-                               *(["standing at its batch (validation)"] if has_validation else []), "runs"], rows))
+                               *(["standing at its batch (validation)"] if has_validation else []), "runs"], rows),
+               *([SHARE_CLAIMS_SENTENCE, "\n".join(shares)] if shares else []))
     names, marks = recipes(records), status_marks(records)
     panels, axis = comparison_axis(records, {f"test {score}": [*batch_lines(test, names), *marks]})
     report.figure(FIGURE_ACCURACY_VS_BATCH, panels, f"test {score} vs global batch", ylabel=f"test {score}", **axis)

@@ -466,6 +466,25 @@ def test_the_accuracy_table_ranks_arms_on_validation_shows_their_test_and_sets_e
     assert unsupported_numbers(text, summary) == []
 
 
+def test_an_arm_with_no_ok_run_is_claimed_by_how_many_of_its_runs_ended_ok(tmp_path):
+    records = [scored("a", 1, s, 0.85 + s / 100, 0.8) for s in range(5)]
+    records += [scored("a", 32, s, 0.1, 0.1, status="diverged") for s in range(5)]  # goyal_v4's linear rule at batch 1,024
+    records += [scored("b", 32, s, 0.1, 0.1, status="diverged") for s in range(3)]  # 0 of 3 against 5 of 5: p = 1/56 * ...
+    text, summary = accuracy_table(records, tmp_path)
+    claims = {(e["recipe"], e["global_batch"]): (e["claim"], e.get("decided_by")) for e in summary["accuracy"]}
+    # Fisher's exact test, one-sided: 0 of 5 against 5 of 5 is p = 1 / C(10, 5) = 1/252; 0 of 3 against 5 of 5 is 1 / C(8, 3) = 1/56.
+    assert claims[("a", 512)] == ("worse", "0 of 5 runs ok against 5 of 5 (Fisher's exact test, one-sided p = 0.004)")
+    assert scipy.stats.fisher_exact([[0, 5], [5, 0]], alternative="less").pvalue == pytest.approx(1 / 252)
+    assert claims[("b", 512)] == ("worse", "0 of 3 runs ok against 5 of 5 (Fisher's exact test, one-sided p = 0.018)")
+    assert claims[("a", 16)] == (None, None)  # the reference
+    assert row_of(text, "a", 512)[-4:-2] == ["-", "worse"]
+    assert "- `a` at global batch 512: worse, 0 of 5 runs ok against 5 of 5 (Fisher's exact test, one-sided p = 0.004)" in text
+    # Three runs of three against none of three: p = 1/20, not below 2.5%: inconclusive.
+    few = [scored("a", 1, s, 0.85, 0.8) for s in range(3)] + [scored("a", 4, s, 0.1, 0.1, status="diverged") for s in range(3)]
+    text, summary = accuracy_table(few, tmp_path)
+    assert summary["accuracy"][1]["claim"] == "inconclusive" and "one-sided p = 0.050" in text
+
+
 def test_arms_given_another_budget_are_ranked_apart_and_no_validation_ranks_nothing(tmp_path):
     records = [scored("a", 1, s, 0.8, v) for s, v in enumerate([0.80, 0.81, 0.82])]
     records += [scored("a", 4, s, 0.8, v) for s, v in enumerate([0.70, 0.71, 0.72])]
