@@ -61,7 +61,7 @@ def test_every_section_of_every_edition_carries_its_regime_label():
 def test_each_anchor_says_what_the_decision_says_of_its_claim():
     """"matches" supports Goyal's claim and contradicts Keskar's: each anchor names the decisions
     that support its claim."""
-    from lab.results_page.anchors import AS_GOOD, DOES_NOT_HOLD, HOLDS, LOSES, claim_text
+    from lab.results_page.anchors import AGREES, AS_GOOD, DOES_NOT_HOLD, HOLDS, LOSES, claim_text
 
     goyal = next(anchor for anchor in ANCHORS if anchor.paper == "Goyal et al. 2017" and anchor.edition == 3 and "matches" in anchor.claim)
     keskar = next(anchor for anchor in ANCHORS if anchor.paper == "Keskar et al. 2017" and anchor.edition == 3)
@@ -69,4 +69,9 @@ def test_each_anchor_says_what_the_decision_says_of_its_claim():
     assert (claim_text("matches", goyal.supports), claim_text("matches", keskar.supports)) == (HOLDS, DOES_NOT_HOLD)
     shown = {(anchor.paper, anchor.edition): anchor_row(RESULTS, anchor)[5] for anchor in ANCHORS}
     assert shown[("Keskar et al. 2017", 3)] == "**matches**: the claim does not hold"
-    assert shown[("McCandlish et al. 2018", 3)] == "**matches**: the claim holds"
+    # McCandlish et al.'s claim that the value agrees: matches holds it, worse contradicts it, inconclusive leaves it
+    # (critical_batch_v3's B_crit interval [303, 584] since 0f0a9f3 leaves B_simple / B_crit inconclusive).
+    mccandlish = next(anchor for anchor in ANCHORS if anchor.paper == "McCandlish et al. 2018" and anchor.edition == 3)
+    verdict = mccandlish.judge(RESULTS)[0]
+    assert shown[("McCandlish et al. 2018", 3)] == f"**{verdict}**: {claim_text(verdict, AGREES)}"
+    assert claim_text("matches", AGREES) == HOLDS and claim_text("inconclusive", AGREES) == "the claim: inconclusive"
