@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable, Mapping, NamedTuple
 
 from lab.results_page.asynchrony import anchor_async_lr, anchor_staleness, anchor_staleness_damping
-from lab.results_page.common import figure_lines, study_json, study_regimes, study_runs
+from lab.results_page.common import figure_lines, study_json, study_runs
 from lab.results_page.critical_batch import anchor_mccandlish, anchor_shallue
 from lab.results_page.goyal import (
     GOYAL_2017_BASE_ERROR,
@@ -36,6 +36,7 @@ from lbtrain.reports.regime import (
     Regime,
     in_regime,
     largest_in_regime,
+    study_regimes,
 )
 from lbtrain.reports.tables import markdown_table
 from lbtrain.results import COMPARE_JSON, PROTOCOL_FILE, REPORT_JSON, SUMMARY_FILE
@@ -202,7 +203,7 @@ def shown_anchors(results: Path) -> list[Anchor]:
 
 
 def row_regime(results: Path, anchor: Anchor, study: str) -> tuple[Regime | None, list[Regime]]:
-    """The regime ``anchor``'s row reads ``study`` at (``common.study_regimes``): its large
+    """The regime ``anchor``'s row reads ``study`` at (``lbtrain.reports.regime.study_regimes``): its large
     batch's (``Anchor.world_size``, found in the study's summary) or the study's largest; and
     every regime of the study. None when no committed run records it."""
     regimes = study_regimes(results, study)
@@ -265,7 +266,7 @@ def _verdicts_text(papers: list[str], regime: Regime) -> str:
 
 
 def regime_line(results: Path, study: str) -> list[str]:
-    """A section's regime label: the study's largest batch (``common.study_regimes``; for an
+    """A section's regime label: the study's largest batch (``lbtrain.reports.regime.study_regimes``; for an
     ``lbtrain compare`` record, its compared folders') and, for each paper whose finding the page
     judges on this study (``ANCHORS``), *in regime* or *out of regime* with why, judged on this
     study alone (another study on the finding's row does not move it); the page's own rule

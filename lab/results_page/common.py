@@ -32,12 +32,10 @@ from lbtrain.reports.decisions import (
     claim_from_interval,
     standing,
 )
-from lbtrain.reports.regime import Regime
-from lbtrain.reports.regime import study_regimes as regime_study_regimes
 from lbtrain.reports.report import machine_minutes as folder_minutes
 from lbtrain.reports.statistics import Estimate
 from lbtrain.reports.tables import markdown_table, read_summary
-from lbtrain.results import COMPARE_JSON, EXPERIMENT_FILE, METRICS_FILE, RUNS_FOLDER, SUMMARY_FILE
+from lbtrain.results import COMPARE_JSON, EXPERIMENT_FILE, SUMMARY_FILE
 from lbtrain.verdict import is_ok
 
 # The margin of every claim on the page (``lbtrain.reports.decisions``): 1 point of accuracy.
@@ -103,30 +101,6 @@ def regime_slot(study: str) -> list[str]:
     (``lab.results_page.page.render_results_page``); a section rendered alone keeps it, an HTML
     comment that Markdown does not show."""
     return [REGIME_SLOT.format(study=study)]
-
-
-def study_regimes(results: Path, study: str) -> list[Regime]:
-    """``lbtrain.reports.regime.study_regimes`` with each batch's updates at least its runs'
-    update floor (``training.min_steps``, the budget's ``min_steps`` in a run's ``metrics.json``):
-    lbtrain's reader counts a run's epochs only, so goyal_v4's batch 2,048 (6 epochs of 26
-    updates, trained for its floor of 800) would read 156 updates. A study without a floor reads
-    as lbtrain reads it."""
-    regimes = regime_study_regimes(results, study)
-    floors: dict[int, int] = {}
-    for path in sorted((results / study / RUNS_FOLDER).glob(f"*/{METRICS_FILE}")):
-        run = json.loads(path.read_text())
-        floor = (run.get("budget") or {}).get("min_steps")
-        if floor and run.get("steps_per_epoch"):
-            floors[run["global_batch"]] = min(floors.get(run["global_batch"], floor), int(floor))
-    corrected = []
-    for regime in regimes:
-        floor = floors.get(regime.global_batch)
-        if floor is None or regime.updates >= floor:
-            corrected.append(regime)
-            continue
-        per_epoch = regime.updates / regime.epochs
-        corrected.append(dataclasses.replace(regime, updates=floor, epochs=floor / per_epoch))
-    return corrected
 
 
 def figure_lines(results: Path, study: str, name: str, caption: str) -> list[str]:

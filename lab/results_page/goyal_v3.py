@@ -24,7 +24,6 @@ from lab.results_page.common import (
     shown,
     standing_text,
     study_json,
-    study_regimes,
     study_runs,
     validation_choice,
 )
@@ -40,7 +39,7 @@ from lab.results_page.goyal import (
     study_arms,
 )
 from lbtrain.reports.decisions import BETTER, MATCHES
-from lbtrain.reports.regime import Regime
+from lbtrain.reports.regime import Regime, study_regimes
 from lbtrain.reports.scaling_laws import CriticalBatchFit
 from lbtrain.reports.statistics import difference_interval, mean_interval
 from lbtrain.reports.tables import markdown_table
@@ -81,7 +80,7 @@ def critical_batch_fit(results: Path) -> CriticalBatchFit | None:
 
 
 def study_batch_regimes(results: Path, study: str = STUDY) -> dict[int, Regime]:
-    """The study's regime at each of its global batches (``common.study_regimes``)."""
+    """The study's regime at each of its global batches (``lbtrain.reports.regime.study_regimes``)."""
     return {regime.global_batch: regime for regime in study_regimes(results, study)}
 
 

@@ -216,16 +216,19 @@ PAPER_REGIMES: dict[str, PaperRegime] = {regime.paper: regime for regime in (
 
 def _planned_updates(run: dict[str, Any], batch: int) -> int | None:
     """The updates the run was budgeted: ``epochs * steps_per_epoch``, ``steps`` or
-    ``samples // batch`` (``lbtrain.config.RunConfig.total_steps``); None for a run that never
-    started (no steps per epoch)."""
+    ``samples // batch``, raised to the budget's update floor ``min_steps`` where it is below
+    (``lbtrain.config.RunConfig.total_steps``: goyal_v4's batch 2,048 trains 800 updates, not
+    its 6 epochs' 156); None for a run that never started (no steps per epoch)."""
     budget, per_epoch = run.get("budget") or {}, run.get("steps_per_epoch") or 0
     if budget.get("epochs") is not None and per_epoch:
-        return int(budget["epochs"]) * per_epoch
-    if budget.get("steps") is not None:
-        return int(budget["steps"])
-    if budget.get("samples") is not None:
-        return int(budget["samples"]) // batch
-    return None
+        planned = int(budget["epochs"]) * per_epoch
+    elif budget.get("steps") is not None:
+        planned = int(budget["steps"])
+    elif budget.get("samples") is not None:
+        planned = int(budget["samples"]) // batch
+    else:
+        return None
+    return max(planned, int(budget.get("min_steps") or 0))
 
 
 def _asynchronous(folder: Path) -> bool:

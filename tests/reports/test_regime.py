@@ -89,6 +89,9 @@ def test_an_asynchronous_update_applies_one_workers_batch(tmp_path):
 def test_steps_and_samples_budgets_give_their_updates(tmp_path):
     write_study(tmp_path, "budgets", [run(1, 100, 50, {"steps": 700}), run(2, 200, 25, {"samples": 100_000})])
     assert [(r.global_batch, r.updates) for r in study_regimes(tmp_path, "budgets")] == [(100, 700), (200, 500)]
+    # An update floor raises a short budget to it (goyal_v4: 6 epochs of 26 updates at batch 2,048 train 800).
+    write_study(tmp_path, "floor", [run(1, 32, 1687, {"epochs": 6, "min_steps": 800}), run(64, 2048, 26, {"epochs": 6, "min_steps": 800})])
+    assert [(r.global_batch, r.updates, round(r.epochs, 2)) for r in study_regimes(tmp_path, "floor")] == [(32, 10122, 6), (2048, 800, 30.77)]
     assert study_regime(tmp_path, "nothing") is None
 
 
