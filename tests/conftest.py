@@ -13,20 +13,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import pytest
 
-# REPO_ROOT, goyal_blow_up_run, run_cli, run_python and stderr_lines are not used here: files that
-# still import them from conftest (tests/lab/, tests/studies/test_sweep.py and
-# tests/studies/test_advisor.py) find them until they import them from helpers.
-from helpers import (  # noqa: F401
-    JOB_FOLDER,
-    REPO_ROOT,
-    SHARED_HOROVOD_JOBS,
-    goyal_blow_up_run,
-    horovod_installed,
-    run_cli,
-    run_horovod,
-    run_python,
-    stderr_lines,
-)
+from helpers import JOB_FOLDER, SHARED_HOROVOD_JOBS, horovod_installed, run_horovod
 
 
 def _one_intra_op_thread_per_xdist_worker() -> None:

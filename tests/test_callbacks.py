@@ -3,8 +3,8 @@ import json
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import JOB_FOLDER, constant_output_problem, run_python, shared_horovod_job
 
+from helpers import JOB_FOLDER, constant_output_problem, run_python, shared_horovod_job
 from lbtrain._keras import applied_learning_rate, optimizer_step
 from lbtrain.callbacks import GradientNoiseScale, LearningRateLogger, LearningRateWarmup
 from lbtrain.models import build_model

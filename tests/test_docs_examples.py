@@ -24,6 +24,7 @@ import subprocess
 import sys
 
 import pytest
+
 from helpers import REPO_ROOT, stderr_lines
 
 FENCE = re.compile(r"^(?P<indent>\s*)```python\s*$")

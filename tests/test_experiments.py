@@ -16,8 +16,8 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
-from helpers import REPO_ROOT
 
+from helpers import REPO_ROOT
 from lbtrain.config import load_experiment
 from lbtrain.config.run import run_config_from_dict
 from lbtrain.reports.tables import read_summary

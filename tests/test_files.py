@@ -2,7 +2,6 @@ import os
 import stat
 
 from helpers import run_python
-
 from lbtrain.files import write_atomic, write_json_atomic
 
 

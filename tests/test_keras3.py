@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import yaml
-from helpers import REPO_ROOT, run_cli, run_python, stderr_lines
 
+from helpers import REPO_ROOT, run_cli, run_python, stderr_lines
 from lbtrain.optimizers import LARS
 from lbtrain.schedules import Warmup
 

@@ -6,8 +6,8 @@ import logging
 
 import pytest
 import yaml
-from helpers import run_cli, stderr_lines
 
+from helpers import run_cli, stderr_lines
 from lbtrain.cli import build_parser
 from lbtrain.logs import (
     LOGGER_NAME,

@@ -7,8 +7,8 @@ import importlib.util
 import itertools
 
 import pytest
-from helpers import run_python, stderr_lines
 
+from helpers import run_python, stderr_lines
 from lbtrain._keras import KERAS_3
 
 CHECK = """

@@ -11,8 +11,8 @@ import math
 import numpy as np
 import pytest
 import yaml
-from helpers import run_python
 
+from helpers import run_python
 from lbtrain.cli import main
 from lbtrain.results import STATUSES, RunResult, accuracy_name, finite_or_none, is_finished, read_run, run_set, write_run
 from lbtrain.studies.runner import summary_table

@@ -13,8 +13,8 @@ import textwrap
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import REPO_ROOT, run_python
 
+from helpers import REPO_ROOT, run_python
 from lbtrain._keras import KERAS_3
 from lbtrain._registration import KERAS_CLASSES
 from lbtrain.layers import GhostBatchNormalization

@@ -29,10 +29,10 @@ import textwrap
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import REPO_ROOT, stderr_lines
 from test_docs_examples import examples
 from test_schedules import CASES
 
+from helpers import REPO_ROOT, stderr_lines
 from lbtrain._keras import KERAS_3
 from lbtrain.errors import TENSORFLOW_MISSING
 from lbtrain.recipe import DECAY_CLOCKS

@@ -17,8 +17,8 @@ import math
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import constant_output_problem, two_rank_run
 
+from helpers import constant_output_problem, two_rank_run
 from lbtrain._keras import KERAS_3
 from lbtrain.config import ConfigError, run_config_from_dict
 from lbtrain.measures.noise_scale import NoiseScaleSettings, measurement_pieces

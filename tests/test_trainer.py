@@ -21,8 +21,8 @@ import math
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import JOB_FOLDER, goyal_blow_up_run, shared_horovod_job
 
+from helpers import JOB_FOLDER, goyal_blow_up_run, shared_horovod_job
 from lbtrain.config import LATER_FIELD_DEFAULTS, ConfigError, StopAtConfig, run_config_from_dict
 from lbtrain.results import RunResult
 from lbtrain.schedules import build_schedule

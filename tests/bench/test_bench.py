@@ -9,8 +9,8 @@ import math
 
 import pytest
 import tensorflow as tf
-from helpers import horovod_installed, run_cli, stderr_lines
 
+from helpers import horovod_installed, run_cli, stderr_lines
 from lbtrain._keras import horovod_problem
 from lbtrain.bench import (
     COLUMNS,

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import write_package as write_user_package
 
+from helpers import write_package as write_user_package
 from lbtrain.bench import INPUT_BOUND_MARGIN, BenchError, Settings, WorldSpec, run_benchmark
 
 MODEL = "ownbench.models:build"

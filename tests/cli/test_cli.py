@@ -10,8 +10,8 @@ import time
 
 import pytest
 import yaml
-from helpers import REPO_ROOT, horovod_installed, run_cli, stderr_lines
 
+from helpers import REPO_ROOT, horovod_installed, run_cli, stderr_lines
 from lbtrain._keras import KERAS_3
 from lbtrain.cli import main, one_line
 from lbtrain.results import read_run

@@ -9,8 +9,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import REPO_ROOT, snapshot, stderr_lines
 
+from helpers import REPO_ROOT, snapshot, stderr_lines
 from lbtrain.cli import one_line
 
 RESULTS = Path(REPO_ROOT) / "results"

@@ -5,6 +5,7 @@ tests/lab/test_results_page.py.)"""
 from pathlib import Path
 
 import pytest
+
 from helpers import REPO_ROOT, stderr_lines
 
 RESULTS = Path(REPO_ROOT) / "results"

@@ -5,6 +5,7 @@ import re
 
 import pytest
 import yaml
+
 from helpers import snapshot
 
 BASE = {"name": "accepted", "data": {"dataset": "mnist1d", "train_subset": 128, "options": {"num_samples": 500}},

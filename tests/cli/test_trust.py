@@ -7,6 +7,7 @@ import textwrap
 
 import pytest
 import yaml
+
 from helpers import snapshot
 
 GOOD = {

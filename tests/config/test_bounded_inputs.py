@@ -8,8 +8,8 @@ import threading
 import time
 
 import pytest
-from helpers import snapshot
 
+from helpers import snapshot
 from lbtrain.config.limits import MAX_CONFIG_BYTES, MAX_GRID_RUNS, MAX_YAML_NODES
 
 BASE = "data: {dataset: synthetic, options: {train_size: 64, test_size: 16}}\ntraining: {epochs: 1}\n"

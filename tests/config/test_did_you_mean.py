@@ -5,6 +5,7 @@ import re
 
 import pytest
 import yaml
+
 from helpers import snapshot
 
 BASE = {"name": "typo", "data": {"dataset": "synthetic", "options": {"train_size": 64, "test_size": 16}},

@@ -9,6 +9,7 @@ import zipfile
 import numpy as np
 import pytest
 import yaml
+
 from helpers import snapshot
 
 BASE = {"name": "bounded", "lr": {"base_lr": 0.1, "base_batch": 16}, "training": {"per_worker_batch": 16, "epochs": 1},

@@ -4,8 +4,8 @@ import struct
 
 import numpy as np
 import pytest
-from helpers import run_cli
 
+from helpers import run_cli
 from idx_files import write_idx_set
 from lbtrain.data import DATASETS, DEBIAN_DATASET_ROOT, DatasetError, cache_dir, datasets, load_dataset
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import run_python
 
+from helpers import run_python
 from lbtrain import kernels, layers
 from lbtrain.layers import GhostBatchNormalization
 

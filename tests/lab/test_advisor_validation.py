@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
+from helpers import REPO_ROOT
 from lab.advisor_validation import OUTPUT, leave_one_out, render_markdown, validation
 
 COMMITTED = Path(REPO_ROOT) / OUTPUT

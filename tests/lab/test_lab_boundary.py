@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
+from helpers import REPO_ROOT
 
 ROOT = Path(REPO_ROOT)
 # Names of this repository's studies and of its lab, none of which belongs in the installed package.

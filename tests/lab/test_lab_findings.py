@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
+from helpers import REPO_ROOT
 from lab.findings import STUDIES, Study, render, study_findings
 from lbtrain.studies.findings import FINDINGS_FILE, load_findings, recipe_advice
 

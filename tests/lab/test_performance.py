@@ -3,7 +3,7 @@ and the committed table equal to what the committed JSON renders."""
 
 import os
 
-from conftest import REPO_ROOT
+from helpers import REPO_ROOT
 from lab.performance import PAGE, bench_bound_rows, jit_rows, load_results, parallel_rows, pipeline_rows, render_table, table_in
 
 

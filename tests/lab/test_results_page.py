@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, run_python
+from helpers import REPO_ROOT, run_python
 from lab.results_page import (
     QUICKSTART_BEGIN,
     QUICKSTART_END,

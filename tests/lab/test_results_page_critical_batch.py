@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO_ROOT
+from helpers import REPO_ROOT
 from lab.results_page.critical_batch import (
     anchor_mccandlish,
     anchor_shallue,

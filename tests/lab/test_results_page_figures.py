@@ -8,7 +8,7 @@ from pathlib import Path
 import matplotlib.colors
 import matplotlib.image
 
-from conftest import REPO_ROOT
+from helpers import REPO_ROOT
 from lab.results_page.asynchrony import STALENESS_LABELS, staleness_figure, staleness_figure_items
 from lbtrain.reports.plots import OKABE_ITO, Line, Mark, draw_panels
 

@@ -9,7 +9,7 @@ import csv
 import json
 from pathlib import Path
 
-from conftest import REPO_ROOT
+from helpers import REPO_ROOT
 from lab.results_page import render_results_page
 from lab.results_page.anchors import ANCHORS, GOYAL_LINEAR, KESKAR, anchor_row, regime_line, shown_anchors, superseded_by
 from lab.results_page.common import REGIME_SLOT

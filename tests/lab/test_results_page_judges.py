@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
+from helpers import REPO_ROOT
 from lab.results_page.anchors import ANCHORS, EDITIONS, anchor_row
 from lab.results_page.asynchrony import anchor_async_lr, anchor_staleness, anchor_staleness_damping
 from lab.results_page.common import accuracy_table, study_runs

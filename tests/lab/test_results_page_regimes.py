@@ -3,7 +3,7 @@ claim on the paper (the regimes themselves: tests/reports/test_regime.py)."""
 
 from pathlib import Path
 
-from conftest import REPO_ROOT
+from helpers import REPO_ROOT
 from lab.results_page.anchors import ANCHORS, anchor_row, section_anchors
 from lbtrain.reports.regime import OUT_OF_REGIME, PAPER_REGIMES
 

@@ -4,9 +4,9 @@
 import os
 
 import pytest
-from helpers import wait_until
 
 import lbtrain.launch.horovodrun as horovodrun
+from helpers import wait_until
 from lbtrain.config import ConfigError
 
 

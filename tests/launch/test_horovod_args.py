@@ -3,6 +3,7 @@ not know is one line, exit 2, nothing created (it failed after the launch before
 
 import pytest
 import yaml
+
 from helpers import horovod_installed, snapshot
 
 EXPERIMENT = {"name": "hvd", "mode": "horovod", "data": {"dataset": "mnist1d", "train_subset": 128, "options": {"num_samples": 500}},

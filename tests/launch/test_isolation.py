@@ -6,7 +6,6 @@ import signal
 import threading
 
 from helpers import wait_until
-
 from lbtrain.config import run_config_from_dict
 from lbtrain.launch.isolation import RunProcess
 from lbtrain.results import read_run

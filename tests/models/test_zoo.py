@@ -5,8 +5,8 @@ import textwrap
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import run_python
 
+from helpers import run_python
 from lbtrain._keras import variable_name
 from lbtrain.config import ConfigError, load_experiment
 from lbtrain.data import load_dataset

@@ -10,8 +10,8 @@ import logging
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import JOB_FOLDER, shared_horovod_job
 
+from helpers import JOB_FOLDER, shared_horovod_job
 from lbtrain._keras import KERAS_3, tensorflow_variables
 from lbtrain.models import build_model
 from lbtrain.optimizers import LAMB, LARS, OPTIMIZERS, build_optimizer

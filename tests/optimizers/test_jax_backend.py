@@ -22,10 +22,10 @@ import textwrap
 
 import numpy as np
 import pytest
-from helpers import REPO_ROOT, stderr_lines
 from test_lamb import VARIANTS as LAMB_VARIANTS
 from test_lars import VARIANTS as LARS_VARIANTS
 
+from helpers import REPO_ROOT, stderr_lines
 from lbtrain._keras import KERAS_3
 from reference import gradient_steps, lamb_reference, lars_reference, variable_set
 

@@ -8,8 +8,8 @@ import math
 import statistics
 
 import pytest
-from helpers import run_cli, stderr_lines
 
+from helpers import run_cli, stderr_lines
 from lbtrain.config import ExperimentConfig
 from lbtrain.measures.steps_to_target import steps_to_target
 from lbtrain.reports.comparison import Side, compare, lr_that_works, works_sentence

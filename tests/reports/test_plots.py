@@ -1,8 +1,8 @@
 import matplotlib.colors
 import matplotlib.image
 import pytest
-from helpers import run_python
 
+from helpers import run_python
 from lbtrain.reports.plots import EDGE_STRIP, OKABE_ITO, Line, Mark, draw_panels, plot_panels, plot_schedules, recipe_colors
 from lbtrain.schedules import Warmup, build_schedule
 

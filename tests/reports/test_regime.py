@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import REPO_ROOT
 
+from helpers import REPO_ROOT
 from lbtrain.reports.regime import (
     MAX_BATCH_FRACTION,
     MIN_UPDATES,

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import scipy.stats
 import yaml
-from helpers import REPO_ROOT, run_cli, stderr_lines
 
+from helpers import REPO_ROOT, run_cli, stderr_lines
 from lbtrain.cli import main
 from lbtrain.config import ExperimentConfig
 from lbtrain.reports.plots import OKABE_ITO

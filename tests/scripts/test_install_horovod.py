@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+
 from helpers import REPO_ROOT
 
 _spec = importlib.util.spec_from_file_location("install_horovod", os.path.join(REPO_ROOT, "scripts", "install_horovod.py"))

@@ -5,6 +5,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+
 from helpers import REPO_ROOT
 
 SCRIPTS = sorted(Path(REPO_ROOT, "scripts").glob("*.py"))

@@ -6,7 +6,7 @@ import re
 import pytest
 import yaml
 
-from conftest import run_cli, stderr_lines
+from helpers import run_cli, stderr_lines
 from lbtrain.config import ExperimentConfig
 from lbtrain.studies.advisor import (
     ProbeStep,

@@ -7,8 +7,8 @@ import re
 
 import pytest
 import yaml
-from helpers import snapshot
 
+from helpers import snapshot
 from lbtrain.studies.plan import MAX_SLUG
 
 EXPERIMENT = {

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import REPO_ROOT
 
+from helpers import REPO_ROOT
 from lbtrain.config import ConfigError, ExperimentConfig, load_experiment
 from lbtrain.launch.horovodrun import launch_horovod
 from lbtrain.results import read_run

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import write_package
 
+from helpers import write_package
 from lbtrain.config import load_experiment
 from lbtrain.reports.decisions import claim
 from lbtrain.reports.statistics import difference_interval, mean_interval

@@ -18,8 +18,8 @@ import urllib.request
 
 import optuna
 import pytest
-from helpers import REPO_ROOT, running_trials_are_stale, stderr_lines, sweep_spec, wait_until, write_spec
 
+from helpers import REPO_ROOT, running_trials_are_stale, stderr_lines, sweep_spec, wait_until, write_spec
 from lbtrain.cli import main
 from lbtrain.cli import one_line as cli_one_line
 from lbtrain.config.limits import quote

@@ -10,9 +10,8 @@ import optuna
 import pytest
 import tensorflow as tf
 import yaml
-from helpers import running_trials_are_stale, sweep_spec, wait_until, write_spec
 
-from conftest import REPO_ROOT, goyal_blow_up_run
+from helpers import REPO_ROOT, goyal_blow_up_run, running_trials_are_stale, sweep_spec, wait_until, write_spec
 from lbtrain.cli import main
 from lbtrain.config import ConfigError, ExperimentConfig, load_experiment
 from lbtrain.studies.storages import open_storage

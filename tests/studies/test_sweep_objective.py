@@ -4,8 +4,8 @@ also one made before lbtrain recorded its objective, is topped up as before."""
 
 import optuna
 import pytest
-from helpers import sweep_spec, write_spec
 
+from helpers import sweep_spec, write_spec
 from lbtrain.cli import main
 from lbtrain.config import ExperimentConfig
 from lbtrain.studies.sweep import OBJECTIVE, open_study, storage_url

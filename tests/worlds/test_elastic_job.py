@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import run_cli
 
+from helpers import run_cli
 from lbtrain.config import ConfigError
 
 # localhost and 127.0.0.1 are two hosts to Horovod's driver, and both are this machine (no ssh).

@@ -10,8 +10,8 @@ import time
 
 import pytest
 import yaml
-from helpers import REPO_ROOT, run_cli, stderr_lines
 
+from helpers import REPO_ROOT, run_cli, stderr_lines
 from lbtrain._keras import KERAS_3
 from lbtrain.config import ConfigError, run_config_from_dict
 from lbtrain.launch.cluster import cluster, launch_parameter_server, tf_configs

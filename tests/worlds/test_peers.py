@@ -7,8 +7,8 @@ import time
 
 import pytest
 import yaml
-from helpers import stderr_lines
 
+from helpers import stderr_lines
 from lbtrain._keras import KERAS_3
 from lbtrain.config import ConfigError
 from lbtrain.worlds.peers import wait_for_peers

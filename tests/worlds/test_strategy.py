@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import yaml
-from helpers import REPO_ROOT, run_cli, stderr_lines, two_rank_run
 
+from helpers import REPO_ROOT, run_cli, stderr_lines, two_rank_run
 from lbtrain._keras import KERAS_3
 from lbtrain.config import ConfigError, run_config_from_dict
 from lbtrain.data import make_input_pipeline

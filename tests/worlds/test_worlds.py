@@ -5,8 +5,8 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import goyal_blow_up_run, run_horovod, two_rank_run
 
+from helpers import goyal_blow_up_run, run_horovod, two_rank_run
 from lbtrain.config import run_config_from_dict
 from lbtrain.models import build_model
 from lbtrain.train_step import GradientStepModel
