@@ -10,7 +10,7 @@ import math
 import pytest
 import tensorflow as tf
 
-from helpers import horovod_installed, run_cli, stderr_lines
+from helpers import horovod_installed, stderr_lines
 from lbtrain._keras import horovod_problem
 from lbtrain.bench import (
     COLUMNS,
@@ -30,9 +30,12 @@ from lbtrain.models import build_model
 
 
 @pytest.mark.slow
-def test_a_tiny_matrix_writes_a_csv_json_and_plot_with_positive_throughput(tmp_path):
-    result = run_cli("bench", "--models", "mlp", "--batches", "16", "--worlds", "single,simulated:2,independent:2",
-                     "--steps", "3", "--warmup", "2", "--output", str(tmp_path))
+def test_a_tiny_matrix_writes_a_csv_json_and_plot_with_positive_throughput(tmp_path, lbtrain_here):
+    # In this process (a fresh one would only add its TensorFlow import): the bench's own children
+    # measure the machine's peak (the one test that runs its --peak child: the others measure a
+    # smaller matmul in their process, tests/bench/test_bench_own_model.py) and each configuration.
+    result = lbtrain_here("bench", "--models", "mlp", "--batches", "16", "--worlds", "single,simulated:2,independent:2",
+                          "--steps", "3", "--warmup", "2", "--output", str(tmp_path))
     assert result.returncode == 0, result.stderr
     with open(tmp_path / "bench.csv") as handle:
         reader = csv.DictReader(handle)

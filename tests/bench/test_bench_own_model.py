@@ -7,8 +7,6 @@ anything runs."""
 
 import csv
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -25,10 +23,20 @@ def write_package(folder: Path) -> Path:
     return write_user_package(folder, "ownbench", data=False)
 
 
-def bench(*args: str, cwd: Path, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
-    """``lbtrain bench ARGS`` as a user runs it from ``cwd``."""
-    return subprocess.run([sys.executable, "-m", "lbtrain.cli", "bench", *args], capture_output=True, text=True, cwd=cwd,
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}, timeout=timeout)
+@pytest.fixture(autouse=True)
+def peak_in_this_process(monkeypatch):
+    """The machine's matmul peak (what each row's ``peak_fraction`` divides by) measured in this
+    process on 256 x 256 matrices, where the bench measures it in a fresh process on 2,048 x 2,048
+    (a TensorFlow import and 400 GFLOP: 7 CPU-seconds, every bench run of this file paid them).
+    The bench's own ``--peak`` child is tests/bench/test_bench.py's tiny matrix's; here the rows
+    are still divided by a peak measured on this machine. Drops the ``ownbench`` modules a test
+    imported into this process."""
+    from lbtrain.bench import matmul_peak_flops
+
+    monkeypatch.setattr("lbtrain.bench.matrix.measure_peak_flops", lambda: matmul_peak_flops(size=256, chain=2, repeats=2))
+    yield
+    for name in [name for name in sys.modules if name == "ownbench" or name.startswith("ownbench.")]:
+        del sys.modules[name]
 
 
 def read_rows(folder: Path) -> list[dict]:
@@ -80,9 +88,11 @@ def test_a_step_cheaper_than_its_input_pipeline_is_labelled_input_bound(tmp_path
 
 
 @pytest.mark.slow
-def test_a_registered_name_is_benchmarked_at_the_shape_and_classes_asked_for(tmp_path):
-    """An installed package's entry point (group ``lbtrain.models``) on PYTHONPATH, run from
-    another folder; a single sigmoid output for 2 classes trains with binary cross-entropy."""
+def test_a_registered_name_is_benchmarked_at_the_shape_and_classes_asked_for(tmp_path, monkeypatch, lbtrain_here):
+    """An installed package's entry point (group ``lbtrain.models``) on the path (and on the
+    bench's children's PYTHONPATH), run from another folder; a single sigmoid output for 2
+    classes trains with binary cross-entropy. In this process: a fresh one would only add its
+    TensorFlow import (the entry point is read from ``sys.path`` either way)."""
     site = write_package(tmp_path / "site")
     info = site / "ownbench-1.0.dist-info"
     info.mkdir()
@@ -90,9 +100,11 @@ def test_a_registered_name_is_benchmarked_at_the_shape_and_classes_asked_for(tmp
     (info / "entry_points.txt").write_text("[lbtrain.models]\nownbench-binary = ownbench.models:binary\n")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    result = bench("--models", "ownbench-binary", "--input-shape", "12,12,2", "--classes", "2", "--batches", "4",
-                   "--worlds", "simulated:2", "--steps", "2", "--warmup", "1", "--output", str(tmp_path / "out"),
-                   cwd=elsewhere, env={"PYTHONPATH": str(site)})
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    result = lbtrain_here("bench", "--models", "ownbench-binary", "--input-shape", "12,12,2", "--classes", "2", "--batches", "4",
+                          "--worlds", "simulated:2", "--steps", "2", "--warmup", "1", "--output", str(tmp_path / "out"),
+                          cwd=elsewhere)
     assert result.returncode == 0, result.stderr[-3000:]
     [row] = read_rows(tmp_path / "out")
     assert (row["model"], row["input_shape"], row["classes"], row["world"], row["status"]) == \
@@ -163,8 +175,26 @@ BAD_MODELS = {
 }
 
 
+# The bench builds the models it must check in a fresh process (lbtrain.bench.cases.check_models_fit:
+# lbtrain.bench.measure.check_job in a child); that child, its one result line and the error read
+# from it are this case's. The other cases that reach the check run check_job in this process,
+# sparing each a process's TensorFlow import (3 to 4 CPU-seconds) to say the same line.
+CHECKED_IN_A_CHILD = "output too wide"
+
+
+def check_in_this_process(command: list[str], env: dict | None = None) -> dict:
+    """``lbtrain.bench.processes.run_child`` for the bench's ``--check`` child, run here."""
+    from lbtrain.bench.measure import check_job
+
+    flag, job = command[-2:]
+    assert flag == "--check", command
+    return check_job(json.loads(job))
+
+
 @pytest.mark.parametrize("case", BAD_MODELS)
-def test_a_model_that_cannot_be_benchmarked_is_one_line_exit_2_and_nothing_written(case, tmp_path, lbtrain_here):
+def test_a_model_that_cannot_be_benchmarked_is_one_line_exit_2_and_nothing_written(case, tmp_path, lbtrain_here, monkeypatch):
+    if case != CHECKED_IN_A_CHILD:
+        monkeypatch.setattr("lbtrain.bench.cases.run_child", check_in_this_process)
     write_package(tmp_path)
     arguments, message = BAD_MODELS[case]
     result = lbtrain_here("bench", *arguments, "--batches", "4", "--steps", "2", "--output", "out", cwd=tmp_path)
