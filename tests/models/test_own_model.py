@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from helpers import run_cli, run_horovod, write_package
 
+from helpers import JOB_FOLDER, run_cli, shared_horovod_job, write_package
 from lbtrain import SimulatedWorld, run_config_from_dict, train
 from lbtrain.cli import main
 from lbtrain.config import ConfigError, ExperimentConfig
@@ -66,29 +66,43 @@ def test_lbtrain_run_trains_the_users_model_on_the_users_data_in_worlds_of_1_and
     assert f"Model `{MODEL}` on data `data.npz`." in write_report(project / "results" / "own").read_text()
 
 
-@pytest.mark.slow
-@pytest.mark.horovod
-def test_horovodrun_two_ranks_equal_a_simulated_world_of_two_on_the_users_model(project, tmp_path, monkeypatch):
-    spec = {"data": {"dataset": str(project / "data.npz")}, "model": {"name": MODEL},
+def two_rank_spec(project: str) -> dict:
+    """A LARS run of the user's model on the user's data in ``project``, with warmup and batch norm."""
+    return {"data": {"dataset": f"{project}/data.npz"}, "model": {"name": MODEL},
             "optimizer": {"name": "lars", "params": {"momentum": 0.9, "weight_decay": 1e-4, "eta": 0.02}},
             "lr": {"base_lr": 0.2, "base_batch": 16, "rule": "linear", "warmup_epochs": 0.2},
             "training": {"world_size": 2, "per_worker_batch": 16, "steps": 5, "seed": 2, "checkpoint": False}}
-    monkeypatch.setenv("PYTHONPATH", str(project))
-    output = tmp_path / "weights.npz"
-    result = run_horovod("trainer_two_ranks.py", json.dumps(spec), str(output), str(tmp_path / "runs"))
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    arrays = np.load(output)
-    assert json.loads(str(arrays["result"]))["total_steps"] == 5
-    simulated = train(run_config_from_dict(spec), SimulatedWorld(2))
-    trainable = {v.name for v in simulated.model.trainable_variables}
-    compared = 0
-    for i, variable in enumerate(simulated.model.weights):
-        if variable.name in trainable:
-            rank0 = arrays[f"rank0:{i}"]
-            np.testing.assert_array_equal(rank0, arrays[f"rank1:{i}"], err_msg=variable.name)
-            np.testing.assert_allclose(variable.numpy().reshape(rank0.shape), rank0, atol=1e-5, err_msg=variable.name)
-            compared += 1
-    assert compared == 5  # conv kernel, BN gamma and beta, dense kernel and bias
+
+
+# Trained in the session's shared horovodrun job (conftest: horovod_jobs): the ranks write the
+# user's package into the job's folder and find it on their path (tests/horovod_jobs/own_package_two_ranks.py).
+OWN_MODEL_TWO_RANKS = shared_horovod_job("test_own_model:two_ranks", "own_package_two_ranks.py", f"{JOB_FOLDER}/project",
+                                         json.dumps(two_rank_spec(f"{JOB_FOLDER}/project")), f"{JOB_FOLDER}/weights.npz",
+                                         f"{JOB_FOLDER}/runs")
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_horovodrun_two_ranks_equal_a_simulated_world_of_two_on_the_users_model(horovod_jobs, monkeypatch):
+    folder = horovod_jobs(OWN_MODEL_TWO_RANKS)
+    project = folder / "project"  # the package and data the ranks trained on, importable here too
+    monkeypatch.syspath_prepend(str(project))
+    try:
+        arrays = np.load(folder / "weights.npz")
+        assert json.loads(str(arrays["result"]))["total_steps"] == 5
+        simulated = train(run_config_from_dict(two_rank_spec(str(project))), SimulatedWorld(2))
+        trainable = {v.name for v in simulated.model.trainable_variables}
+        compared = 0
+        for i, variable in enumerate(simulated.model.weights):
+            if variable.name in trainable:
+                rank0 = arrays[f"rank0:{i}"]
+                np.testing.assert_array_equal(rank0, arrays[f"rank1:{i}"], err_msg=variable.name)
+                np.testing.assert_allclose(variable.numpy().reshape(rank0.shape), rank0, atol=1e-5, err_msg=variable.name)
+                compared += 1
+        assert compared == 5  # conv kernel, BN gamma and beta, dense kernel and bias
+    finally:
+        for name in [name for name in sys.modules if name.startswith("ownpkg")]:
+            del sys.modules[name]
 
 
 @pytest.mark.slow
