@@ -30,6 +30,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                         help="print the design and its price (the probe trains a few steps at each global batch), run nothing")
     parser.add_argument("--storage", help="an SQLAlchemy URL for the tuning studies (default: $LBTRAIN_STORAGE, else sweep.storage, "
                                           "else sqlite:///results/<name>/optuna.db); a password is better kept in $LBTRAIN_STORAGE")
+    parser.add_argument("--workers", type=arguments.workers, default=None, metavar="auto|N",
+                        help="tuning trials and runs trained at once (default auto: as many as the cores allow with a core per "
+                             "process, or one per GPU); each process gets its share of the cores as TensorFlow threads")
     parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", help="override a field")
     parser.set_defaults(handler=run)
 
@@ -76,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     storage = args.storage or environment_storage() or storage_url(design.protocol_experiment())
     run_scale(design, storage=storage, config_file=str(Path(args.experiment).resolve()), price=price,
-              record=args.budget is not None)
+              record=args.budget is not None, workers=args.workers)
     print((folder / ANSWER_REPORT).read_text(), end="")
     print(f"wrote {folder / ANSWER_REPORT} and {folder / ANSWER_FILE}")
     return 0

@@ -24,7 +24,9 @@ how lucky the base LR was. ``lbtrain sweep`` on an experiment with a ``protocol`
    trial sits on it; or TPE with ``sweep.trials`` trials of which at least 10 are random. Each
    study has its own sampler seed, and no trial is pruned but by divergence. A rule arm's
    budget is its reference study's. A recipe without warmup does not search
-   ``lr.warmup_epochs``/``lr.warmup_start`` (nothing to tune there).
+   ``lr.warmup_epochs``/``lr.warmup_start`` (nothing to tune there). Trials train side by side
+   as the runner trains runs (``run_tuning``: worker processes sharing the storage, a grid
+   point's value the same in any of them).
 2. **Finals.** The best ok trial of each arm's study (by validation accuracy; never test) is
    re-run with each seed of ``protocol.seeds`` (>= 3, none of them a seed the tuning trials
    trained with: the final estimate must not contain the noise the arm was selected on) as
@@ -50,31 +52,39 @@ how lucky the base LR was. ``lbtrain sweep`` on an experiment with a ``protocol`
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import logging
+import os
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import optuna
 from optuna.trial import TrialState
 
 from lbtrain.config import ConfigError, ExperimentConfig, SearchParam, run_config_from_dict, with_overrides
 from lbtrain.files import write_atomic, write_json_atomic
-from lbtrain.results import PROTOCOL_FILE, PROTOCOL_REPORT, RUNS_FOLDER, claim_folder
+from lbtrain.results import PROTOCOL_FILE, PROTOCOL_REPORT, RUNS_FOLDER, ResultsError, claim_folder
 from lbtrain.rounding import is_close
 from lbtrain.studies.plan import PlannedRun, grid_axes, label_slug, run_id
 from lbtrain.studies.runner import log_progress, note_runs_left_out, run_planned
 from lbtrain.studies.search import check_tpe_budget, describe_search, edge_extensions, grid_points
+from lbtrain.studies.storages import claim_trial
 from lbtrain.studies.sweep import (
     FINISHED,
     StudySpec,
     best_ok_trial,
     check_sweepable,
+    finished_trials,
     lr_points,
+    objective,
     open_study,
-    optimize,
+    open_sweep_storage,
+    run_workers,
+    train_trial,
     world_sizes,
 )
 from lbtrain.verdict import is_ok
@@ -83,6 +93,10 @@ logger = logging.getLogger(__name__)
 
 ARM_KINDS = ("tuned", "rule")
 WARMUP_FIELDS = ("lr.warmup_epochs", "lr.warmup_start")
+# How often a tuning process whose studies all wait for other processes' trials looks again.
+WAIT_SECONDS = 1.0
+# In the results folder: held while a tuning process queues a study's points and takes a trial (``_queue_lock``).
+QUEUE_LOCK = ".tuning-queue.lock"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,31 +233,116 @@ def _same_point(point: dict[str, Any], other: dict[str, Any]) -> bool:
         else value == other[path] for path, value in point.items())
 
 
-def tune(experiment: ExperimentConfig, spec: StudySpec, storage: str) -> None:
-    """Tunes one study to the end (``lbtrain.studies.search``): TPE to ``sweep.trials`` trials,
-    or the grid, then its edge extensions while the best ok trial sits on an edge. Resumable:
-    points already tried are not queued again, and a point whose trial failed is. While a trial
-    of the study runs in another process (or a dead one's is not yet stale), it waits."""
-    if spec.method != "grid":
-        optimize(experiment, spec, experiment.sweep.trials, storage)
-        return
-    study = open_study(experiment, spec, storage)
-    points = grid_points(spec.search)
-    wanted = list(points)
-    while points:
-        for point in untaken_points(study, wanted):
+def _due_points(experiment: ExperimentConfig, spec: StudySpec, study: optuna.Study) -> list[dict[str, Any]]:
+    """The points a grid study should queue now: its grid points no trial has taken
+    (``untaken_points``); once every trial of the study has finished (none waits or runs, here
+    or in another process), the edge extensions its best ok trial asks for
+    (``lbtrain.studies.search.edge_extensions``). Empty: nothing to queue now."""
+    points = untaken_points(study, grid_points(spec.search))
+    if points or study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING)):
+        return points
+    best = best_ok_trial(study)
+    tried = [trial.params for trial in study.get_trials(deepcopy=False, states=FINISHED)]
+    return [] if best is None else edge_extensions(spec.search, tried, best.params, experiment.protocol.grid_extensions)
+
+
+@contextlib.contextmanager
+def _queue_lock(folder: Path) -> Iterator[None]:
+    """Held while a process queues a study's next points and takes a trial (``flock`` on
+    ``QUEUE_LOCK`` in the results folder; released however the process ends), so two tuning
+    processes of this machine never queue one point twice nor both take one queued trial:
+    SQLite reads take no row lock, so two processes can both see a WAITING trial and both set
+    it RUNNING (Optuna issue #4002), where a database server's row lock or a journal's order of
+    lines lets one alone succeed."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(folder / QUEUE_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+    except OSError as error:
+        raise ResultsError(f"{folder}: cannot open the tuning queue's lock file ({error.strerror})") from None
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)
+
+
+def _claim_next(experiment: ExperimentConfig, spec: StudySpec, study: optuna.Study) -> optuna.Trial | None:
+    """The next trial of ``study`` this process trains, or None when it has none to give now:
+    TPE's next draw while the study has fewer than ``sweep.trials`` finished plus running trials;
+    a grid's next queued point, after queueing the points due (``_due_points``). Under the
+    results folder's ``_queue_lock``."""
+    with _queue_lock(experiment.results_dir):
+        if spec.method != "grid":
+            return claim_trial(study, experiment.sweep.trials)
+        for point in _due_points(experiment, spec, study):
             study.enqueue_trial(point)
-        queued = len(study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.WAITING, TrialState.RUNNING)))
-        study = optimize(experiment, spec, queued, storage)
-        if study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            # Another process's trial, or a dead one's until its heartbeat is stale (then the
-            # next claim fails it and queues its retry): wait for it rather than spin or leave it.
-            time.sleep(experiment.sweep.heartbeat_seconds)
-            continue
-        best = best_ok_trial(study)
-        tried = [trial.params for trial in study.get_trials(deepcopy=False, states=FINISHED)]
-        points = [] if best is None else edge_extensions(spec.search, tried, best.params, experiment.protocol.grid_extensions)
-        wanted += points
+        return claim_trial(study, None)
+
+
+def tune(experiment: ExperimentConfig, studies: list[StudySpec], storage: str, worker: int = 0) -> None:
+    """Tunes ``studies`` to the end in this process (``lbtrain.studies.search``): TPE to
+    ``sweep.trials`` trials, or the grid, then its edge extensions while the best ok trial sits
+    on an edge. Other processes may run the same call on the same storage (``run_tuning``'s
+    workers, ``worker`` their index, which seeds TPE's sampler): they share the trials.
+
+    Each turn trains a trial of the first study that has one to give, so one process alone
+    tunes the studies in order, as the protocol always has. A study whose trials all run in
+    other processes is passed over (a grid's extensions wait until its every point has
+    finished); when no study has a trial to give, the process looks again every
+    ``WAIT_SECONDS``; it ends when no study has a trial waiting or running. Resumable: points
+    already tried are not queued again, and a point whose trial failed is; a trial a dead
+    process left RUNNING is failed once its heartbeat is stale and retried
+    (``lbtrain.studies.storages.claim_trial``)."""
+    shared = open_sweep_storage(experiment, storage)
+    pending = [(spec, open_study(experiment, spec, shared, worker), objective(experiment, spec)) for spec in studies]
+    while pending:
+        for index, (spec, study, run_trial) in enumerate(pending):
+            trial = _claim_next(experiment, spec, study)
+            if trial is not None:
+                train_trial(study, trial, run_trial)
+                break
+            if not study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+                del pending[index]  # nothing waits or runs, nothing is due: tuned
+                break
+        else:
+            # Every study left waits for trials of other processes (or of a dead one, until its heartbeat is stale).
+            time.sleep(WAIT_SECONDS)
+
+
+def _tuning_ahead(experiment: ExperimentConfig, spec: StudySpec, study: optuna.Study) -> int:
+    """The trials of a study known to be ahead: a grid's due points (``_due_points``) and its
+    trials waiting or running (a dead process's are retried); TPE's trials left to
+    ``sweep.trials``. A grid's later extensions are not known yet."""
+    if spec.method != "grid":
+        return max(0, experiment.sweep.trials - finished_trials(study))
+    return len(_due_points(experiment, spec, study)) + len(study.get_trials(
+        deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING)))
+
+
+def run_tuning(experiment: ExperimentConfig, studies: list[StudySpec], storage: str, workers: int | None = None) -> None:
+    """Tunes ``studies`` to the end (``tune``), ``workers`` trials at once (None:
+    ``$LBTRAIN_WORKERS``, else ``lbtrain.studies.runner.trial_placement``'s choice: a core per
+    process, or one per GPU, never more than the trials known to be ahead). One at a time, in
+    this process, as always. Several: that many ``lbtrain sweep --worker INDEX`` processes of
+    the resolved experiment (written first to the results folder's ``experiment.yaml``) run
+    ``tune`` side by side on the storage, each with its share of the cores as TensorFlow threads
+    (``lbtrain.studies.sweep.run_workers``: Ctrl-C ends them, a failed one is a one-line
+    ``WorkersFailed``). A grid point is a seeded run: its value does not depend on which process
+    trains it, or beside what."""
+    from lbtrain.studies.runner import default_workers, trial_placement, write_experiment
+
+    workers = default_workers() if workers is None else workers
+    # Created here, before the workers start, so they do not race to create them (or Optuna's tables).
+    shared = open_sweep_storage(experiment, storage)
+    ahead = sum(_tuning_ahead(experiment, spec, open_study(experiment, spec, shared)) for spec in studies)
+    placed = trial_placement(experiment, ahead, workers)
+    if placed.workers == 1:
+        tune(experiment, studies, storage)
+        return
+    logger.info("tuning %d stud%s, %d trials known to be ahead: %d processes at once, %d TensorFlow thread%s each (%d cores)",
+                len(studies), "y" if len(studies) == 1 else "ies", ahead, placed.workers, placed.threads, "s" * (placed.threads != 1),
+                placed.cores)
+    run_workers(str(write_experiment(experiment)), [], storage, placed)
 
 
 def search_summary(experiment: ExperimentConfig, studies: list[StudySpec], storage: str) -> dict[str, dict[str, Any]]:
@@ -368,30 +467,34 @@ def run_protocol(
     storage: str,
     config_file: str | None = None,
     progress: Callable[[str], None] = log_progress,
+    workers: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Tunes every study of the protocol to ``sweep.trials`` trials, re-runs each arm's best
-    with every seed, and writes ``protocol.json`` and ``protocol.md``; returns the comparison
-    rows (``comparison_rows``). Resumable: finished trials and runs are kept."""
+    """Tunes every study of the protocol (``run_tuning``), re-runs each arm's best with every
+    seed (``lbtrain.studies.runner.run_planned``), and writes ``protocol.json`` and
+    ``protocol.md``; returns the comparison rows (``comparison_rows``). ``workers`` trials or
+    runs train at once in both stages (None: ``$LBTRAIN_WORKERS``, else as many as the cores or
+    GPUs allow), each in a process of its own, so the model and data must be importable there
+    (checked first). Resumable: finished trials and runs are kept."""
     arms = protocol_arms(experiment)
     studies = tuned_studies(arms)
     if experiment.protocol.search_method == "tpe":
         check_tpe_budget(experiment.sweep.trials, experiment.protocol.tpe_startup_trials)
     check_final_seeds(experiment, arms)
-    check_sweepable(experiment, studies)
+    check_sweepable(experiment, studies, in_process=False)  # the finals train in processes of their own, whatever the tuning
     claim_folder(experiment.results_dir, experiment.name, config_file, experiment.model_dump(mode="json"))
-    for study in studies:
-        tune(experiment, study, storage)
+    run_tuning(experiment, studies, storage, workers)
     best = {study.name: best_ok_trial(open_study(experiment, study, storage)) for study in studies}
     params = {name: trial.params for name, trial in best.items() if trial is not None}
     planned = [run for arm in arms if arm.study.name in params for run in final_runs(experiment, arm, params[arm.study.name])]
     # With longer runs to come, the finals' stage does not warn about them (a rerun finds them on disk).
     more_stages = bool(experiment.protocol.equal_steps or experiment.protocol.train_longer)
-    summary = run_planned(experiment, planned, config_file=config_file, progress=progress, note_left_out=not more_stages)
+    summary = run_planned(experiment, planned, config_file=config_file, progress=progress, workers=workers,
+                          note_left_out=not more_stages)
     longer = equal_steps_runs(experiment, arms, params, summary)
     controls = train_longer_arms(experiment, arms, summary)
     longer += train_longer_runs(experiment, controls, params, summary)
     if longer:
-        summary = run_planned(experiment, planned + longer, config_file=config_file, progress=progress)
+        summary = run_planned(experiment, planned + longer, config_file=config_file, progress=progress, workers=workers)
     elif more_stages:  # no arm gave a control to run: the note the finals' stage held back
         note_runs_left_out(experiment.results_dir / RUNS_FOLDER, planned)
     trials = {study.name: len(open_study(experiment, study, storage).get_trials(deepcopy=False, states=FINISHED))
@@ -653,6 +756,7 @@ def write_protocol(experiment: ExperimentConfig, rows: list[dict[str, Any]], tri
                         protocol_markdown(experiment, rows, trials, lr_fits, steps_rows, search, tuning_seeds, longer_rows))
 
 
-__all__ = ["ARM_KINDS", "Arm", "best_arm", "check_final_seeds", "comparison_rows", "equal_steps_rows", "equal_steps_runs", "final_runs",
-           "own_steps", "protocol_arms", "protocol_markdown", "reference_world_size", "run_protocol", "search_summary", "train_longer_arms",
-           "train_longer_label", "train_longer_rows", "train_longer_runs", "tune", "tuned_studies", "tuning_seeds", "untaken_points", "write_protocol"]
+__all__ = ["ARM_KINDS", "Arm", "best_arm", "check_final_seeds", "comparison_rows", "equal_steps_rows", "equal_steps_runs",
+           "final_runs", "own_steps", "protocol_arms", "protocol_markdown", "reference_world_size", "run_protocol", "run_tuning",
+           "search_summary", "train_longer_arms", "train_longer_label", "train_longer_rows", "train_longer_runs", "tune", "tuned_studies",
+           "tuning_seeds", "untaken_points", "write_protocol"]

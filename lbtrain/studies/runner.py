@@ -34,6 +34,7 @@ import yaml
 from lbtrain.config import ConfigError, ExperimentConfig, describe_budget
 from lbtrain.files import csv_text, write_atomic
 from lbtrain.launch.isolation import RunEnded
+from lbtrain.launch.launchers import Footprint
 from lbtrain.results import (
     CONFIG_FILE,
     EXPERIMENT_FILE,
@@ -52,7 +53,7 @@ from lbtrain.results import (
 )
 from lbtrain.studies.plan import Placement, PlannedRun, check_mode, check_runs, expand, place_runs, visible_gpus
 from lbtrain.verdict import is_ok
-from lbtrain.worlds.modes import Mode, get_mode
+from lbtrain.worlds.modes import DEFAULT_MODE, Mode, get_mode
 
 logger = logging.getLogger(__name__)
 
@@ -365,14 +366,27 @@ def placement(experiment: ExperimentConfig, planned: list[PlannedRun], workers: 
     """How ``planned``'s runs share this machine (``plan.place_runs``): the mode's launcher
     says what one run takes (its ``footprint``: the largest run counts); runs on
     fixed ports train one at a time. ``workers`` None: the automatic choice."""
+    launcher = get_mode(experiment.mode).launcher()
+    return _placed([launcher.footprint(run.config.training.world_size, experiment) for run in planned], workers)
+
+
+def trial_placement(experiment: ExperimentConfig, trials: int, workers: int | None = None) -> Placement:
+    """How ``trials`` sweep trials that may train at once share this machine, by ``placement``'s
+    rule: each trains a simulated world (``DEFAULT_MODE``, whatever the experiment's mode) in
+    the process of the sweep worker that holds it. ``workers`` None: the automatic choice."""
+    launcher = get_mode(DEFAULT_MODE).launcher()
+    return _placed([launcher.footprint(1, experiment)] * trials, workers)
+
+
+def _placed(footprints: list[Footprint], workers: int | None) -> Placement:
+    """``plan.place_runs`` for runs of these footprints (the largest counts; runs on fixed ports
+    train one at a time) on this machine's usable cores and visible GPUs."""
     from lbtrain.worlds.horovod import usable_cores
 
-    launcher = get_mode(experiment.mode).launcher()
-    footprints = [launcher.footprint(run.config.training.world_size, experiment) for run in planned]
     if any(footprint.fixed_ports for footprint in footprints):
         workers = 1
     gpus = visible_gpus(len(_gpus()))
-    return place_runs(len(planned), processes=max((footprint.processes for footprint in footprints), default=1),
+    return place_runs(len(footprints), processes=max((footprint.processes for footprint in footprints), default=1),
                       cores=len(usable_cores()), gpus=gpus, gpus_per_run=max((footprint.gpus for footprint in footprints), default=1),
                       workers=workers)
 

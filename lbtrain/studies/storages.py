@@ -319,9 +319,11 @@ def _interrupt_after() -> Iterator[None]:
             signal.raise_signal(signal.SIGINT)
 
 
-def claim_trial(study: optuna.Study, trials: int) -> optuna.Trial | None:
+def claim_trial(study: optuna.Study, trials: int | None) -> optuna.Trial | None:
     """The next trial this process runs, or None once the study has ``trials`` finished
-    (complete or pruned) plus running trials.
+    (complete or pruned) plus running trials. ``trials`` None: a study whose every trial is
+    queued with its parameters (a grid's points: ``lbtrain.studies.protocol``), so the next
+    WAITING trial, or None when none waits; nothing is ever queued here.
 
     Stale trials are failed first (their retries queued). The process takes a WAITING trial
     (a retry, or one it queues itself) the way ``Study.ask`` does, recording its heartbeat
@@ -344,9 +346,11 @@ def claim_trial(study: optuna.Study, trials: int) -> optuna.Trial | None:
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 optuna.storages.fail_stale_trials(study)
         current = study.get_trials(deepcopy=False)
-        if sum(trial.state in TAKEN for trial in current) >= trials:
+        if trials is not None and sum(trial.state in TAKEN for trial in current) >= trials:
             return None
         waiting = [trial for trial in current if trial.state == TrialState.WAITING and trial.number not in put_back]
+        if not waiting and trials is None:
+            return None
         if not waiting:
             study.enqueue_trial({})
             continue
@@ -365,7 +369,7 @@ def claim_trial(study: optuna.Study, trials: int) -> optuna.Trial | None:
                 break
         if claimed is None:
             continue
-        if len(study.get_trials(deepcopy=False, states=TAKEN)) <= trials:
+        if trials is None or len(study.get_trials(deepcopy=False, states=TAKEN)) <= trials:
             return optuna.Trial(study, claimed)
         with _interrupt_after():  # put back and no longer claimed, both or neither
             with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):

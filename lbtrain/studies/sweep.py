@@ -28,7 +28,7 @@ import statistics
 import warnings
 import zlib
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import optuna
@@ -40,7 +40,7 @@ from lbtrain.files import csv_text, write_atomic, write_json_atomic
 from lbtrain.reports.scaling_laws import LrExponentFit, lr_exponent
 from lbtrain.results import OPTUNA_DATABASE, SWEEP_FIT_FILE, SWEEP_SUMMARY_FILE, ResultsError, claim_folder
 from lbtrain.storage_urls import STORAGE_VARIABLE, local_path
-from lbtrain.studies.plan import PlannedRun, check_runs, process_local_problem
+from lbtrain.studies.plan import Placement, PlannedRun, check_runs, process_local_problem
 from lbtrain.studies.storages import claim_trial, open_storage, run_claimed
 from lbtrain.trainer import train
 from lbtrain.verdict import OK, is_ok
@@ -132,12 +132,21 @@ def _storage(url: str, settings) -> optuna.storages.BaseStorage:
     return open_storage(url, settings.heartbeat_seconds, settings.grace_seconds)
 
 
-def open_study(experiment: ExperimentConfig, study: int | StudySpec, storage: str | None = None, worker: int = 0) -> optuna.Study:
+def open_sweep_storage(experiment: ExperimentConfig, storage: str | None = None) -> optuna.storages.BaseStorage:
+    """The experiment's storage (``storage``, else ``storage_url``) opened with its sweep's
+    heartbeats, for ``open_study`` to share among several studies."""
+    return _storage(storage or storage_url(experiment), experiment.sweep)
+
+
+def open_study(experiment: ExperimentConfig, study: int | StudySpec, storage: str | optuna.storages.BaseStorage | None = None,
+               worker: int = 0) -> optuna.Study:
     """Creates or loads a study (a ``StudySpec``, or the plain sweep's study of a world size),
-    with this process's sampler (``sampler_seed``; worker ``worker`` of a parallel sweep)."""
+    with this process's sampler (``sampler_seed``; worker ``worker`` of a parallel sweep).
+    ``storage``: a URL (None: ``storage_url``), or one already opened (``open_sweep_storage``),
+    which the studies a process keeps open share, as they share its database connections."""
     spec = _spec(experiment, study)
     settings = experiment.sweep
-    opened_storage = _storage(storage or storage_url(experiment), settings)
+    opened_storage = storage if isinstance(storage, optuna.storages.BaseStorage) else _storage(storage or storage_url(experiment), settings)
     pruners = {
         "median": lambda: optuna.pruners.MedianPruner(
             n_startup_trials=settings.pruner_startup_trials, n_warmup_steps=settings.pruner_warmup_epochs),
@@ -373,9 +382,15 @@ def optimize(experiment: ExperimentConfig, study: int | StudySpec, trials: int, 
     opened = open_study(experiment, spec, storage, worker)
     run_trial = objective(experiment, spec)
     while (trial := claim_trial(opened, trials)) is not None:
-        _report_trial(opened, run_claimed(opened, trial, run_trial))
-        gc.collect()
+        train_trial(opened, trial, run_trial)
     return opened
+
+
+def train_trial(study: optuna.Study, trial: optuna.Trial, run_trial: Callable[[optuna.Trial], float]) -> None:
+    """Trains a trial this process claimed (``run_claimed``: its heartbeat, its outcome told to
+    the study), logs its line and frees what its run left behind before the next one."""
+    _report_trial(study, run_claimed(study, trial, run_trial))
+    gc.collect()
 
 
 def optimize_distributed(experiment: ExperimentConfig, world: World, trials: int, storage: str | None = None,
@@ -416,32 +431,58 @@ def _environment(variable: str, value: str) -> Iterator[None]:
 
 def _spawn_workers(experiment: ExperimentConfig, experiment_path: str, overrides: list[str], trials: int, storage: str,
                    workers: int) -> None:
-    """``workers`` processes of ``lbtrain sweep --worker INDEX`` sharing the storage; the
-    studies are created first so the workers do not race to create them (or Optuna's tables).
-    Returns once every worker has ended; ``WorkersFailed`` when any failed, with the distinct
-    one-line errors they printed (eight workers meeting one full disk make one line)."""
+    """``workers`` processes of ``lbtrain sweep --worker INDEX`` topping up every world size's
+    study (``run_workers``, placed by ``trial_placement``); the studies are created first so the
+    workers do not race to create them (or Optuna's tables)."""
+    from lbtrain.studies.runner import trial_placement
+
+    for world_size in world_sizes(experiment):
+        open_study(experiment, world_size, storage)
+    run_workers(experiment_path, overrides, storage, trial_placement(experiment, trials, workers), ["--trials", str(trials)])
+
+
+def run_workers(experiment_path: str, overrides: Sequence[str], storage: str, placed: Placement, arguments: Sequence[str] = ()) -> None:
+    """``placed.workers`` processes of ``lbtrain sweep EXPERIMENT --worker INDEX`` (plus
+    ``arguments`` and each ``--set`` of ``overrides``) sharing the storage, started side by side:
+    a plain sweep's, or the tuning protocol's (``lbtrain.studies.protocol.run_tuning``). Each
+    runs ``placed.threads`` TensorFlow threads (``--threads``) and sees its own GPUs
+    (``--environment``, from ``Placement.environment``), as the runner's processes do. Returns once
+    every worker has ended; ``WorkersFailed`` when any failed, with the distinct one-line errors
+    they printed (eight workers meeting one full disk make one line)."""
     import sys
 
     from lbtrain.launch import run_side_by_side
     from lbtrain.launch.error_line import ended_by
 
-    for world_size in world_sizes(experiment):
-        open_study(experiment, world_size, storage)
     # The storage (and its password) reaches the workers in their environment, never their command line.
     shown = [value for value in overrides if value.partition("=")[0].strip() != "sweep.storage"]
-    command = [sys.executable, "-m", "lbtrain.cli", "sweep", experiment_path, "--trials", str(trials),
-               *(item for value in shown for item in ("--set", value))]
+    command = [sys.executable, "-m", "lbtrain.cli", "sweep", experiment_path, *arguments,
+               *(item for value in shown for item in ("--set", value)), "--threads", str(placed.threads)]
+    commands = [[*command, "--worker", str(index),
+                 *(item for name, value in placed.environment(index).items() for item in ("--environment", f"{name}={value}"))]
+                for index in range(placed.workers)]
     # Every worker is waited for: the survivors finish the studies, retrying a dead worker's stale trial.
     with _environment(STORAGE_VARIABLE, storage):
-        exits = run_side_by_side([[*command, "--worker", str(index)] for index in range(workers)])
+        exits = run_side_by_side(commands)
     failed = [index for index, ended in enumerate(exits) if ended.code]
     if failed:
         # A worker killed (SIGKILL, the OOM killer) printed no line: how it ended stands for one.
         reasons = list(dict.fromkeys(error for index in failed for error in exits[index].errors
                                      or [ended_by(exits[index].code)]))
         which = f"sweep worker {failed[0]}" if len(failed) == 1 else f"sweep workers {', '.join(map(str, failed))}"
-        raise WorkersFailed(f"{which} of {workers} failed: " + "; ".join(reasons),
+        raise WorkersFailed(f"{which} of {placed.workers} failed: " + "; ".join(reasons),
                             exit_code=2 if all(exits[index].code == 2 for index in failed) else 1)
+
+
+def worker_process(threads: int | None, environment: list[str]) -> None:
+    """Sets up a sweep worker's process as ``run_workers`` placed it, before TensorFlow runs an
+    op: ``environment``'s ``NAME=VALUE`` entries (its GPUs: TensorFlow reads
+    ``CUDA_VISIBLE_DEVICES`` when it first looks for them) and ``threads`` intra- and inter-op
+    threads (None: TensorFlow's default, every core)."""
+    from lbtrain.worlds.base import configure_threads
+
+    os.environ.update(item.split("=", 1) for item in environment)
+    configure_threads(threads, threads)
 
 
 def _check_storage(experiment: ExperimentConfig, storage: str) -> None:
@@ -639,14 +680,18 @@ __all__ = [
     "best_ok_trial",
     "ok_trials",
     "open_study",
+    "open_sweep_storage",
     "optimize",
     "optimize_distributed",
     "run_sweep",
+    "run_workers",
     "storage_url",
     "study_name",
     "suggest",
     "summary_rows",
+    "train_trial",
     "trial_run",
+    "worker_process",
     "world_sizes",
     "worker_slot",
     "world_study",

@@ -3,6 +3,8 @@ re-run with three seeds, the cost of a rule with its interval."""
 
 import json
 import logging
+import os
+import re
 import statistics
 
 import optuna
@@ -211,7 +213,7 @@ def test_a_grid_point_whose_trial_failed_is_tried_again(tmp_path):
     study.tell(interrupted, state=optuna.trial.TrialState.FAIL)
     assert untaken_points(study, [{"lr.base_lr": 0.05}, {"lr.base_lr": 0.1}]) == [{"lr.base_lr": 0.05}, {"lr.base_lr": 0.1}]
 
-    tune(experiment, spec, storage)
+    tune(experiment, [spec], storage)
     finished = open_study(experiment, spec, storage).get_trials(states=FINISHED)
     assert sorted(trial.params["lr.base_lr"] for trial in finished) == [0.05, 0.1]
     assert untaken_points(study, [{"lr.base_lr": 0.05}, {"lr.base_lr": 0.1}, {"lr.base_lr": 0.2}]) == [{"lr.base_lr": 0.2}]
@@ -229,10 +231,71 @@ def test_a_grid_point_a_dead_process_left_running_is_waited_for_then_retried(tmp
     orphan.suggest_float("lr.base_lr", 0.05, 0.1, log=True)
     study._storage.record_heartbeat(orphan._trial_id)
 
-    tune(experiment, spec, storage)  # neither returns with the point unfinished nor spins on it
+    tune(experiment, [spec], storage)  # neither returns with the point unfinished nor spins on it
     trials = open_study(experiment, spec, storage).get_trials()
     assert sorted((trial.state.name, trial.params["lr.base_lr"]) for trial in trials) == [
         ("COMPLETE", 0.05), ("COMPLETE", 0.1), ("FAIL", 0.05)]
+
+
+def test_two_tuning_workers_give_every_point_the_value_one_process_gives(tmp_path, caplog, capsys):
+    """A grid and its edge extension tuned by this process alone, and by two worker processes of
+    one TensorFlow thread each: the same points, each tried once (a 2-point grid's best sits on
+    an edge: one extension, after the grid), with the same values and verdicts, since a grid
+    point is a seeded run. The workers trained every trial, each trial once (their lines: no
+    trial taken by both, as SQLite lets two processes do unless they take turns); this process
+    logged none."""
+    from lbtrain.studies.protocol import run_tuning
+
+    tuned, logged, printed = {}, {}, {}
+    for workers in (1, 2):
+        spec = protocol_spec(tmp_path / f"workers-{workers}")
+        spec["grid"] = {"world_sizes": [1], "variants": [{"label": "sqrt", "lr.rule": "sqrt"}]}
+        experiment = ExperimentConfig.model_validate(spec)
+        studies = tuned_studies(protocol_arms(experiment))
+        storage = f"sqlite:///{experiment.results_dir / 'optuna.db'}"
+        caplog.clear()
+        capsys.readouterr()
+        with caplog.at_level(logging.INFO, logger="lbtrain"):
+            run_tuning(experiment, studies, storage, workers)
+        logged[workers] = [record.getMessage() for record in caplog.records]
+        printed[workers] = capsys.readouterr().err  # what the workers logged
+        tuned[workers] = {study.name: sorted((trial.params["lr.base_lr"], trial.state.name, trial.value, trial.user_attrs["status"])
+                                             for trial in open_study(experiment, study, storage).get_trials())
+                          for study in studies}
+    [trials] = tuned[1].values()
+    assert len(trials) == 3 and {0.05, 0.1} < {point[0] for point in trials}
+    assert tuned[2] == tuned[1]
+    assert sum("[proto-sqrt-w1 trial" in line for line in logged[1]) == 3 and not any("[proto-" in line for line in logged[2])
+    assert sorted(re.findall(r"\[proto-sqrt-w1 trial (\d)\] complete", printed[2])) == ["0", "1", "2"]
+    assert "tuning 1 study, 2 trials known to be ahead: 2 processes at once, 1 TensorFlow thread each (2 cores)" in logged[2]
+
+
+def test_a_tuning_worker_that_fails_is_one_line_naming_it(tmp_path, monkeypatch, capsys):
+    """lbtrain sweep --workers 2 with a protocol: the workers' model raises (this process's
+    checks built it), and the command ends as a plain sweep's failed workers do: their one
+    line, exit 2, no traceback, no trial finished."""
+    (tmp_path / "childfails.py").write_text(
+        "import os\n"
+        "import tensorflow as tf\n"
+        f"PARENT = {os.getpid()}\n\n"
+        "def build(input_shape, num_classes):\n"
+        "    if os.getpid() != PARENT:\n"
+        "        raise RuntimeError('no model in a worker')\n"
+        "    inputs = tf.keras.Input(input_shape)\n"
+        "    return tf.keras.Model(inputs, tf.keras.layers.Dense(num_classes)(inputs))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    spec = protocol_spec(tmp_path, model={"name": "childfails:build"})
+    spec["grid"] = {"world_sizes": [1], "variants": [{"label": "sqrt", "lr.rule": "sqrt"}]}
+    path = tmp_path / "proto.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["sweep", str(path), "--workers", "2"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(r"^lbtrain: error: sweep workers? (0|1|0, 1) of 2 failed: model 'childfails:build' raised RuntimeError "
+                     r"building for input shape \(40,\) .*no model in a worker", err, re.MULTILINE), err
+    assert "Traceback" not in err
+    study = optuna.load_study(study_name="proto-sqrt-w1", storage=f"sqlite:///{tmp_path / 'results' / 'proto' / 'optuna.db'}")
+    assert not study.get_trials(states=FINISHED)
 
 
 def test_a_trial_tuned_on_two_seeds_scores_the_mean_of_their_validation_accuracies(tmp_path):
@@ -244,7 +307,7 @@ def test_a_trial_tuned_on_two_seeds_scores_the_mean_of_their_validation_accuraci
     spec = tuned_studies(protocol_arms(experiment))[0]
     assert spec.seeds == (7, 8)
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
-    tune(experiment, spec, storage)
+    tune(experiment, [spec], storage)
     trials = open_study(experiment, spec, storage).get_trials(states=FINISHED)
     assert sorted(trial.params["lr.base_lr"] for trial in trials) == [0.05, 0.1]
     for trial in trials:
@@ -319,7 +382,8 @@ def test_a_tuned_study_from_one_yaml_equal_budgets_three_seeds_and_the_cost_of_t
                                              "train_longer": [{"world_size": 2, "factor": 2, "arm": "sqrt rule"}]})
     path = tmp_path / "proto.yaml"
     path.write_text(yaml.safe_dump(spec))
-    assert main(["sweep", str(path)]) == 0
+    # One process (the tuning workers: test_two_tuning_workers_give_every_point_the_value_one_process_gives).
+    assert main(["sweep", str(path), "--workers", "1"]) == 0
     results = tmp_path / "results" / "proto"
     experiment = ExperimentConfig.model_validate(spec)
 
@@ -398,7 +462,7 @@ def test_a_tuned_study_from_one_yaml_equal_budgets_three_seeds_and_the_cost_of_t
     assert control_row["gain"]["mean"] == pytest.approx(statistics.fmean(ok_control) - statistics.fmean(rule))
     assert "| sqrt rule | 2 | 32 | 7 | 14 |" in text
 
-    # Resumable: a rerun trains nothing new.
+    # Resumable: a rerun trains nothing new (nor starts tuning workers: no trial is ahead).
     capsys.readouterr()
     assert main(["sweep", str(path)]) == 0
     err = capsys.readouterr().err

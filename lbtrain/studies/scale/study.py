@@ -83,9 +83,9 @@ def design_configs(design: ScaleDesign) -> dict[int, RunConfig]:
 
 def price_design(design: ScaleDesign, probe: Probe) -> Price:
     """The design's priced seconds (``lbtrain.studies.price``): ``GRID_POINTS`` + 1 trials per
-    tuned study of one run per tuning seed each (trained in this process: no process start),
-    every arm's final seeds, and each
-    control's seeds at ``CONTROL_FACTOR`` x the updates. The finals and controls start a process
+    tuned study of one run per tuning seed each (in this process or the tuning's workers,
+    started once: no process start per trial), every arm's final seeds, and each control's seeds
+    at ``CONTROL_FACTOR`` x the updates. The finals and controls start a process
     each, or one for them all where the mode's launcher keeps a child between runs (a simulated
     world), as ``lbtrain.studies.runner.price_runs`` counts them."""
     from lbtrain.worlds.modes import get_mode
@@ -221,11 +221,13 @@ def answer_from_results(design: ScaleDesign, storage: str) -> dict[str, Any]:
 
 
 def run_scale(design: ScaleDesign, *, storage: str, config_file: str | None, price: Price | None = None,
-              progress: Callable[[str], None] | None = None, record: bool = False) -> dict[str, Any]:
-    """Runs the design's protocol (resumable) and writes its answer; a progress line per finished
-    run carries the time left against the price. ``record``: first write what a budget kept
-    (``ScaleDesign.record``) to the results folder's ``SCALE_DESIGN_FILE``, which a rerun with a
-    budget resumes instead of trimming again from new timings."""
+              progress: Callable[[str], None] | None = None, record: bool = False, workers: int | None = None) -> dict[str, Any]:
+    """Runs the design's protocol (resumable; ``workers`` tuning trials and runs at once, None:
+    as many as the machine allows, ``lbtrain.studies.protocol.run_protocol``) and writes its
+    answer; a progress line per finished run carries the time left against the price (machine
+    time, one run after another: several at once finish sooner). ``record``: first write what a
+    budget kept (``ScaleDesign.record``) to the results folder's ``SCALE_DESIGN_FILE``, which a
+    rerun with a budget resumes instead of trimming again from new timings."""
     from lbtrain.studies.protocol import run_protocol
     from lbtrain.studies.runner import log_progress
 
@@ -244,5 +246,5 @@ def run_scale(design: ScaleDesign, *, storage: str, config_file: str | None, pri
         claim_folder(experiment.results_dir, experiment.name, config_file, experiment.model_dump(mode="json"))
         if not (experiment.results_dir / SCALE_DESIGN_FILE).is_file():
             write_json_atomic(experiment.results_dir / SCALE_DESIGN_FILE, design.record())
-    run_protocol(experiment, storage=storage, config_file=config_file, progress=with_time_left)
+    run_protocol(experiment, storage=storage, config_file=config_file, progress=with_time_left, workers=workers)
     return answer_from_results(design, storage)
