@@ -71,7 +71,7 @@ from lbtrain.results import PROTOCOL_FILE, PROTOCOL_REPORT, RUNS_FOLDER, Results
 from lbtrain.rounding import is_close
 from lbtrain.studies.plan import PlannedRun, grid_axes, label_slug, run_id
 from lbtrain.studies.runner import log_progress, note_runs_left_out, run_planned
-from lbtrain.studies.search import check_tpe_budget, describe_search, edge_extensions, grid_points
+from lbtrain.studies.search import below_every_trial, check_tpe_budget, describe_search, edge_extensions, grid_points
 from lbtrain.studies.storages import claim_trial
 from lbtrain.studies.sweep import (
     FINISHED,
@@ -237,13 +237,17 @@ def _due_points(experiment: ExperimentConfig, spec: StudySpec, study: optuna.Stu
     """The points a grid study should queue now: its grid points no trial has taken
     (``untaken_points``); once every trial of the study has finished (none waits or runs, here
     or in another process), the edge extensions its best ok trial asks for
-    (``lbtrain.studies.search.edge_extensions``). Empty: nothing to queue now."""
+    (``lbtrain.studies.search.edge_extensions``), or with no ok trial, where every trial diverged
+    or spiked, the LR below the lowest tried (``below_every_trial``). Empty: nothing to queue now."""
     points = untaken_points(study, grid_points(spec.search))
     if points or study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING)):
         return points
     best = best_ok_trial(study)
-    tried = [trial.params for trial in study.get_trials(deepcopy=False, states=FINISHED)]
-    return [] if best is None else edge_extensions(spec.search, tried, best.params, experiment.protocol.grid_extensions)
+    finished = study.get_trials(deepcopy=False, states=FINISHED)
+    if best is None:
+        return below_every_trial(spec.search, [(trial.params, trial.user_attrs.get("status")) for trial in finished],
+                                 experiment.protocol.grid_extensions)
+    return edge_extensions(spec.search, [trial.params for trial in finished], best.params, experiment.protocol.grid_extensions)
 
 
 @contextlib.contextmanager

@@ -30,8 +30,8 @@ from typing import Any, Iterable
 from lbtrain.config import ConfigError, SearchParam
 from lbtrain.rounding import floor_tolerant
 
-__all__ = ["MIN_STARTUP_TRIALS", "STARTUP_MULTIPLE", "check_tpe_budget", "describe_search", "edge_extensions", "grid_points",
-           "grid_values"]
+__all__ = ["LR_FIELD", "MIN_STARTUP_TRIALS", "STARTUP_MULTIPLE", "TOO_LARGE_A_STEP", "below_every_trial", "check_tpe_budget",
+           "describe_search", "edge_extensions", "grid_points", "grid_values"]
 
 MIN_STARTUP_TRIALS = 10
 STARTUP_MULTIPLE = 3
@@ -100,6 +100,44 @@ def edge_extensions(search: dict[str, SearchParam], tried: Iterable[dict[str, An
             if value is not None and value not in values:
                 points.append({**best, path: value})
     return points
+
+
+# A trial whose step was too large: it diverged, or its loss spiked (ok-unstable). A study none of
+# whose trials trained ok, every one for one of these, tried LRs above the one that trains.
+TOO_LARGE_A_STEP = ("diverged", "ok-unstable")
+LR_FIELD = "lr.base_lr"
+
+
+def below_every_trial(search: dict[str, SearchParam], tried: Iterable[tuple[dict[str, Any], str | None]],
+                      cap: int) -> list[dict[str, Any]]:
+    """The point to try next in a study where no trial ended ok and every trial diverged or was
+    unstable (``TOO_LARGE_A_STEP``; ``tried`` holds each finished trial's parameters and status):
+    the LR (``LR_FIELD``, a log-scale field) halved below the smallest tried, the other fields at
+    that trial's values, unless the field was already extended ``cap`` times below the grid. With
+    no ok trial there is no best to extend from (``edge_extensions``), yet the grid clearly sat
+    above the LR that trains (goyal_v4's LARS at batch 512-2,048: every LR from 0.5 to 8 diverged
+    or spiked, and the grid stopped there). Empty otherwise: a failed trial (an error) or a
+    collapsed one says nothing about the step's size, and a study without a log-scale LR field
+    has nothing to lower.
+
+    >>> lr = {"lr.base_lr": SearchParam(type="float", low=0.5, high=8.0, log=True)}
+    >>> below_every_trial(lr, [({"lr.base_lr": 0.5}, "diverged"), ({"lr.base_lr": 1.0}, "ok-unstable")], cap=3)
+    [{'lr.base_lr': 0.25}]
+    >>> below_every_trial(lr, [({"lr.base_lr": 0.5}, "diverged"), ({"lr.base_lr": 1.0}, "failed")], cap=3)
+    []
+    """
+    tried = list(tried)
+    param = search.get(LR_FIELD)
+    if (param is None or param.type == "categorical" or not param.log or not tried
+            or any(status not in TOO_LARGE_A_STEP for _, status in tried)):
+        return []
+    lowest = min((point for point, _ in tried if LR_FIELD in point), key=lambda point: point[LR_FIELD], default=None)
+    if lowest is None:
+        return []
+    grid = grid_values(param)
+    if sum(1 for point, _ in tried if point.get(LR_FIELD, grid[0]) < grid[0]) >= cap:
+        return []
+    return [{**lowest, LR_FIELD: _beyond(param, lowest[LR_FIELD], -1)}]
 
 
 def describe_search(search: dict[str, SearchParam], tried: list[dict[str, Any]], best: dict[str, Any] | None) -> dict[str, Any]:

@@ -72,3 +72,39 @@ def test_every_protocol_study_has_its_own_sampler_seed_and_no_pruner(tmp_path):
     first_draws = [study.ask().suggest_float("lr.base_lr", 0.01, 0.1, log=True) for study in opened]
     assert len(studies) == 4 and len(set(first_draws)) == 4  # the arms of one world size do not share their draws
     assert all(isinstance(study.pruner, optuna.pruners.NopPruner) for study in opened)
+
+
+def test_a_grid_none_of_whose_trials_trained_ok_steps_below_its_lowest_lr_until_the_cap(tmp_path):
+    """goyal_v4's LARS at batch 512 and up: every LR of the grid diverged or spiked, so there was no
+    best to extend from and the search stopped above the LR that trains."""
+    from lbtrain.studies.protocol import _due_points
+
+    config = experiment(tmp_path, grid_extensions=2)
+    spec = tuned_studies(protocol_arms(config))[0]
+    study = open_study(config, spec, f"sqlite:///{tmp_path / 'optuna.db'}")
+    distribution = {"lr.base_lr": optuna.distributions.FloatDistribution(0.001, 1.0, log=True)}
+
+    def finish(lr, status, state=optuna.trial.TrialState.PRUNED):
+        study.add_trial(optuna.trial.create_trial(params={"lr.base_lr": lr}, distributions=distribution, state=state,
+                                                  value=0.1 if state == optuna.trial.TrialState.COMPLETE else None,
+                                                  user_attrs={"status": status}))
+
+    for lr in grid_values(LR):
+        finish(lr, "diverged")
+    assert _due_points(config, spec, study) == [{"lr.base_lr": 0.005}]
+    finish(0.005, "ok-unstable", optuna.trial.TrialState.COMPLETE)
+    assert _due_points(config, spec, study) == [{"lr.base_lr": 0.0025}]
+    finish(0.0025, "diverged")
+    assert _due_points(config, spec, study) == []  # two below the grid: the cap
+    # A failed trial (an error) says nothing about the step: no point below.
+    other = experiment(tmp_path / "failed", grid_extensions=2)
+    study = open_study(other, spec, f"sqlite:///{tmp_path / 'failed.db'}")
+    for lr, status in zip(grid_values(LR), ("diverged", "failed", "diverged", "diverged")):
+        finish(lr, status)
+    assert _due_points(other, spec, study) == []
+    # Once a trial below the grid trains ok it is the best, and the edge extension takes over.
+    study = open_study(config, spec, f"sqlite:///{tmp_path / 'ok.db'}")
+    for lr in grid_values(LR):
+        finish(lr, "diverged")
+    finish(0.005, "ok", optuna.trial.TrialState.COMPLETE)
+    assert _due_points(config, spec, study) == [{"lr.base_lr": 0.0025}]
