@@ -72,7 +72,9 @@ class StudyFacts:
     searched studies' edge flags (study name -> best interior or not) and the tuning seconds.
     ``updates`` and ``global_batches`` map each world size of the design to its planned updates
     and global batch (a world size may have no finished run to read them from). ``lr_exponents``:
-    per recipe, the exponent of its tuned LR in the batch (``LrExponentFit.to_dict()``)."""
+    per recipe, the exponent of its tuned LR in the batch (``LrExponentFit.to_dict()``).
+    ``interior``: None for a study no trial of which ended ok (no best). ``controls_not_run``: the
+    designed convergence controls that could not run, each in words with why."""
 
     experiment: str
     model: str
@@ -82,9 +84,10 @@ class StudyFacts:
     updates: Mapping[int, int]
     global_batches: Mapping[int, int]
     design: Sequence[str] = ()
-    interior: Mapping[str, bool] = dataclasses.field(default_factory=dict)
+    interior: Mapping[str, bool | None] = dataclasses.field(default_factory=dict)
     tuning_seconds: float = 0.0
     lr_exponents: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    controls_not_run: Sequence[str] = ()
 
 
 def _rows(summary: Sequence[Mapping[str, Any]], label: str, world_size: int) -> list[Mapping[str, Any]]:
@@ -212,8 +215,10 @@ def _flags(per_world: list[dict[str, Any]], summary, facts: StudyFacts, controls
         elif row["test_accuracy"]["n"] < MIN_SEEDS:
             flags.append(f"world {row['world_size']}: {row['use']} has {row['test_accuracy']['n']} ok seeds, fewer than "
                          f"{MIN_SEEDS}: no claim rests on it")
-    flags += [f"{study}: the best LR sits on the edge of the grid tried (extend the grid)" for study, interior in facts.interior.items()
-              if not interior]
+    flags += [f"{study}: the best LR sits on the edge of the grid tried (extend the grid)" if interior is False else
+              f"{study}: no trial ended ok at any LR tried, every one diverged or spiked (no LR to carry)"
+              for study, interior in facts.interior.items() if not interior]
+    flags += list(facts.controls_not_run)
     statuses: dict[str, int] = {}
     for row in summary:
         if not is_ok(row["status"]):

@@ -435,22 +435,41 @@ def own_steps(summary: list[dict[str, Any]], arm: Arm) -> int | None:
     return _ok_steps(summary, arm.label, arm.world_size)
 
 
-def train_longer_arms(experiment: ExperimentConfig, arms: list[Arm], summary: list[dict[str, Any]]) -> list[tuple[Arm, float]]:
-    """Each ``protocol.train_longer`` control's arm (the named one, else the best on validation
-    at its world size) with its factor, once per arm and factor; a control whose arm has no ok
-    final run is left out with a warning."""
-    chosen: dict[tuple[str, int, float], tuple[Arm, float]] = {}
+def _resolved_controls(experiment: ExperimentConfig, arms: list[Arm],
+                       summary: list[dict[str, Any]]) -> list[tuple[Any, Arm | None, str | None]]:
+    """Each ``protocol.train_longer`` control with its arm (the named one, else the best on
+    validation at its world size) and why it cannot run (None: it can)."""
+    resolved = []
     for control in experiment.protocol.train_longer:
         if control.arm is None:
             arm = best_arm(arms, summary, control.world_size)
         else:
             arm = next(arm for arm in arms if arm.label == control.arm and arm.world_size == control.world_size)
-        if arm is None or own_steps(summary, arm) is None:
-            logger.warning("protocol.train_longer at world size %d: %s, so this control is not run", control.world_size,
-                           "no arm has every seed ok" if arm is None else f"{arm.label} has no ok final run")
+        reason = ("no arm has every seed ok" if arm is None else f"{arm.label} has no ok final run"
+                  if own_steps(summary, arm) is None else None)
+        resolved.append((control, arm, reason))
+    return resolved
+
+
+def train_longer_arms(experiment: ExperimentConfig, arms: list[Arm], summary: list[dict[str, Any]]) -> list[tuple[Arm, float]]:
+    """Each ``protocol.train_longer`` control's arm (the named one, else the best on validation
+    at its world size) with its factor, once per arm and factor; a control whose arm has no ok
+    final run is left out with a warning (``controls_not_run`` says which)."""
+    chosen: dict[tuple[str, int, float], tuple[Arm, float]] = {}
+    for control, arm, reason in _resolved_controls(experiment, arms, summary):
+        if reason is not None:
+            logger.warning("protocol.train_longer at world size %d: %s, so this control is not run", control.world_size, reason)
             continue
         chosen.setdefault((arm.label, arm.world_size, float(control.factor)), (arm, control.factor))
     return list(chosen.values())
+
+
+def controls_not_run(experiment: ExperimentConfig, arms: list[Arm], summary: list[dict[str, Any]]) -> list[str]:
+    """The ``protocol.train_longer`` controls that could not run, each in words with why:
+    ``'world 64: momentum+warmup linear rule 3x longer not run: momentum+warmup linear rule has no
+    ok final run'``."""
+    return [f"world {control.world_size}: {control.arm or 'the best arm'} {control.factor:g}x longer not run: {reason}"
+            for control, _, reason in _resolved_controls(experiment, arms, summary) if reason is not None]
 
 
 def train_longer_runs(experiment: ExperimentConfig, controls: list[tuple[Arm, float]], best_params: dict[str, dict[str, Any]],
@@ -760,7 +779,7 @@ def write_protocol(experiment: ExperimentConfig, rows: list[dict[str, Any]], tri
                         protocol_markdown(experiment, rows, trials, lr_fits, steps_rows, search, tuning_seeds, longer_rows))
 
 
-__all__ = ["ARM_KINDS", "Arm", "best_arm", "check_final_seeds", "comparison_rows", "equal_steps_rows", "equal_steps_runs",
-           "final_runs", "own_steps", "protocol_arms", "protocol_markdown", "reference_world_size", "run_protocol", "run_tuning",
+__all__ = ["ARM_KINDS", "Arm", "best_arm", "check_final_seeds", "comparison_rows", "controls_not_run", "equal_steps_rows",
+           "equal_steps_runs", "final_runs", "own_steps", "protocol_arms", "protocol_markdown", "reference_world_size", "run_protocol", "run_tuning",
            "search_summary", "train_longer_arms", "train_longer_label", "train_longer_rows", "train_longer_runs", "tune", "tuned_studies",
            "tuning_seeds", "untaken_points", "write_protocol"]

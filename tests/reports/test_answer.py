@@ -86,6 +86,20 @@ def test_noise_scale_flags_and_machine_time():
     assert answer["machine_hours"] == pytest.approx(10.0 * len(summary()) / 3600)
 
 
+def test_a_study_with_no_ok_trial_and_a_control_that_could_not_run_are_flagged_as_such():
+    """goyal_v4's LARS at batch 512 and up had no ok trial (not a best on an edge), and its linear
+    rule's control at world 64 could not run (no ok seed): the answer says both."""
+    facts = StudyFacts("own", "m", "d", 20_000, 1, {1: 625, 4: 300}, {1: 32, 4: 128},
+                       interior={"own-sgd-w1": True, "own-sgd-w4": False, "own-lars-w4": None},
+                       controls_not_run=["world 4: sgd+warmup linear rule 3x longer not run: sgd+warmup linear rule has no ok final run"])
+    answer = answer_data(rows(f"{RECIPE} tuned", 1, REFERENCE, REFERENCE), [ArmSpec(f"{RECIPE} tuned", 1, "tuned", RECIPE)], facts)
+    flags = answer["flags"]
+    assert "own-sgd-w4: the best LR sits on the edge of the grid tried (extend the grid)" in flags
+    assert "own-lars-w4: no trial ended ok at any LR tried, every one diverged or spiked (no LR to carry)" in flags
+    assert not any(flag.startswith("own-sgd-w1") or flag.startswith("own-lars-w4: the best") for flag in flags)
+    assert "world 4: sgd+warmup linear rule 3x longer not run: sgd+warmup linear rule has no ok final run" in flags
+
+
 def test_one_seed_and_a_batch_out_of_the_data_regime_are_flagged():
     small = StudyFacts("own", "m", "d", 2_000, 1, {1: 187, 4: 46}, {1: 32, 4: 128}, interior={})
     data = (rows(f"{RECIPE} tuned", 1, REFERENCE, REFERENCE)

@@ -17,6 +17,7 @@ from lbtrain.reports.tables import read_summary
 from lbtrain.studies.protocol import (
     best_arm,
     comparison_rows,
+    controls_not_run,
     equal_steps_rows,
     equal_steps_runs,
     protocol_arms,
@@ -192,6 +193,9 @@ def test_train_longer_reruns_an_arm_for_a_multiple_of_its_own_updates(tmp_path, 
         assert [run.label for run in train_longer_runs(experiment, controls, params, without_ok)] == ["sqrt rule 3x longer"] * 3
     assert [record.getMessage() for record in caplog.records] == [
         "protocol.train_longer at world size 2: linear+warmup tuned has no ok final run, so this control is not run"]
+    assert controls_not_run(experiment, arms, without_ok) == [
+        "world 2: linear+warmup tuned 2x longer not run: linear+warmup tuned has no ok final run"]
+    assert controls_not_run(experiment, arms, summary) == []
 
     summary += [{"label": "sqrt rule 3x longer", "world_size": 2, "validation_accuracy": 0.8, "test_accuracy": test, "status": status,
                  "total_steps": 21} for test, status in ((0.76, "ok"), (0.78, "ok"), (0.1, "diverged"))]

@@ -181,8 +181,9 @@ def scale_arms(experiment: ExperimentConfig, summary: list[dict[str, Any]]) -> l
     return specs
 
 
-def _tuning_seconds(experiment: ExperimentConfig, storage: str) -> tuple[float, dict[str, bool]]:
-    """Seconds the tuning trials took, and per tuned study whether its best is interior."""
+def _tuning_seconds(experiment: ExperimentConfig, storage: str) -> tuple[float, dict[str, bool | None]]:
+    """Seconds the tuning trials took, and per tuned study whether its best is interior (None:
+    no trial of it ended ok, so it has no best)."""
     from lbtrain.studies.protocol import protocol_arms, search_summary, tuned_studies
     from lbtrain.studies.sweep import FINISHED, open_study
 
@@ -192,14 +193,15 @@ def _tuning_seconds(experiment: ExperimentConfig, storage: str) -> tuple[float, 
         for trial in open_study(experiment, spec, storage).get_trials(deepcopy=False, states=FINISHED):
             if trial.datetime_start and trial.datetime_complete:
                 seconds += (trial.datetime_complete - trial.datetime_start).total_seconds()
-    interior = {name: bool(entry["interior"]) for name, entry in search_summary(experiment, studies, storage).items()}
+    interior = {name: None if all(field["best"] is None for field in entry["fields"].values()) else bool(entry["interior"])
+                for name, entry in search_summary(experiment, studies, storage).items()}
     return seconds, interior
 
 
 def answer_from_results(design: ScaleDesign, storage: str) -> dict[str, Any]:
     """Reads the study's runs and writes ``answer.json``, ``answer.md`` and its figures; returns the answer."""
     from lbtrain.reports.tables import load_records
-    from lbtrain.studies.protocol import protocol_arms, recipe_lr_fits
+    from lbtrain.studies.protocol import controls_not_run, protocol_arms, recipe_lr_fits
 
     experiment = design.protocol_experiment()
     folder = experiment.results_dir
@@ -212,7 +214,8 @@ def answer_from_results(design: ScaleDesign, storage: str) -> dict[str, Any]:
     facts = StudyFacts(experiment.name, str(base.model.name), str(base.data.dataset), design.train_size, design.reference,
                        {world.world_size: world.updates for world in design.worlds},
                        {world.world_size: world.global_batch for world in design.worlds}, describe_design(design), interior, seconds,
-                       recipe_lr_fits(experiment, protocol_arms(experiment), storage))
+                       recipe_lr_fits(experiment, protocol_arms(experiment), storage),
+                       controls_not_run(experiment, protocol_arms(experiment), summary))
     answer = answer_data(summary, arms, facts, histories=histories)
     write_json_atomic(folder / ANSWER_FILE, answer)
     write_answer_figures(answer, summary, arms, folder / FIGURES_FOLDER)
