@@ -27,7 +27,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--tuning-seeds", type=arguments.positive_int, metavar="N",
                         help="seeds each tuning trial trains and is scored on (their mean validation accuracy; default 2)")
     parser.add_argument("--dry-run", action="store_true",
-                        help="print the design and its price (the probe trains a few steps at each global batch), run nothing")
+                        help="print the design and its price where the study uses only lbtrain's models and datasets (a probe "
+                             "trains a few steps at each global batch), run nothing; no model or loader of yours runs")
+    parser.add_argument("--price", action="store_true",
+                        help="print the design and its price, training nothing: the design reads your data's size and the probe "
+                             "trains a few steps of your model at each global batch, here")
     parser.add_argument("--storage", help="an SQLAlchemy URL for the tuning studies (default: $LBTRAIN_STORAGE, else sweep.storage, "
                                           "else sqlite:///results/<name>/optuna.db); a password is better kept in $LBTRAIN_STORAGE")
     parser.add_argument("--workers", type=arguments.workers, default=None, metavar="auto|N",
@@ -38,11 +42,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lbtrain.config import load_experiment
+    from lbtrain.config import load_experiment, run_config_from_dict
     from lbtrain.reports.regime import MIN_UPDATES
     from lbtrain.results import ANSWER_FILE, ANSWER_REPORT, SCALE_DESIGN_FILE
     from lbtrain.storage_urls import environment_storage
-    from lbtrain.studies.price import probe_costs
+    from lbtrain.studies.price import code_of_yours, probe_costs
     from lbtrain.studies.scale import (
         describe_design,
         design_study,
@@ -59,6 +63,11 @@ def run(args: argparse.Namespace) -> int:
     experiment = load_experiment(args.experiment, args.set)
     if sizes is None and len(experiment.grid.get("world_sizes", [])) > 1:
         sizes = parse_world_sizes(",".join(map(str, experiment.grid["world_sizes"])))
+    yours = code_of_yours(experiment, [run_config_from_dict(experiment.base_run())], getattr(args, "imports", []))
+    if args.dry_run and not args.price and yours is not None:
+        print(f"design and price: need your model or data to run ({yours}), which --dry-run never does: --price designs "
+              "the study from your data's size and prices it from a probe of a few steps at each global batch, here")
+        return 0
     design = design_study(experiment, training_size(experiment), sizes, min_updates=args.min_updates or MIN_UPDATES,
                           seeds=args.seeds, tuning_seeds=args.tuning_seeds)
     probe = probe_costs(design_configs(design).values())
@@ -75,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         price = price_design(design, probe)
     print("\n".join(describe_design(design)))
     print(price.describe())
-    if args.dry_run:
+    if args.dry_run or args.price:
         return 0
     storage = args.storage or environment_storage() or storage_url(design.protocol_experiment())
     run_scale(design, storage=storage, config_file=str(Path(args.experiment).resolve()), price=price,

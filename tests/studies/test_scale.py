@@ -45,8 +45,22 @@ def project(tmp_path, monkeypatch):
         del sys.modules[name]
 
 
-def test_dry_run_prints_the_design_with_its_floor_and_price_and_writes_nothing(project, lbtrain_here):
+def test_dry_run_of_your_model_runs_none_of_it_and_points_to_price(project, lbtrain_here):
+    models = project / "ownpkg" / "models.py"
+    signature = "def convnet(input_shape, num_classes, width=4):\n"
+    assert signature in models.read_text()
+    models.write_text(models.read_text().replace(signature, signature + "    open('BUILT', 'w').write('factory ran')\n", 1))
     result = lbtrain_here("scale", "experiment.yaml", "--world-sizes", "1,4", "--dry-run", cwd=project)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout == ("design and price: need your model or data to run (model 'ownpkg.models:convnet'), which --dry-run "
+                             "never does: --price designs the study from your data's size and prices it from a probe of a few "
+                             "steps at each global batch, here\n")
+    assert "price probe" not in result.stderr
+    assert not (project / "results").exists() and not (project / "BUILT").exists()
+
+
+def test_price_prints_the_design_with_its_floor_and_price_and_writes_nothing(project, lbtrain_here):
+    result = lbtrain_here("scale", "experiment.yaml", "--world-sizes", "1,4", "--price", cwd=project)
     assert result.returncode == 0, result.stderr[-2000:]
     # 288 training samples: world 1 takes 36 steps an epoch, world 4 (batch 32) 9, so both get the floor of 300.
     assert "world    4: global batch     32 (11.11% of the data), 300 updates (floor: 1 epochs would give 9)" in result.stdout
