@@ -14,7 +14,7 @@ TENSORFLOW_KERAS3 := tensorflow-cpu==2.21.0
 # about 90 MB of wheels, 380 MB installed, seconds to install from pip's cache.
 JAX_KERAS3 := jax==0.10.2 jaxlib==0.10.2
 
-.PHONY: setup setup-keras3 run test test-main test-keras3 test-fast docs lint bench study study-v3 study-v4 data clean-venv
+.PHONY: setup setup-keras3 run test test-keras3 test-fast docs lint bench study study-v3 study-v4 data clean-venv
 
 setup: $(VENV)/.lbtrain-installed $(VENV)/.kernels data
 
@@ -93,16 +93,11 @@ setup-keras3: $(VENV_KERAS3)/.lbtrain-installed $(VENV_KERAS3)/.jax $(VENV_KERAS
 TEST_WORKERS ?= logical
 PYTEST := pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=15
 
-# The two stacks are set up side by side (pip keeps one core busy for each), then lint and docs;
-# then their suites run side by side too: much of a suite's time waits (fresh processes starting,
-# horovodrun's ranks meeting, heartbeats going stale, Ctrl-C), and the other stack's workers use
-# it. Each stack's output is printed whole when it ends (--output-sync); make fails if either does.
+# The two stacks are set up side by side (pip keeps one core busy for each), then lint and docs.
 test:
 	@$(MAKE) --no-print-directory -j2 setup setup-keras3 lint docs
-	@$(MAKE) --no-print-directory -j2 --output-sync=target test-main test-keras3
-
-test-main: setup
 	$(BIN)/python -m $(PYTEST)
+	$(BIN_KERAS3)/python -m $(PYTEST)
 
 test-keras3: setup-keras3
 	$(BIN_KERAS3)/python -m $(PYTEST)
