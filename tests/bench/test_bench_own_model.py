@@ -14,6 +14,7 @@ import pytest
 
 from helpers import write_package as write_user_package
 from lbtrain.bench import INPUT_BOUND_MARGIN, BenchError, Settings, WorldSpec, run_benchmark
+from lbtrain.references import MODEL_REGISTRY
 
 MODEL = "ownbench.models:build"
 
@@ -102,6 +103,8 @@ def test_a_registered_name_is_benchmarked_at_the_shape_and_classes_asked_for(tmp
     elsewhere.mkdir()
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.setenv("PYTHONPATH", str(site))
+    # The registry keeps the entry point it loads: forget it after this test, as the path does.
+    monkeypatch.setattr(MODEL_REGISTRY, "_functions", dict(MODEL_REGISTRY._functions))
     result = lbtrain_here("bench", "--models", "ownbench-binary", "--input-shape", "12,12,2", "--classes", "2", "--batches", "4",
                           "--worlds", "simulated:2", "--steps", "2", "--warmup", "1", "--output", str(tmp_path / "out"),
                           cwd=elsewhere)

@@ -136,7 +136,7 @@ def test_the_keskar_v2_section_prints_each_runs_lr_at_its_end(tmp_path):
 def test_the_pages_keskar_v4_regimes_are_the_experiments_large_batches():
     from pathlib import Path
 
-    from conftest import REPO_ROOT
+    from helpers import REPO_ROOT
     from lab.results_page.keskar import KESKAR_V4_REGIMES
     from lbtrain.config import load_experiment
 
