@@ -618,4 +618,5 @@ def section_keskar_v4(results: Path) -> list[str]:
                     f"[protocol]({KESKAR_V4}/protocol.md)", "",
                     markdown_table(["arm", "global batch", "steps", "LR at end (largest)", "train loss", "test acc", "− SB (points)",
                                     "top Hessian eigenvalue", "sharpness"], table), "", *readings, "",
+                    *figure_lines(results, KESKAR_V4, FIGURE_SHARPNESS_VS_BATCH, "flatness against the global batch"),
                     *flatness_runs_table(runs)]

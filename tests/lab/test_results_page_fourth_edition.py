@@ -128,7 +128,7 @@ def test_keskar_v4_is_absent_from_the_page_until_its_protocol_has_finished(tmp_p
     page = render_results_page(tmp_path)
     assert "keskar_v4" not in page
     assert not [anchor for anchor in shown_anchors(tmp_path) if anchor.edition == 4]
-    assert "keskar_v4" not in render_results_page(RESULTS)  # the study running now: no protocol.json yet
+    assert "## keskar_v4:" in render_results_page(RESULTS)  # committed finished: on the page
 
 
 def test_keskar_v4_is_judged_on_a_row_per_regime_each_at_its_own_batch(tmp_path):

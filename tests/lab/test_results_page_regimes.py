@@ -68,7 +68,7 @@ def test_each_anchor_says_what_the_decision_says_of_its_claim():
     assert (goyal.supports, keskar.supports) == (AS_GOOD, LOSES)
     assert (claim_text("matches", goyal.supports), claim_text("matches", keskar.supports)) == (HOLDS, DOES_NOT_HOLD)
     shown = {(anchor.paper, anchor.edition): anchor_row(RESULTS, anchor)[5] for anchor in ANCHORS}
-    assert shown[("Keskar et al. 2017", 3)] == "**matches**: the claim does not hold"
+    assert shown[("Keskar et al. 2017", 3)] == "**matches**: the claim does not hold (superseded by keskar_v4)"
     # McCandlish et al.'s claim that the value agrees: matches holds it, worse contradicts it, inconclusive leaves it
     # (critical_batch_v3's B_crit interval [303, 584] since 0f0a9f3 leaves B_simple / B_crit inconclusive).
     mccandlish = next(anchor for anchor in ANCHORS if anchor.paper == "McCandlish et al. 2018" and anchor.edition == 3)
