@@ -628,7 +628,8 @@ def _steps_section(report: _Report, records: Sequence[RunRecord], target: float 
                          noise_scale_range=None if noise_summary["range"] is None else tuple(noise_summary["range"]),
                          noise_scale_training_range=None if noise_summary["training_range"] is None
                          else tuple(noise_summary["training_range"]))
-    report.summary.update({"target": target, "metric": metric, "steps_to_target": rows, "critical_batch": fit.to_dict()})
+    report.summary.update({"target": target, "metric": metric, "steps_to_target": rows, "critical_batch": fit.to_dict(),
+                           "validation_every_steps": validation_every(records)})
     if noise:
         report.summary["noise_scale"] = {**noise_summary, "runs_at_target": noise}
     report.add(
