@@ -445,8 +445,12 @@ def _resolved_controls(experiment: ExperimentConfig, arms: list[Arm],
             arm = best_arm(arms, summary, control.world_size)
         else:
             arm = next(arm for arm in arms if arm.label == control.arm and arm.world_size == control.world_size)
-        reason = ("no arm has every seed ok" if arm is None else f"{arm.label} has no ok final run"
-                  if own_steps(summary, arm) is None else None)
+        if arm is None:
+            reason = "no arm has every seed ok"
+        elif own_steps(summary, arm) is None:
+            reason = f"{arm.label} has no ok final run"
+        else:
+            reason = None
         resolved.append((control, arm, reason))
     return resolved
 
