@@ -27,7 +27,9 @@ parts). A run of ``S`` updates over ``E`` epochs is then priced at::
 (the trainer evaluates the validation set after every epoch, at ``P = S // N`` points with
 ``training.validation_every_steps: N``, and the train, test and validation sets at the end;
 the probe's own steps take no points), plus ``launch_seconds`` for each process the runs start, which the caller
-counts. The price counts the runs one after another on this machine; runs started as other
+counts. A run that stops at a target (``training.stop_at``) is priced at its whole budget: when
+it reaches the target no probe can tell, so a plan with such runs is priced at most
+(``stopping_early``). The price counts the runs one after another on this machine; runs started as other
 processes (Horovod, tf.distribute) add their communication, which the probe does not see. Tuning
 trials that an edge extension adds are not known in advance: the caller counts what it expects.
 ``benchmarks/bench_parallel.py`` compares the price with the measured time of a 12-run grid.
@@ -51,7 +53,8 @@ from typing import Iterable
 
 from lbtrain.config import ExperimentConfig, RunConfig, run_config_from_dict, with_overrides
 
-__all__ = ["PROBE_STEPS", "SETTLE_STEPS", "Probe", "StepCost", "code_of_yours", "estimate_seconds", "probe_costs", "run_seconds"]
+__all__ = ["PROBE_STEPS", "SETTLE_STEPS", "Probe", "StepCost", "code_of_yours", "estimate_seconds", "probe_costs", "run_seconds",
+           "stopping_early", "stopping_text"]
 
 logger = logging.getLogger(__name__)
 
@@ -237,3 +240,15 @@ def code_of_yours(experiment: ExperimentConfig, configs: Iterable[RunConfig], im
 def estimate_seconds(configs: Iterable[RunConfig], probe: Probe) -> float:
     """The priced seconds of ``configs`` run one after another."""
     return sum(run_seconds(config, probe) for config in configs)
+
+
+def stopping_early(configs: Iterable[RunConfig]) -> int:
+    """How many of ``configs`` stop at a target (``training.stop_at``): priced at their whole
+    budget, they make a price an upper bound."""
+    return sum(config.training.stop_at is not None for config in configs)
+
+
+def stopping_text(count: int) -> str:
+    """Why a price with ``count`` runs stopping at a target is an upper bound, as a phrase."""
+    return (f"{count} run{'s' * (count != 1)} stop{'s' * (count == 1)} at a target, each priced at its whole budget: "
+            "when a run reaches its target no probe can tell")

@@ -395,24 +395,27 @@ def _placed(footprints: list[Footprint], workers: int | None) -> Placement:
 class GridPrice:
     """The price of a grid's runs left to train (``price_runs``): their ``seconds`` one after
     another on this machine, from a probe of ``batches`` global batches, and how ``lbtrain run``
-    would place them (``placed``)."""
+    would place them (``placed``). ``stopping`` of the runs stop at a target (``training.stop_at``):
+    each is priced at its whole budget, so the price is an upper bound."""
 
     seconds: float
     runs: int
     batches: int
     placed: Placement
+    stopping: int = 0
 
     def describe(self) -> str:
         """One line: the machine time, what it counts, and how the runs would share the machine."""
-        from lbtrain.studies.price import PROBE_STEPS
+        from lbtrain.studies.price import PROBE_STEPS, stopping_text
 
         if not self.runs:
             return "price: every run is finished, nothing to train"
         threads = f"{self.placed.threads} TensorFlow thread{'s' * (self.placed.threads != 1)} per process"
         side = (f"{self.placed.workers} at a time here ({threads}): a wall time from about {duration(self.seconds / self.placed.workers)} "
                 "(where one core steps as fast as all) to that" if self.placed.workers > 1 else f"one at a time here ({threads})")
-        return (f"price: about {duration(self.seconds)} of machine time for {self.runs} run{'s' * (self.runs != 1)} left to train, "
-                f"one after another on this machine (from a probe of {PROBE_STEPS} steps at each of {self.batches} global "
+        priced = f"about {duration(self.seconds)} of machine time for {self.runs} run{'s' * (self.runs != 1)} left to train"
+        bound = f"at most {priced} ({stopping_text(self.stopping)})" if self.stopping else priced
+        return (f"price: {bound}, one after another on this machine (from a probe of {PROBE_STEPS} steps at each of {self.batches} global "
                 f"batch{'es' * (self.batches != 1)} and a process start); {side}")
 
 
@@ -422,7 +425,7 @@ def price_runs(experiment: ExperimentConfig, planned: list[PlannedRun], workers:
     data loader as a run does), checked first as ``run_planned`` checks them. The price counts
     a process start per run (``Probe.launch_seconds``); where the mode's launcher keeps one
     child between runs (a simulated world), one start for them all, as one after another."""
-    from lbtrain.studies.price import estimate_seconds, probe_costs
+    from lbtrain.studies.price import estimate_seconds, probe_costs, stopping_early
 
     left = [run for run in planned if not is_finished(experiment.results_dir / RUNS_FOLDER / run.run_id)]
     workers = default_workers() if workers is None else workers
@@ -434,7 +437,7 @@ def price_runs(experiment: ExperimentConfig, planned: list[PlannedRun], workers:
     seconds = estimate_seconds(configs, probe)
     if configs and get_mode(experiment.mode).launcher().child(placed.threads, {}) is not None:
         seconds -= (len(configs) - 1) * probe.launch_seconds
-    return GridPrice(seconds, len(left), len(probe.costs), placed)
+    return GridPrice(seconds, len(left), len(probe.costs), placed, stopping=stopping_early(configs))
 
 
 def _gpus() -> list:

@@ -140,6 +140,13 @@ def test_dry_run_lists_runs_and_writes_nothing(tmp_path, capsys):
     assert not (tmp_path / "results").exists()
 
 
+def test_a_dry_run_prices_runs_that_stop_at_a_target_at_most(tmp_path, capsys):
+    assert main(["run", str(experiment_file(tmp_path)), "--dry-run", "--set", "training.stop_at.train_loss=0.5"]) == 0
+    price = capsys.readouterr().out.splitlines()[-1]
+    assert price.startswith("price: at most about ") and "(2 runs stop at a target, each priced at its whole budget" in price
+    assert not (tmp_path / "results").exists()
+
+
 def test_run_logs_progress_and_prints_the_summary_table(tmp_path, capsys):
     assert main(["run", str(experiment_file(tmp_path))]) == 0
     captured = capsys.readouterr()

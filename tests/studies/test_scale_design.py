@@ -134,6 +134,17 @@ def test_a_simulated_study_pays_one_process_start_trials_none():
     assert started == pytest.approx(3.0)
 
 
+def test_a_design_whose_runs_stop_at_a_target_is_priced_at_most():
+    costs = probe({32: 0.01, 128: 0.02})
+    plain = price_design(design_study(experiment(), 4_000, [1, 4]), costs)
+    stopping = price_design(design_study(experiment(stop_at={"val_accuracy": 0.9}), 4_000, [1, 4]), costs)
+    assert plain.stopping == 0 and plain.describe().startswith(f"estimated machine time {plain.total / 3600:.2f} h (tuning")
+    # 2 worlds x 6 trials x 2 tuning seeds, and the finals' and controls' runs.
+    assert stopping.stopping > 24 and stopping.total == pytest.approx(plain.total)
+    assert stopping.describe().startswith(f"estimated machine time at most {plain.total / 3600:.2f} h ({stopping.stopping} runs stop at "
+                                          "a target, each priced at its whole budget")
+
+
 def test_tuning_seeds_can_be_set_and_never_meet_a_final_seed():
     assert design_study(experiment(), 40_000, [1, 4], tuning_seeds=1).protocol_experiment().protocol.tuning_seeds == [0]
     three = design_study(experiment(), 40_000, [1, 4], tuning_seeds=3)

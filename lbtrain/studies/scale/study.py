@@ -25,7 +25,7 @@ from lbtrain.config.experiment import MIN_PROTOCOL_SEEDS
 from lbtrain.files import write_atomic, write_json_atomic
 from lbtrain.reports.answer import ArmSpec, StudyFacts, answer_data, answer_markdown, write_answer_figures
 from lbtrain.results import ANSWER_FILE, ANSWER_REPORT, FIGURES_FOLDER, SCALE_DESIGN_FILE, claim_folder
-from lbtrain.studies.price import Probe, estimate_seconds
+from lbtrain.studies.price import Probe, estimate_seconds, stopping_early, stopping_text
 from lbtrain.studies.scale.design import (
     CONTROL_FACTOR,
     GRID_POINTS,
@@ -46,18 +46,21 @@ TRIM_ORDER = ("final seeds", "tuning seeds", "reference control", "layerwise", "
 
 @dataclasses.dataclass(frozen=True)
 class Price:
-    """A design's priced seconds, by part, run one after another on this machine."""
+    """A design's priced seconds, by part, run one after another on this machine; an upper bound
+    where its runs stop at a target (``stopping``: how many designed runs do)."""
 
     trials: float
     finals: float
     controls: float
+    stopping: int = 0
 
     @property
     def total(self) -> float:
         return self.trials + self.finals + self.controls
 
     def describe(self) -> str:
-        return (f"estimated machine time {self.total / 3600:.2f} h (tuning {self.trials / 3600:.2f} h, finals "
+        bound = f"at most {self.total / 3600:.2f} h ({stopping_text(self.stopping)})" if self.stopping else f"{self.total / 3600:.2f} h"
+        return (f"estimated machine time {bound} (tuning {self.trials / 3600:.2f} h, finals "
                 f"{self.finals / 3600:.2f} h, controls {self.controls / 3600:.2f} h; runs one after another on this machine, "
                 "from a measured probe)")
 
@@ -106,7 +109,8 @@ def price_design(design: ScaleDesign, probe: Probe) -> Price:
     launched = sum(final_runs.values()) + len(design.controls) * len(design.seeds)
     kept_child = get_mode(design.experiment.mode).launcher().child(1, {}) is not None
     finals += (1 if kept_child else launched) * probe.launch_seconds
-    return Price(trials, finals, controls)
+    runs = recipes * (GRID_POINTS + 1) * len(design.tuning_seeds) * len(configs) + launched
+    return Price(trials, finals, controls, stopping=runs if stopping_early(configs.values()) else 0)
 
 
 def _trim_steps(design: ScaleDesign) -> list[tuple[str, Callable[[ScaleDesign], ScaleDesign | None]]]:
