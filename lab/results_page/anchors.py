@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable, Mapping, NamedTuple
 
 from lab.results_page.asynchrony import anchor_async_lr, anchor_staleness, anchor_staleness_damping
-from lab.results_page.common import figure_lines, study_json, study_runs
+from lab.results_page.common import DOES_NOT_HOLD, HOLDS, UNDECIDED, figure_lines, study_json, study_runs
 from lab.results_page.critical_batch import anchor_mccandlish, anchor_shallue
 from lab.results_page.goyal import (
     GOYAL_2017_BASE_ERROR,
@@ -24,7 +24,15 @@ from lab.results_page.goyal import (
 from lab.results_page.goyal_v3 import CRITICAL_BATCH_STUDY, anchor_goyal_v3_longer
 from lab.results_page.goyal_v4 import STUDY as GOYAL_V4
 from lab.results_page.goyal_v4 import anchor_goyal_v4_linear
-from lab.results_page.keskar import KESKAR_V4, KESKAR_V4_REGIMES, anchor_hoffer, anchor_keskar, anchor_keskar_v3, anchor_keskar_v4
+from lab.results_page.keskar import (
+    KESKAR_V4,
+    KESKAR_V4_REGIMES,
+    anchor_hoffer,
+    anchor_keskar,
+    anchor_keskar_v3,
+    anchor_keskar_v4,
+    keskar_v4_claim,
+)
 from lab.results_page.lr_scaling import anchor_malladi
 from lbtrain.reports.decisions import BETTER, CLAIMS, MATCHES, WORSE
 from lbtrain.reports.regime import (
@@ -71,10 +79,6 @@ def _compared(study: str) -> Callable[[Path], list[str]]:
     return studies
 
 
-HOLDS = "the claim holds"
-DOES_NOT_HOLD = "the claim does not hold"
-UNDECIDED = "the claim: inconclusive"
-
 # Which decision on the difference supports a claim (``HOLDS``) and which contradicts it
 # (``DOES_NOT_HOLD``); a decision not named leaves the claim inconclusive (``UNDECIDED``).
 # A claim that the arm is as good (linear scaling with warmup matches the small batch; LARS holds):
@@ -95,7 +99,10 @@ class Anchor(NamedTuple):
     decision supports the claim (``supports``: decision -> ``HOLDS`` or ``DOES_NOT_HOLD``;
     ``claim_text``). ``row`` and ``world_size``: a study judged on more than one row (keskar_v4's
     batch 1,024 and Keskar's own 10% of the data) names each row and the world size of its
-    large batch, whose regime the row shows; None: the study's largest batch."""
+    large batch, whose regime the row shows; None: the study's largest batch. ``reading``: for a
+    claim made of parts, which one decision cannot speak for (Keskar et al.'s: sharper minima and
+    worse tests), what the data say of each part (results folder -> ``the claim holds in part:
+    sharper, ...``), shown instead of ``claim_text``; None: ``claim_text`` of the verdict."""
 
     paper: str
     claim: str
@@ -105,6 +112,7 @@ class Anchor(NamedTuple):
     supports: Mapping[str, str] = AS_GOOD
     row: str = ""
     world_size: int | None = None
+    reading: Callable[[Path], str] | None = None
 
 
 # The words of the table's edition column.
@@ -116,16 +124,16 @@ SHOWN_ONLY_WHEN_RUN = 4
 
 def claim_text(verdict: str, supports: Mapping[str, str]) -> str:
     """What the decision ``verdict`` on the difference says of the claim, by ``supports``: ``the
-    claim holds``, ``the claim does not hold`` or ``inconclusive``; a verdict per place
+    claim holds``, ``the claim does not hold`` or ``the claim is inconclusive``; a verdict per place
     (``common.claims_at``) gives one per place; empty for a verdict that is not a decision (not
     measured yet); one word when every place gives the same.
 
     >>> claim_text("worse", LOSES), claim_text("matches", LOSES), claim_text("matches", AS_GOOD), claim_text("matches", GAINS)
-    ('the claim holds', 'the claim does not hold', 'the claim holds', 'the claim: inconclusive')
+    ('the claim holds', 'the claim does not hold', 'the claim holds', 'the claim is inconclusive')
     >>> claim_text("matches at batch 128; inconclusive at batch 512", AS_GOOD)
-    'the claim holds at batch 128; the claim: inconclusive at batch 512'
+    'the claim holds at batch 128; the claim is inconclusive at batch 512'
     >>> claim_text("matches at W=2; inconclusive at W=4", GAINS)
-    'the claim: inconclusive'
+    'the claim is inconclusive'
     """
     parts = []
     for part in verdict.split("; "):
@@ -151,7 +159,8 @@ KESKAR = "large batches reach sharper minima and test worse"
 ANCHORS: list[Anchor] = [
     Anchor("Goyal et al. 2017", GOYAL_LINEAR, anchor_goyal_v4_linear, _finished(GOYAL_V4), 4),
     *[Anchor("Keskar et al. 2017", KESKAR, functools.partial(anchor_keskar_v4, regime=regime), _finished(KESKAR_V4), 4, LOSES,
-             row=regime, world_size=world_size) for regime, world_size in KESKAR_V4_REGIMES.items()],
+             row=regime, world_size=world_size, reading=functools.partial(keskar_v4_claim, regime=regime))
+      for regime, world_size in KESKAR_V4_REGIMES.items()],
     Anchor("Goyal et al. 2017", GOYAL_LINEAR, functools.partial(anchor_goyal_linear_warmup, study="goyal_v3"), _each("goyal_v3"), 3),
     Anchor("Goyal et al. 2017", GOYAL_NO_WARMUP, functools.partial(anchor_goyal_no_warmup, study="goyal_v3"), _each("goyal_v3"), 3,
            LOSES),
@@ -217,7 +226,8 @@ def row_regime(results: Path, anchor: Anchor, study: str) -> tuple[Regime | None
 
 def anchor_row(results: Path, anchor: Anchor) -> list[str]:
     """One row of the table: paper, claim, edition, the paper's regime, each judged study's
-    regime, the verdict shown with what it says of the claim (``claim_text``) and the evidence.
+    regime, the verdict shown with what it says of the claim (``claim_text``, or the anchor's
+    ``reading`` of a claim made of parts) and the evidence.
     The verdict shown is ``out of regime`` when any
     study the judge reads lies outside the paper's regime (``lbtrain.reports.regime.in_regime``
     at its largest batch, or at the row's own batch: ``row_regime``), with the judge's own verdict
@@ -243,7 +253,8 @@ def anchor_row(results: Path, anchor: Anchor) -> list[str]:
         out += [] if inside else [study]
     if out and verdict != NOT_MEASURED_YET:
         verdict, evidence = OUT_OF_REGIME, f"(judged anyway: {verdict}) {evidence}"
-    claim = claim_text(verdict, anchor.supports)
+    judged = verdict not in (OUT_OF_REGIME, NOT_MEASURED_YET)
+    claim = anchor.reading(results) if anchor.reading is not None and judged else claim_text(verdict, anchor.supports)
     shown = f"**{verdict}**" + (f": {claim}" if claim else "")
     later = superseded_by(results, anchor)
     if later:

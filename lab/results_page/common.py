@@ -196,6 +196,32 @@ def departure_claim(low: float | None, high: float | None, claimed: float, toler
     return claim_from_interval(-far, -near, tolerance)
 
 
+# What a decision says of a paper's claim ------------------------------------------------------
+
+# The words beside each anchor's decision word (``anchors.claim_text``, and the readings of a
+# claim with parts: ``keskar.keskar_v4_claim``).
+HOLDS = "the claim holds"
+DOES_NOT_HOLD = "the claim does not hold"
+HOLDS_IN_PART = "the claim holds in part"
+UNDECIDED = "the claim is inconclusive"
+
+
+def parts_claim(supports: Sequence[str]) -> str:
+    """What a claim made of parts (Keskar et al.'s: sharper minima *and* worse tests) is, from
+    what the data say of each part (``HOLDS``, ``DOES_NOT_HOLD`` or ``UNDECIDED``): it holds when
+    every part does, holds in part when some do, does not hold when none does and one fails,
+    inconclusive otherwise.
+
+    >>> parts_claim([HOLDS, HOLDS]), parts_claim([HOLDS, UNDECIDED]), parts_claim([DOES_NOT_HOLD, UNDECIDED])
+    ('the claim holds', 'the claim holds in part', 'the claim does not hold')
+    >>> parts_claim([UNDECIDED, UNDECIDED])
+    'the claim is inconclusive'
+    """
+    if all(support == HOLDS for support in supports):
+        return HOLDS
+    if HOLDS in supports:
+        return HOLDS_IN_PART
+    return DOES_NOT_HOLD if DOES_NOT_HOLD in supports else UNDECIDED
 
 
 # Writing estimates ----------------------------------------------------------------------------

@@ -18,10 +18,13 @@ import dataclasses
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from lab.results_page.common import (
+    DOES_NOT_HOLD,
+    HOLDS,
     MARGIN,
+    UNDECIDED,
     accuracy_cell,
     as_estimate,
     claims_at,
@@ -29,6 +32,7 @@ from lab.results_page.common import (
     judge,
     judged_points,
     opening,
+    parts_claim,
     points_text,
     seed_accuracies,
     shown,
@@ -540,35 +544,85 @@ def _budget_name(factor: float, comparison: V4Comparison) -> str:
     return name + (" = equal training loss" if factor == comparison.equal_loss else "")
 
 
-def anchor_keskar_v4(results: Path, regime: str) -> tuple[str, str]:
+def flatness_part(flatness: dict[str, Estimate], unmatched: str) -> tuple[str, str]:
+    """What the flatness differences large − small say of Keskar et al.'s first part (sharper
+    minima), read on every measure (``flatness_reading``): it holds when a measure is sharper and
+    none flatter; it does not hold when none is sharper; inconclusive when the measures disagree,
+    or when flatness was not measured or not at equal LR (``unmatched``, ``matched_lr_text``).
+    Returns (``HOLDS``, ``DOES_NOT_HOLD`` or ``UNDECIDED``, its words)."""
+    if unmatched or not flatness:
+        return UNDECIDED, "flatness not judged (" + ("not measured at equal LR" if unmatched else "not measured") + ")"
+    readings = {FLATNESS[key]: flatness_reading(difference) for key, difference in flatness.items()}
+    sharper = [name for name, reading in readings.items() if reading == "sharper"]
+    flatter = [name for name, reading in readings.items() if reading == "flatter"]
+    if not sharper:
+        return DOES_NOT_HOLD, "flatter" if len(flatter) == len(readings) else "not sharper"
+    if flatter:
+        return UNDECIDED, f"sharper by {' and '.join(sharper)}, flatter by {' and '.join(flatter)}"
+    return HOLDS, "sharper" if len(sharper) == len(readings) else f"sharper by {' and '.join(sharper)}"
+
+
+def accuracy_part(verdict: str) -> tuple[str, str, str]:
+    """What the decision on the test difference large − small says of Keskar et al.'s second part
+    (the large batch tests worse): (``HOLDS``, ``DOES_NOT_HOLD`` or ``UNDECIDED``, its words, a
+    note after the basis of the comparison).
+
+    >>> accuracy_part("worse"), accuracy_part("inconclusive")[1:]
+    (('the claim holds', 'tests worse', ''), ('not measurably worse', '(inconclusive at the 1-point margin)'))
+    """
+    margin = f"{100 * MARGIN:g}-point margin"
+    if verdict == WORSE:
+        return HOLDS, "tests worse", ""
+    if verdict == MATCHES:
+        return DOES_NOT_HOLD, f"tests within the {margin}", ""
+    if verdict == BETTER:
+        return DOES_NOT_HOLD, "tests better", ""
+    return UNDECIDED, "not measurably worse", f"({verdict} at the {margin})"
+
+
+def keskar_claim(verdict: str, flatness: dict[str, Estimate], unmatched: str, basis: str, epochs: str | None = None) -> str:
+    """What the data say of Keskar et al.'s claim, made of two parts (large batches reach sharper
+    minima; they test worse), each read on its own (``flatness_part``, ``accuracy_part``) and the
+    whole by ``common.parts_claim``: ``the claim holds in part: sharper, not measurably worse at
+    equal training loss (inconclusive at the 1-point margin); worse at equal epochs``. ``verdict``:
+    the decision on the test difference at ``basis``; ``epochs``: the decision at equal epochs
+    when ``basis`` is another, shown after it."""
+    flat_support, flat_words = flatness_part(flatness, unmatched)
+    test_support, test_words, note = accuracy_part(verdict)
+    return (f"{parts_claim([flat_support, test_support])}: {flat_words}, {test_words} at {basis}" + (f" {note}" if note else "")
+            + ("" if epochs is None else f"; {epochs} at equal epochs"))
+
+
+class KeskarV4Judgement(NamedTuple):
+    """keskar_v4 judged in one regime: the decision on the test difference (the verdict), what
+    the data say of Keskar et al.'s claim (``keskar_claim``; empty when nothing was judged) and
+    the evidence."""
+
+    verdict: str
+    claim: str
+    evidence: str
+
+
+def judge_keskar_v4(results: Path, regime: str) -> KeskarV4Judgement:
     """Keskar et al. judged on keskar_v4 in one of ``KESKAR_V4_REGIMES``, on that regime's runs
     alone. The verdict is the decision rule's on the test difference large − small at equal
     training loss (the shortest annealed horizon whose mean training loss is at most the small
-    batch's), or at equal epochs when no horizon reached it (said so). The reading: the claim
-    holds when the large batch tests worse *and* is sharper (a Welch interval above 0) with both
-    arms annealed; it does not hold when it matches or is better and is not sharper; flatness
-    measured at unequal LRs is not read (``matched_lr_text``)."""
+    batch's), or at equal epochs when no horizon reached it (said so). The claim is read part by
+    part (``keskar_claim``): sharper on the flatness differences with both arms annealed (flatness
+    measured at unequal LRs is not read: ``matched_lr_text``), worse on the verdict."""
     if study_json(results, KESKAR_V4, PROTOCOL_FILE) is None:  # a protocol writes it last: a running study is not read
-        return "not measured yet", f"{KESKAR_V4} is not committed"
+        return KeskarV4Judgement("not measured yet", "", f"{KESKAR_V4} is not committed")
     comparison = keskar_v4_comparison(run_flatness(results, KESKAR_V4), KESKAR_V4_REGIMES[regime])
     if comparison is None:
-        return INCONCLUSIVE, f"{KESKAR_V4} lacks an ok small batch or an ok large batch {regime}"
+        return KeskarV4Judgement(INCONCLUSIVE, UNDECIDED, f"{KESKAR_V4} lacks an ok small batch or an ok large batch {regime}")
     factor = 1.0 if comparison.equal_loss is None else comparison.equal_loss
     large = comparison.large[factor]
     difference = _accuracy_difference(large, comparison.small)
     verdict = judge(difference)
     flatness = _welch_flatness(large, comparison.small)
     unmatched = matched_lr_text(large, comparison.small, "the large batch", "the small batch's")
-    sharper = any(flatness_reading(value) == "sharper" for value in flatness.values())
-    if unmatched or not flatness:
-        reading = "the claim is not judged on flatness here: " + (unmatched or "no flatness was measured")
-    elif verdict == WORSE and sharper:
-        reading = "the claim holds here: the large batch tests worse and sits in a sharper minimum"
-    elif verdict in (MATCHES, BETTER) and not sharper:
-        reading = "the claim does not hold here: the large batch tests " + (
-            "better than" if verdict == BETTER else f"within the {100 * MARGIN:g}-point margin of") + " the small batch and is not sharper"
-    else:
-        reading = "the claim holds in part or not measurably: see the differences"
+    epochs = None if factor == 1 else judge(_accuracy_difference(comparison.large[1.0], comparison.small))
+    claim = keskar_claim(verdict, flatness, unmatched, "equal epochs" if factor == 1 else "equal training loss", epochs)
     small_loss = _mean([run.train_loss for run in comparison.small])
     basis = (f"at equal training loss ({_budget_name(factor, comparison)}: mean train loss "
              f"{_mean([run.train_loss for run in large]):.3f} against the small batch's {small_loss:.3f})"
@@ -577,17 +631,28 @@ def anchor_keskar_v4(results: Path, regime: str) -> tuple[str, str]:
              f"mean train loss {small_loss:.3f}" if small_loss is not None else "at equal epochs")
     others = [f"{_budget_name(other, comparison)} {points_text(_accuracy_difference(group, comparison.small))} points "
               f"({judge(_accuracy_difference(group, comparison.small))})" for other, group in comparison.large.items() if other != factor]
-    return verdict, (f"{reading}. keskar_v4 {regime}, batch {large[0].global_batch} minus {comparison.small[0].global_batch}, "
-                     f"{basis}: test {points_text(difference)} points"
-                     + (f"; large minus small batch (Welch), {flatness_text(flatness)}" if flatness else "")
-                     + (f"; {'; '.join(others)}" if others else ""))
+    return KeskarV4Judgement(verdict, claim, (
+        f"keskar_v4 {regime}, batch {large[0].global_batch} minus {comparison.small[0].global_batch}, {basis}: test "
+        f"{points_text(difference)} points" + (f"; large minus small batch (Welch), {flatness_text(flatness)}" if flatness else "")
+        + (f"; {unmatched}" if unmatched else "") + (f"; {'; '.join(others)}" if others else "")))
+
+
+def anchor_keskar_v4(results: Path, regime: str) -> tuple[str, str]:
+    """``judge_keskar_v4``'s verdict and evidence: the anchor's judge."""
+    judged = judge_keskar_v4(results, regime)
+    return judged.verdict, judged.evidence
+
+
+def keskar_v4_claim(results: Path, regime: str) -> str:
+    """``judge_keskar_v4``'s reading of the claim: the anchor's ``reading``."""
+    return judge_keskar_v4(results, regime).claim
 
 
 def section_keskar_v4(results: Path) -> list[str]:
     """keskar_v4: a row per arm (the small batch; each large batch at equal epochs and at each
     annealed longer horizon) with steps, the LR it ended at, train loss, test accuracy and its
-    difference from the small batch, and both flatness measures; each regime's reading
-    (``anchor_keskar_v4``); each run's eigenvalue beside its stability limit."""
+    difference from the small batch, and both flatness measures; each regime's decision, reading of the
+    claim and evidence (``judge_keskar_v4``); each run's eigenvalue beside its stability limit."""
     lines, protocol = opening(results, KESKAR_V4, "Keskar in both regimes, every run annealed", PROTOCOL_FILE, KESKAR_V4_COMMAND)
     if protocol is None:
         return lines
@@ -607,8 +672,8 @@ def section_keskar_v4(results: Path) -> list[str]:
                           _general(_mean([run.train_loss for run in group])),
                           shown(mean_interval([run.test_accuracy for run in group])), judged_points(difference),
                           shown(mean_interval([run.eigenvalue for run in group]), 3), shown(mean_interval([run.sharpness for run in group]), 3)])
-        verdict, evidence = anchor_keskar_v4(results, regime)
-        readings.append(f"- **{regime}** ({verdict}): {evidence}.")
+        judged = judge_keskar_v4(results, regime)
+        readings.append(f"- **{regime}**: **{judged.verdict}**; {judged.claim}. {judged.evidence}.")
     if not table:
         return lines + [f"{KESKAR_V4} has no ok small batch with an ok large batch yet.", ""]
     return lines + ["Every run's cosine ends at its last step (LR ~0), the longer arms' included, so both flatness measures "

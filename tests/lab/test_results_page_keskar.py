@@ -1,20 +1,26 @@
 """The Keskar sections read each top Hessian eigenvalue beside the LR its run ended at
 (``lab.results_page.keskar``): keskar_v3's stopped runs are not read as flatter, and keskar_v4's
-two regimes are each judged on their own runs, at equal training loss by an annealed horizon."""
+two regimes are each judged on their own runs, at equal training loss by an annealed horizon, and
+each says which part of Keskar et al.'s claim (sharper minima; worse tests) holds."""
 
 import csv
 import json
+
+import pytest
 
 from lab.results_page.keskar import (
     anchor_keskar_v3,
     anchor_keskar_v4,
     flatness_runs_table,
+    keskar_claim,
+    keskar_v4_claim,
     keskar_v4_comparison,
     run_flatness,
     section_keskar_v2,
     section_keskar_v4,
     stability_limit,
 )
+from lbtrain.reports.statistics import Estimate
 
 COLUMNS = ["run_id", "label", "status", "world_size", "global_batch", "seed", "test_accuracy", "sharpness",
            "target_reached_step", "total_steps", "train_loss", "learning_rate"]
@@ -96,16 +102,20 @@ def test_keskar_v4_judges_each_regime_on_its_own_runs_at_the_annealed_equal_loss
     assert keskar.equal_loss is None  # 0.2 > the small batch's 0.12 at 4x: judged at equal epochs, said so
     verdict, evidence = anchor_keskar_v4(tmp_path, "in regime")
     assert verdict == "matches"
-    # within the margin but sharper (eigenvalue 31+ against 21+, both annealed): neither holds nor fails
-    assert evidence.startswith("the claim holds in part or not measurably")
-    assert "at equal training loss (2x longer, annealed = equal training loss: mean train loss 0.100 against the small batch's 0.120)" in evidence
+    assert evidence.startswith("keskar_v4 in regime, batch 1024 minus 128, at equal training loss (2x longer, annealed = equal "
+                               "training loss: mean train loss 0.100 against the small batch's 0.120)")
+    # within the margin but sharper (eigenvalue 31+ against 21+, both annealed): one part holds, the other does not
+    assert keskar_v4_claim(tmp_path, "in regime") == (
+        "the claim holds in part: sharper, tests within the 1-point margin at equal training loss; matches at equal epochs")
     verdict, evidence = anchor_keskar_v4(tmp_path, "Keskar's regime")
     assert verdict == "worse"
-    assert evidence.startswith("the claim holds here: the large batch tests worse and sits in a sharper minimum")
     assert "at equal epochs: no annealed horizon (1x, 4x) reached the small batch's mean train loss 0.120" in evidence
+    # worse and sharper, judged at equal epochs (no horizon reached the loss): no second basis to name
+    assert keskar_v4_claim(tmp_path, "Keskar's regime") == "the claim holds: sharper, tests worse at equal epochs"
     text = "\n".join(section_keskar_v4(tmp_path))
     assert "| in regime: 2x longer, annealed = equal training loss | 1024 | 1000 | 1e-06 | 0.1 |" in text
-    assert "- **Keskar's regime** (worse): the claim holds here" in text
+    assert ("- **Keskar's regime**: **worse**; the claim holds: sharper, tests worse at equal epochs. keskar_v4 Keskar's regime, "
+            "batch 5376 minus 128, at equal epochs") in text
 
 
 def test_keskar_v4_does_not_read_flatness_at_unequal_lr_nor_before_it_is_committed(tmp_path):
@@ -117,9 +127,40 @@ def test_keskar_v4_does_not_read_flatness_at_unequal_lr_nor_before_it_is_committ
             run["end"] = 0.5  # stopped mid-schedule
     write_study(tmp_path / "keskar_v4", runs, ("protocol.json", {"rows": []}))
     _, evidence = anchor_keskar_v4(tmp_path, "in regime")
-    assert evidence.startswith("the claim is not judged on flatness here: flatness not compared at equal LR: the large batch's runs "
-                               "ended at LR 0.5")
-    assert anchor_keskar_v4(tmp_path, "Keskar's regime")[1].startswith("the claim holds here")
+    assert "; flatness not compared at equal LR: the large batch's runs ended at LR 0.5" in evidence
+    # the flatness part is not read; the test part (within the margin) still contradicts the claim
+    assert keskar_v4_claim(tmp_path, "in regime").startswith(
+        "the claim does not hold: flatness not judged (not measured at equal LR), tests within the 1-point margin at equal training loss")
+    assert keskar_v4_claim(tmp_path, "Keskar's regime") == "the claim holds: sharper, tests worse at equal epochs"
+
+
+def _difference(low, high):
+    return Estimate((low + high) / 2, low, high, 5, df=8.0, n_second=5)
+
+
+SHARPER, FLATTER, LEVEL = _difference(1.0, 3.0), _difference(-3.0, -1.0), _difference(-1.0, 1.0)
+
+
+@pytest.mark.parametrize("verdict, flatness, expected", [
+    # keskar_v4 in Keskar's regime: sharper by both measures, inconclusive at equal loss, worse at equal epochs
+    ("inconclusive", {"sharpness": SHARPER, "hessian_top_eigenvalue": SHARPER},
+     "the claim holds in part: sharper, not measurably worse at equal training loss (inconclusive at the 1-point margin); worse at "
+     "equal epochs"),
+    # keskar_v4 in regime: flatter by sharpness, level by the eigenvalue, within the margin
+    ("matches", {"sharpness": FLATTER, "hessian_top_eigenvalue": LEVEL},
+     "the claim does not hold: not sharper, tests within the 1-point margin at equal training loss; worse at equal epochs"),
+    ("worse", {"sharpness": SHARPER, "hessian_top_eigenvalue": SHARPER}, "the claim holds: sharper, tests worse at equal training loss; "
+     "worse at equal epochs"),
+    ("worse", {"sharpness": FLATTER, "hessian_top_eigenvalue": FLATTER}, "the claim holds in part: flatter, tests worse at equal "
+     "training loss; worse at equal epochs"),
+    ("inconclusive", {"sharpness": SHARPER, "hessian_top_eigenvalue": FLATTER}, "the claim is inconclusive: sharper by sharpness, "
+     "flatter by top Hessian eigenvalue, not measurably worse at equal training loss (inconclusive at the 1-point margin); worse at "
+     "equal epochs"),
+    ("better", {"sharpness": SHARPER, "hessian_top_eigenvalue": LEVEL}, "the claim holds in part: sharper by sharpness, tests better "
+     "at equal training loss; worse at equal epochs"),
+])
+def test_keskars_claim_is_read_part_by_part_from_the_judged_differences(verdict, flatness, expected):
+    assert keskar_claim(verdict, flatness, "", "equal training loss", "worse") == expected
 
 
 def test_the_keskar_v2_section_prints_each_runs_lr_at_its_end(tmp_path):

@@ -74,4 +74,4 @@ def test_each_anchor_says_what_the_decision_says_of_its_claim():
     mccandlish = next(anchor for anchor in ANCHORS if anchor.paper == "McCandlish et al. 2018" and anchor.edition == 3)
     verdict = mccandlish.judge(RESULTS)[0]
     assert shown[("McCandlish et al. 2018", 3)] == f"**{verdict}**: {claim_text(verdict, AGREES)}"
-    assert claim_text("matches", AGREES) == HOLDS and claim_text("inconclusive", AGREES) == "the claim: inconclusive"
+    assert claim_text("matches", AGREES) == HOLDS and claim_text("inconclusive", AGREES) == "the claim is inconclusive"
