@@ -13,7 +13,10 @@ decision the answer took on how many of its runs ended ok (``decided_by``: Fishe
 
 The warmup (half an epoch at every batch) is read from the runs' ``metrics.json``: its updates are
 ``round(warmup_epochs * steps_per_epoch)`` (``lbtrain.schedules.epochs_to_steps``, not imported:
-it loads Keras), set beside the update at which each run of the linear rule diverged."""
+it loads Keras), set beside the update at which each run of the linear rule diverged; the question
+it leaves (the batch or the warmup?) is answered by goyal_v4_warmup (``lbtrain run``: the linear
+rule's arm with world size 1's warmup share beside the half-epoch warmup), judged by how many runs
+ended ok (``trained_share_claim``)."""
 
 from __future__ import annotations
 
@@ -32,11 +35,13 @@ from lab.results_page.common import (
 )
 from lab.results_page.goyal import arm_cell
 from lab.results_page.goyal_v3 import GOYAL_RECIPE, arm_table_lines, control_sentence, study_batch_regimes
+from lbtrain.reports.decisions import BETTER, trained_share_claim
 from lbtrain.reports.regime import Regime
 from lbtrain.reports.report import machine_minutes as folder_minutes
 from lbtrain.reports.scaling_laws import LrExponentFit
 from lbtrain.reports.tables import markdown_table
 from lbtrain.results import ANSWER_FIGURES, ANSWER_FILE, ANSWER_REPORT, EXPERIMENT_FILE, METRICS_FILE, PROTOCOL_FILE, RUNS_FOLDER
+from lbtrain.scaling import scale_learning_rate
 from lbtrain.verdict import is_ok
 
 STUDY = "goyal_v4"
@@ -182,11 +187,70 @@ def warmup_text(results: Path, answer: dict[str, Any]) -> str:
                        f"{ended} at update {_span(stopped)} ({'inside' if stopped[-1] <= warmup else 'after' if stopped[0] > warmup else 'inside and after'} it)"
                        for batch, (warmup, stopped) in failed.items())
     lengths = ", ".join(f"{warmup:,} at {_batch(batch) if index == 0 else f'{batch:,}'}" for index, (batch, (warmup, _)) in enumerate(runs.items()))
+    lead = (f"**The batch or the warmup?** The warmup is half an epoch at every batch, so it shrinks with the batch (its updates: "
+            f"{lengths}). Of the linear rule's runs that were not ok, {places}.")
+    if warmup_arms(results):
+        return f"{lead} This study cannot tell the two apart; {WARMUP_STUDY} can (next point)."
     focus = (f" At {_batch(worse)}, linear + warmup's failure may be the warmup's, not the batch's" if worse in runs else
              " Linear + warmup's failures may be the warmup's, not the batch's")
-    return (f"**Open question: the batch or the warmup?** The warmup is half an epoch at every batch, so it shrinks with the "
-            f"batch (its updates: {lengths}). Of the linear rule's runs that were not ok, {places}.{focus}: this study "
-            "cannot tell them apart. A warmup of a fixed share of the updates (or of a fixed number) at the same batches would.")
+    return (f"{lead.replace('**The batch', '**Open question: the batch', 1)}{focus}: this study cannot tell them apart. A warmup "
+            "of a fixed share of the updates (or of a fixed number) at the same batches would.")
+
+
+WARMUP_STUDY = "goyal_v4_warmup"
+
+
+def _planned_updates(run: dict[str, Any]) -> int:
+    """A run's planned updates from its ``metrics.json``: its epochs' steps or its update floor."""
+    training = run["config"]["training"]
+    return max(int(training.get("min_steps") or 0), int(training.get("epochs") or 0) * int(run["steps_per_epoch"]))
+
+
+def warmup_arms(results: Path) -> dict[str, dict[int, dict[str, Any]]]:
+    """goyal_v4_warmup's arms other than its reference, per global batch: the warmup's updates, the
+    planned updates, the runs and how many ended ok (read from its summary and runs)."""
+    arms: dict[str, dict[int, dict[str, Any]]] = {}
+    for row in study_runs(results, WARMUP_STUDY):
+        if int(row["world_size"]) == 1:
+            continue
+        run = json.loads((results / WARMUP_STUDY / RUNS_FOLDER / row["run_id"] / METRICS_FILE).read_text())
+        arm = row["label"].rsplit(" b", 1)[0]
+        cell = arms.setdefault(arm, {}).setdefault(int(row["global_batch"]), {
+            "warmup": round(float(run["config"]["lr"]["warmup_epochs"]) * run["steps_per_epoch"]), "updates": _planned_updates(run),
+            "lr": float(row["learning_rate"]), "runs": 0, "ok": 0})
+        cell["runs"] += 1
+        cell["ok"] += is_ok(row["status"])
+    return {arm: dict(sorted(cells.items())) for arm, cells in arms.items()}
+
+
+def warmup_study_text(results: Path) -> str:
+    """What goyal_v4_warmup answered: the linear rule's arm with a longer warmup (world 1's share of
+    its updates) against goyal_v4's half-epoch warmup at the same batches, by how many runs ended ok
+    (Fisher's exact test, ``trained_share_claim``), or "" when it is not committed."""
+    arms = warmup_arms(results)
+    if len(arms) != 2:
+        return ""
+    short, long = sorted(arms, key=lambda arm: sum(cell["warmup"] for cell in arms[arm].values()))
+    batches = [batch for batch in arms[long] if batch in arms[short]]
+    claims = {batch: trained_share_claim(arms[long][batch]["ok"], arms[long][batch]["runs"], arms[short][batch]["ok"],
+                                         arms[short][batch]["runs"])[0] for batch in batches}
+    rescued = [batch for batch, verdict in claims.items() if verdict == BETTER]
+    counts = "; ".join(f"{_batch(batch)} ({arms[short][batch]['warmup']:,} against {arms[long][batch]['warmup']:,} warmup updates of "
+                       f"{arms[long][batch]['updates']:,}): {arms[short][batch]['ok']} of {arms[short][batch]['runs']} against "
+                       f"{arms[long][batch]['ok']} of {arms[long][batch]['runs']}, {claims[batch]}" for batch in batches)
+    reference = [row for row in study_runs(results, WARMUP_STUDY) if int(row["world_size"]) == 1]
+    run = json.loads((results / WARMUP_STUDY / RUNS_FOLDER / reference[0]["run_id"] / METRICS_FILE).read_text()) if reference else None
+    share = (100 * arms[long][batches[0]]["warmup"] / arms[long][batches[0]]["updates"] if run is None else
+             100 * round(float(run["config"]["lr"]["warmup_epochs"]) * run["steps_per_epoch"]) / _planned_updates(run))
+    unrescued = [batch for batch in batches if batch not in rescued and arms[long][batch]["ok"] < arms[long][batch]["runs"]]
+    verdict = (f"The longer warmup rescues {_listed(rescued)}" if rescued else
+               "The longer warmup rescues no batch measurably")
+    lrs = ", ".join(f"{arms[long][batch]['lr']:g} at {batch:,}" for batch in unrescued)
+    cause = (f": its failures are the LR the linear rule reaches ({lrs}), not the warmup's length." if unrescued else ".")
+    return (f"**The batch or the warmup? Answered by {WARMUP_STUDY}**: goyal_v4's linear-rule arm re-run with world size 1's "
+            f"warmup share ({share:.1f}% of the updates) beside its half-epoch warmup, {arms[long][batches[0]]['runs']} seeds each, nothing tuned; runs ended ok "
+            f"(half-epoch against {share:.1f}% warmup; Fisher's exact test on the longer warmup): {counts}. {verdict}{cause} "
+            f"[report]({WARMUP_STUDY}/report.md)")
 
 
 def not_run_controls(results: Path, answer: dict[str, Any]) -> str:
@@ -212,21 +276,36 @@ def not_run_controls(results: Path, answer: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def lars_text(protocol: dict[str, Any]) -> str:
-    """LARS (tuned on its own grid at every world size): where its search found no ok trial, so
-    it has no final runs there and is not judged."""
+def lars_text(results: Path, protocol: dict[str, Any], answer: dict[str, Any]) -> str:
+    """LARS (tuned on its own grid at every world size): its best LR at each batch (the grid's
+    base LR scaled by the experiment's rule from ``lr.base_batch``, as the runs train it), where it
+    sits on the grid's edge, its exponent in the batch, and where its search found no ok trial
+    (no final runs there, no verdict)."""
+    import yaml
+
+    lr = yaml.safe_load((results / STUDY / EXPERIMENT_FILE).read_text())["lr"]
     rows = sorted((row for row in protocol["rows"] if row["recipe"] == "lars+warmup" and row["rule_name"] != "reference"),
                   key=lambda row: row["world_size"])
-    empty = [row for row in rows if not row["tuned_runs"]]
-    if not empty:
-        return ""
     studies = {int(name.rsplit("-w", 1)[1]): entry for name, entry in protocol.get("search", {}).items() if "-lars-" in name}
-    grids = {tuple(field["values"]) for row in empty for field in studies.get(row["world_size"], {}).get("fields", {}).values()}
-    grid = "" if len(grids) != 1 else f" (base LR {', '.join(f'{value:g}' for value in next(iter(grids)))})"
-    return (f"LARS with warmup, tuned on its own grid{grid} at every world size, found no ok tuning trial at batch "
-            + _listed([row["global_batch"] for row in empty])
-            + ": no best, so no final runs there and no verdict (lbtrain scale flags its best there as on the grid's edge; "
-            "a grid extended below its smallest LR would say more).")
+    if not studies:
+        return ""
+    batches = {row["world_size"]: row["global_batch"] for row in answer["per_world_size"]}
+    empty = [row for row in rows if not row["tuned_runs"]]
+    bests = []
+    for size, entry in sorted(studies.items()):
+        field = next(iter(entry.get("fields", {}).values()), None)
+        if field is None or field.get("best") is None or size not in batches:
+            continue
+        edge = "" if field.get("interior") else f" (on the edge of the {len(field['values'])} tried: the best may lie beyond)"
+        best = scale_learning_rate(field["best"], lr["base_batch"], batches[size], lr.get("rule", "linear"))
+        bests.append(f"{batches[size]:,}: {best:.4g}{edge}")
+    text = (f"LARS with warmup, tuned on its own grid at every world size (extended past an edge, and below a grid with no ok "
+            f"trial); its best LR at batch {', '.join(bests)}. Tuned LR, {exponent_text(answer, 'lars+warmup')}. "
+            "Its test accuracy against world size 1 is in the table of every arm below.")
+    if empty:
+        text += (" Its search found no ok trial at batch " + _listed([row["global_batch"] for row in empty])
+                 + ": no best, so no final runs there and no verdict.")
+    return text
 
 
 def world_rows(answer: dict[str, Any], regimes: dict[int, Regime]) -> list[list[Any]]:
@@ -296,8 +375,9 @@ def section_goyal_v4(results: Path) -> list[str]:
         f"{decisions_by_batch(none)}.",
         f"- The tuned LR against the batch, {exponent_text(answer)}.",
         f"- {warmup_text(results, answer)}",
+        *([f"- {text}"] if (text := warmup_study_text(results)) else []),
         f"- {controls}" + (f" The control of {missing}." if missing else ""),
-        *([f"- {text}"] if (text := lars_text(protocol)) else []),
+        *([f"- {text}"] if (text := lars_text(results, protocol, answer)) else []),
     ]
     return lines + [
         machine_text(results, answer), "",
@@ -342,14 +422,23 @@ def anchor_goyal_v4_linear(results: Path) -> tuple[str, str]:
     regimes = study_batch_regimes(results, STUDY)
     runs = warmup_runs(results)
     worse = next((row["global_batch"] for row in answer["per_world_size"] if row["world_size"] == answer["first_worse"]), None)
-    warmup = ("" if worse not in runs else
-              f"; open: its warmup is half an epoch at every batch, {runs[worse][0]:,} updates at {_batch(worse)}, so the failure "
-              "there may be the warmup's, not the batch's")
+    arms = warmup_arms(results)
+    if worse not in runs:
+        warmup = ""
+    elif arms:
+        longer = max(arms, key=lambda arm: sum(cell["warmup"] for cell in arms[arm].values()))
+        cell = arms[longer].get(worse)
+        warmup = ("" if cell is None else
+                  f"; not its warmup ({runs[worse][0]:,} updates at {_batch(worse)}): with a warmup of {cell['warmup']:,} updates "
+                  f"({WARMUP_STUDY}) {cell['ok']} of {cell['runs']} runs ended ok")
+    else:
+        warmup = (f"; open: its warmup is half an epoch at every batch, {runs[worse][0]:,} updates at {_batch(worse)}, so the "
+                  "failure there may be the warmup's, not the batch's")
     evidence = (f"{STUDY} (`lbtrain scale`), linear + gradual warmup carried from world size {answer['reference_world_size']} minus "
                 f"its chosen arm: " + "; ".join(f"{_batch(batch)}: {entry_text(entry)}" for batch, entry in decisions)
                 + f". {break_text(answer, regimes).replace('**', '')} Tuned LR, {exponent_text(answer)}{warmup}")
     return decisions_by_batch(decisions), evidence
 
 
-__all__ = ["STUDY", "anchor_goyal_v4_linear", "break_text", "decisions_by_batch", "exponent_text", "section_goyal_v4",
-           "warmup_runs", "warmup_text"]
+__all__ = ["STUDY", "WARMUP_STUDY", "anchor_goyal_v4_linear", "break_text", "decisions_by_batch", "exponent_text", "lars_text",
+           "section_goyal_v4", "warmup_arms", "warmup_runs", "warmup_study_text", "warmup_text"]

@@ -151,7 +151,9 @@ def test_goyal_v4_measured_the_lr_exponent_that_neither_prediction_matches():
         assert all(prediction["ratio"] is None for prediction in b_crit["predicted"])
     assert b_crit["linear_break"] == {"holds_up_to": 256, "first_worse": 1024}
     by = {prediction["by"]: prediction for prediction in b_crit["predicted"]}
-    assert by["lbtrain scale: B_simple"]["value"] == pytest.approx(3908.9, abs=0.1)
+    noise_scale = json.loads((Path(REPO_ROOT) / "results/goyal_v4/answer.json").read_text())["noise_scale"]
+    assert by["lbtrain scale: B_simple"]["value"] == pytest.approx(noise_scale["b_simple"])
+    assert (by["lbtrain scale: B_simple"]["low"], by["lbtrain scale: B_simple"]["high"]) == pytest.approx((noise_scale["low"], noise_scale["high"]))
     probe = by["lbtrain advise: probe B_simple"]
     assert probe["low"] < probe["value"] < probe["high"]
     for item in data["studies"]:

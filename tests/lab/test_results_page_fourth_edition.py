@@ -63,11 +63,46 @@ def test_goyal_v4s_section_states_its_machine_time_sizing_and_the_warmup_questio
     assert f"In all {(minutes['runs'] + minutes['tuning_trials']) / 60:.2f} machine hours" in text
     assert f"answer states {_answer()['machine_hours']:.2f}" in text
     assert "Sizing: Priced by lbtrain scale --dry-run" in text and REGIME_SLOT.format(study="goyal_v4") in text
-    assert "**Open question: the batch or the warmup?**" in text and "26 at 1,024" in text
+    assert "**The batch or the warmup?** The warmup is half an epoch at every batch" in text and "26 at 1,024" in text
+    assert "This study cannot tell the two apart; goyal_v4_warmup can (next point)." in text
     assert "was not run: 0 of its 5 runs ended ok" in text  # the world-64 control of a rule whose every seed diverged
     assert "no ok seed (5 diverged): worse (0 of 5 runs ok against 5 of 5 (Fisher's exact test" in text
-    assert "found no ok tuning trial at batch 512, 1,024 and 2,048" in text
     assert "![test accuracy against the global batch" in text and "goyal_v4/figures/answer_accuracy.png" in text
+
+
+def test_goyal_v4s_lars_bullet_states_each_batchs_best_lr_from_its_searches():
+    """LARS's best base LR per world size (protocol.json's searches) scaled linearly from batch 32,
+    as its runs trained it; a best on the grid's edge says so."""
+    protocol = json.loads((RESULTS / "goyal_v4" / "protocol.json").read_text())
+    text = "\n".join(section_goyal_v4(RESULTS))
+    for name, entry in protocol["search"].items():
+        if "-lars-" not in name:
+            continue
+        size = int(name.rsplit("-w", 1)[1])
+        field = entry["fields"]["lr.base_lr"]
+        edge = "" if field["interior"] else f" (on the edge of the {len(field['values'])} tried: the best may lie beyond)"
+        assert f"{32 * size:,}: {field['best'] * size:.4g}{edge}" in text
+    assert "Tuned LR, lars+warmup: tuned lr ~ global_batch^" in text and "found no ok tuning trial" not in text
+
+
+def test_goyal_v4_warmup_answers_the_warmup_question_from_its_runs():
+    """goyal_v4_warmup: per batch, how many of each warmup's 5 runs ended ok (summary.csv) and
+    Fisher's exact test on the longer warmup; no batch rescued, so the failures are the LR's."""
+    from lab.results_page.goyal_v4 import warmup_study_text
+    from lbtrain.reports.decisions import trained_share_claim
+
+    rows = list(csv.DictReader((RESULTS / "goyal_v4_warmup" / "summary.csv").open()))
+    text = warmup_study_text(RESULTS)
+    for batch in (512, 1024, 2048):
+        ok = {arm: sum(row["status"] == "ok" for row in rows if row["label"] == f"{arm} b{batch}") for arm in ("half-epoch warmup", "8.3% warmup")}
+        verdict, _ = trained_share_claim(ok["8.3% warmup"], 5, ok["half-epoch warmup"], 5)
+        assert f"of 800): {ok['half-epoch warmup']} of 5 against {ok['8.3% warmup']} of 5, {verdict}" in text
+        assert verdict == "inconclusive"
+    assert "world size 1's warmup share (8.3% of the updates)" in text
+    assert "The longer warmup rescues no batch measurably: its failures are the LR the linear rule reaches (0.4 at 512, 0.8 at 1,024, 1.6 at 2,048)" in text
+    assert "**The batch or the warmup? Answered by goyal_v4_warmup**" in "\n".join(section_goyal_v4(RESULTS))
+    verdict, evidence = anchor_goyal_v4_linear(RESULTS)
+    assert "; not its warmup (26 updates at batch 1,024): with a warmup of 67 updates (goyal_v4_warmup) 1 of 5 runs ended ok" in evidence
 
 
 # keskar_v4, synthetic: the shapes of keskar_v3's committed summary.csv and metrics.json --------

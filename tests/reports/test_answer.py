@@ -87,8 +87,9 @@ def test_noise_scale_flags_and_machine_time():
 
 
 def test_a_study_with_no_ok_trial_and_a_control_that_could_not_run_are_flagged_as_such():
-    """goyal_v4's LARS at batch 512 and up had no ok trial (not a best on an edge), and its linear
-    rule's control at world 64 could not run (no ok seed): the answer says both."""
+    """A tuned study with no ok trial (not a best on an edge: goyal_v4's LARS from batch 512 before
+    the protocol searched below such a grid), and a linear rule's control that could not run (no ok
+    seed, as goyal_v4's at world 64): the answer says both."""
     facts = StudyFacts("own", "m", "d", 20_000, 1, {1: 625, 4: 300}, {1: 32, 4: 128},
                        interior={"own-sgd-w1": True, "own-sgd-w4": False, "own-lars-w4": None},
                        controls_not_run=["world 4: sgd+warmup linear rule 3x longer not run: sgd+warmup linear rule has no ok final run"])
