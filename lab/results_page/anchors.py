@@ -11,7 +11,8 @@ from typing import Callable, Mapping, NamedTuple
 
 from lab.results_page.asynchrony import anchor_async_lr, anchor_staleness, anchor_staleness_damping
 from lab.results_page.common import DOES_NOT_HOLD, HOLDS, UNDECIDED, figure_lines, study_json, study_runs
-from lab.results_page.critical_batch import anchor_mccandlish, anchor_shallue
+from lab.results_page.critical_batch import EARLIER_STEPS_STUDIES, anchor_mccandlish, anchor_shallue
+from lab.results_page.critical_batch_v4 import STUDY as CRITICAL_BATCH_V4
 from lab.results_page.goyal import (
     GOYAL_2017_BASE_ERROR,
     GOYAL_2017_ERROR_AT_32X,
@@ -58,8 +59,9 @@ def _each(*studies: str) -> Callable[[Path], list[str]]:
 
 
 def _first(*studies: str) -> Callable[[Path], list[str]]:
-    """The judge reads the first of ``studies`` with a ``report.json`` (the second edition where
-    committed, else the first), as ``critical_batch._steps_study`` chooses."""
+    """The judge reads the first of ``studies`` with a ``report.json`` (of the earlier editions'
+    ``STEPS_STUDIES``, steps_to_target where committed, else critical_batch), as
+    ``critical_batch._steps_study`` chooses."""
     return lambda results: next(([study] for study in studies if (results / study / REPORT_JSON).is_file()), [])
 
 
@@ -154,6 +156,21 @@ HOFFER = "training longer with ghost batch norm closes the large-batch gap"
 YOU = "LARS with warmup holds at large batches"
 KESKAR = "large batches reach sharper minima and test worse"
 
+# The steps-to-target studies each edition judges Shallue et al. and McCandlish et al. on (the first
+# committed of them): the fourth edition's critical_batch_v4, the third's critical_batch_v3, and
+# the second and first editions' steps_to_target, else critical_batch.
+STEPS_STUDIES = {4: (CRITICAL_BATCH_V4,), 3: (CRITICAL_BATCH_STUDY,), 2: EARLIER_STEPS_STUDIES}
+
+
+def steps_anchors(edition: int) -> list[Anchor]:
+    """Shallue et al.'s and McCandlish et al.'s anchors of ``edition``, judged on its
+    ``STEPS_STUDIES`` by ``critical_batch``'s judges."""
+    studies = STEPS_STUDIES[edition]
+    return [Anchor(paper, claim, functools.partial(judge, studies=studies), _first(*studies), edition, AGREES)
+            for paper, claim, judge in (("Shallue et al. 2018", SHALLUE, anchor_shallue),
+                                        ("McCandlish et al. 2018", MCCANDLISH, anchor_mccandlish))]
+
+
 # In the table's order: the fourth edition's anchors first, then the third's, then the second's
 # (and the first's), each kept and marked superseded where the next edition re-tests its claim.
 ANCHORS: list[Anchor] = [
@@ -161,22 +178,19 @@ ANCHORS: list[Anchor] = [
     *[Anchor("Keskar et al. 2017", KESKAR, functools.partial(anchor_keskar_v4, regime=regime), _finished(KESKAR_V4), 4, LOSES,
              row=regime, world_size=world_size, reading=functools.partial(keskar_v4_claim, regime=regime))
       for regime, world_size in KESKAR_V4_REGIMES.items()],
+    *steps_anchors(4),
     Anchor("Goyal et al. 2017", GOYAL_LINEAR, functools.partial(anchor_goyal_linear_warmup, study="goyal_v3"), _each("goyal_v3"), 3),
     Anchor("Goyal et al. 2017", GOYAL_NO_WARMUP, functools.partial(anchor_goyal_no_warmup, study="goyal_v3"), _each("goyal_v3"), 3,
            LOSES),
     Anchor("Keskar et al. 2017", KESKAR, anchor_keskar_v3, _each("keskar_v3"), 3, LOSES),
-    Anchor("Shallue et al. 2018", SHALLUE, functools.partial(anchor_shallue, studies=(CRITICAL_BATCH_STUDY,)),
-           _first(CRITICAL_BATCH_STUDY), 3, AGREES),
-    Anchor("McCandlish et al. 2018", MCCANDLISH, functools.partial(anchor_mccandlish, studies=(CRITICAL_BATCH_STUDY,)),
-           _first(CRITICAL_BATCH_STUDY), 3, AGREES),
+    *steps_anchors(3),
     Anchor("Hoffer et al. 2017", HOFFER, anchor_goyal_v3_longer, _each("goyal_v3"), 3),
     Anchor("You et al. 2017", YOU, functools.partial(anchor_lars, study="goyal_v3"), _each("goyal_v3"), 3),
     Anchor("Goyal et al. 2017", GOYAL_LINEAR, anchor_goyal_linear_warmup, _each("goyal_bn")),
     Anchor("Goyal et al. 2017", GOYAL_NO_WARMUP, anchor_goyal_no_warmup, _each("goyal_bn"), supports=LOSES),
     Anchor("Keskar et al. 2017", KESKAR, functools.partial(anchor_keskar, studies=("keskar_v2",)), _each("keskar_v2"), supports=LOSES),
     Anchor("Keskar et al. 2017", KESKAR, functools.partial(anchor_keskar, studies=("keskar_gap",)), _each("keskar_gap"), supports=LOSES),
-    Anchor("Shallue et al. 2018", SHALLUE, anchor_shallue, _first("steps_to_target", "critical_batch"), supports=AGREES),
-    Anchor("McCandlish et al. 2018", MCCANDLISH, anchor_mccandlish, _first("steps_to_target", "critical_batch"), supports=AGREES),
+    *steps_anchors(2),
     Anchor("Hoffer et al. 2017", HOFFER, anchor_hoffer, _each("keskar_v2", "goyal_bn")),
     Anchor("You et al. 2017", YOU, anchor_lars, _each("goyal_bn")),
     Anchor("Nado et al. 2021", "tuned Nesterov momentum matches LARS and LAMB at large batches", anchor_nado,
@@ -330,8 +344,8 @@ def section_anchors(results: Path) -> list[str]:
             f"claim about the whole range of batches drops them: {unbounded}. A claim judged on a study outside the "
             f"paper's regime reads *{OUT_OF_REGIME}*, whatever its data say: the judge's own verdict stays in the evidence "
             "as *judged anyway*. The fourth edition's finished studies come first (made by the commands a user runs, "
-            "`lbtrain scale` or `lbtrain sweep`; a study judged on more than one row names each row and shows its regime at "
-            "that row's batch), then the third edition's (in the papers' regime, the sound protocol: a searched LR, "
+            "`lbtrain scale`, `lbtrain sweep`, or `lbtrain run` and `lbtrain report`; a study judged on more than one row "
+            "names each row and shows its regime at that row's batch), then the third edition's (in the papers' regime, the sound protocol: a searched LR, "
             "fresh seeds, five of them for the headline study); the second and first editions' verdicts are kept "
             "below. Each is marked *superseded* where a committed study of the next edition re-tests the claim.", "",
             markdown_table(["paper", "claim", "edition", "paper's regime", "study's regime", "here", "evidence"], rows), "",

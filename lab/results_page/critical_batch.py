@@ -80,9 +80,13 @@ def fit_text(data: dict[str, Any]) -> str:
     if not fit.fitted:
         return f"No critical-batch fit: {fit.note}. {_rule_text(data)}"
     s_min = "" if fit.s_min_interval is None else f" {_interval(fit.s_min_interval, 1)}"
-    how = ("" if fit.b_crit_interval is None else
-           f" Interval: the hull of a {100 * fit.level:.0f}% seed bootstrap and the leave-one-seed-out range "
-           f"({fit.interval_text()}).")
+    if fit.b_crit_interval is None:
+        how = ""
+    elif fit.interval_method == "profile":
+        how = f" B_crit and its interval by profile likelihood (the F-profile of the weighted fit): {fit.interval_text()}."
+    else:
+        how = (f" Interval: the hull of a {100 * fit.level:.0f}% seed bootstrap and the leave-one-seed-out range "
+               f"({fit.interval_text()}).")
     return (f"Measured critical batch {b_crit_text(fit)}, S_min = {fit.s_min:.1f}{s_min} steps, relative rms error "
             f"{100 * fit.relative_rms:.1f}%.{how} {_rule_text(data)}")
 
@@ -146,17 +150,21 @@ def unreached_rows(rows: list[dict[str, Any]], best: dict[int, dict[str, Any]]) 
 
 def predicted_text(fit: dict[str, Any]) -> str:
     """McCandlish et al.'s prediction against the measurement, in numbers: B_simple at the
-    target (with its range over the batch sizes when the report has it) and B_simple / B_crit
-    over B_crit's interval and that range (``CriticalBatchFit.noise_scale_ratio_interval``)."""
+    target (with its range over the batch sizes, and over the second half of training to the
+    target, when the report has them) and B_simple / B_crit over B_crit's interval and those
+    ranges (``CriticalBatchFit.noise_scale_ratio_interval``)."""
     measured_fit = CriticalBatchFit.from_dict(fit)
     ratio, spread = measured_fit.noise_scale_ratio_interval, measured_fit.noise_scale_range
+    training = measured_fit.noise_scale_training_range
     if spread is None:
         measured = f"B_simple = {fit['noise_scale']:.0f} (median over runs at the target)"
         over = "over B_crit's interval"
     else:
         measured = (f"B_simple = {fit['noise_scale']:.0f} (at the target, the median over batch sizes; from {spread[0]:.0f} to "
-                    f"{spread[1]:.0f} over them)")
-        over = "over B_crit's interval and B_simple's range"
+                    f"{spread[1]:.0f} over them" + ("" if training is None else
+                                                    f"; from {training[0]:.0f} to {training[1]:,.0f} over the second half of "
+                                                    "each run's way to the target") + ")")
+        over = "over B_crit's interval and B_simple's range" + ("" if training is None else "s (their hull)")
     return (f"Predicted from the gradient noise scale: {measured}, {fit['noise_scale_ratio']:.2f}x the measured B_crit"
             + ("" if ratio is None else f" {_interval(ratio, 2)} {over}") + ".")
 
@@ -283,10 +291,13 @@ def anchor_mccandlish(results: Path, studies: tuple[str, ...] = EARLIER_STEPS_ST
     within = 1 / RATIO_TOLERANCE <= low and high <= RATIO_TOLERANCE
     outside = high < 1 / RATIO_TOLERANCE or low > RATIO_TOLERANCE
     verdict = "matches" if within else "worse" if outside else "inconclusive"
+    training = fit.noise_scale_training_range
     measured = ("median over runs, read when each reached the target; its own spread not included"
                 if fit.noise_scale_range is None else
                 "at the target, the median over batch sizes of each batch's median; its range over them "
-                f"{_interval(fit.noise_scale_range, 0)} included")
+                f"{_interval(fit.noise_scale_range, 0)}" + ("" if training is None else
+                                                           f" and over the second half of each run's way to the target "
+                                                           f"{_interval(training, 0)}") + " included")
     return verdict, (f"{study}: B_simple / B_crit = {ratio:.2f} {_interval(interval, 2)}, B_simple = {fit.noise_scale:.0f} "
                      f"({measured}) over {b_crit_text(fit)} — "
                      f"rule: {rule}. B_simple equals the noise scale B_noise only when the Hessian is a multiple of the identity")

@@ -1,0 +1,136 @@
+"""critical_batch_v4 on the results page (``lab.results_page.critical_batch_v4``): its section, every
+number read back from the committed report.json (and advisor_validation_v4's validation.json), and
+its anchors (Shallue et al. 2018, McCandlish et al. 2018) as the fourth edition, superseding
+critical_batch_v3's; absent while the study is not committed."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from helpers import REPO_ROOT
+from lab.results_page import render_results_page
+from lab.results_page.anchors import ANCHORS, STEPS_STUDIES, anchor_row, regime_line, shown_anchors, superseded_by
+from lab.results_page.critical_batch import anchor_mccandlish, anchor_shallue
+from lab.results_page.critical_batch_v4 import STUDY, advisor_lines, lr_multiples, section_critical_batch_v4
+from lbtrain.reports.scaling_laws import CriticalBatchFit
+
+RESULTS = Path(REPO_ROOT) / "results"
+PAPERS = ("Shallue et al. 2018", "McCandlish et al. 2018")
+
+
+@pytest.fixture(scope="module")
+def report():
+    return json.loads((RESULTS / STUDY / "report.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def section():
+    return "\n".join(section_critical_batch_v4(RESULTS))
+
+
+def _row(section, batch):
+    return next(line for line in section.splitlines() if line.startswith(f"| {batch:,} |"))
+
+
+def test_the_section_states_the_design_from_the_data(report, section):
+    batches = sorted({row["global_batch"] for row in report["steps_to_target"]})
+    every = report["validation_every_steps"]
+    assert section.startswith("## critical_batch_v4: the critical batch and the noise scale (fourth edition, study 2)")
+    assert f"Machine time on 2 cores: {report['machine_minutes']['runs']:.0f} minutes of runs." in section
+    design = next(line for line in section.splitlines() if line.startswith("Design: "))
+    assert f"{len(batches)} batches, {batches[0]:,} to {batches[-1]:,}" in design
+    assert "LR candidates 1/4, 1/2, 1 and 2 times the linear rule's (LR 0.025 at batch 32, grown with the batch) at every batch" in design
+    assert "past an edge where the fewest steps sat, 1/8 at 512, 1,024 and 2,048; 1/32 and 1/16 at 2,048" in design
+    assert f"{max(row['runs'] for row in report['steps_to_target'])} seeds each" in design
+    assert "0.5 epochs of warmup and cosine decay, as goyal_v4" in design
+    assert f"every {max(every)} steps at batch {batches[0]}" in design and f"to every {min(every)} at batch" in design
+    assert f"each run stops at the target (budget: {report['budget']})" in design
+    multiples = lr_multiples(report, {"lr": {"base_lr": 0.025, "base_batch": 32}})
+    assert multiples == {"quarter": 0.25, "half": 0.5, "linear": 1.0, "double": 2.0, "eighth": 0.125, "sixteenth": 0.0625,
+                         "thirty-second": 0.03125}
+
+
+def test_every_candidates_steps_are_shown_with_n_and_an_interval_only_from_three_seeds(report, section):
+    fit = report["critical_batch"]
+    points = {point["global_batch"]: point for point in fit["residuals"]}
+    for row in report["steps_to_target"]:
+        line = _row(section, row["global_batch"])
+        if not row["reached"]:
+            assert f"none of {row['runs']} reached" in line
+        elif row["reached"] < 3:
+            assert f"{row['steps_to_target']:.0f} (n={row['reached']}; 1 or 2 seeds: no interval); {row['reached']} of {row['runs']} reached" in line
+        else:
+            cell = f"{row['steps_to_target']:.0f} [{row['low']:.0f}, {row['high']:.0f}] (n={row['reached']})"
+            best = points.get(row["global_batch"], {}).get("recipe") == row["recipe"]
+            assert (f"**{cell}**" if best else cell) in line
+    for batch, point in points.items():
+        assert _row(section, batch).endswith(f"| {point['fitted_steps']:.0f} | {'perfect scaling' if batch <= fit['b_crit'] / 10 else 'diminishing returns'} |")
+    assert "| global batch | thirty-second (1/32x) | sixteenth (1/16x) | eighth (1/8x) | quarter (1/4x) | half (1/2x) | linear (1x) | double (2x) | fit | region |" in section
+
+
+def test_the_fit_and_the_noise_scale_are_read_from_the_report(report, section):
+    fit = report["critical_batch"]
+    low, high = fit["b_crit_profile"]
+    assert (f"Measured critical batch B_crit = {fit['b_crit']:.0f} [{low:.0f}, {high:.0f}] ({fit['batches']} batch sizes, "
+            f"{fit['seeds']} seeds or more each)") in section
+    assert f"relative rms error {100 * fit['relative_rms']:.1f}%." in section
+    assert f"B_crit and its interval by profile likelihood (the F-profile of the weighted fit): 95% profile-likelihood interval [{low:.0f}, {high:.0f}]" in section
+    spread, training = fit["noise_scale_range"], fit["noise_scale_training_range"]
+    ratio = CriticalBatchFit.from_dict(fit).noise_scale_ratio_interval
+    assert (f"B_simple = {fit['noise_scale']:.0f} (at the target, the median over batch sizes; from {spread[0]:.0f} to {spread[1]:.0f} "
+            f"over them; from {training[0]:.0f} to {training[1]:,.0f} over the second half of each run's way to the target), "
+            f"{fit['noise_scale_ratio']:.2f}x the measured B_crit [{ratio[0]:.2f}, {ratio[1]:.2f}] over B_crit's interval and "
+            "B_simple's ranges (their hull).") in section
+    assert "[report](critical_batch_v4/report.md)" in section
+    assert "![steps to the target against the global batch, every LR candidate](critical_batch_v4/figures/steps_to_target.png)" in section
+
+
+def test_the_advisors_prediction_is_set_against_the_measured_b_crit(report, section):
+    record = json.loads((RESULTS / "advisor_validation_v4" / "validation.json").read_text())
+    predicted = next(study for study in record["studies"] if study["study"] == STUDY)["b_crit"]["predicted"]
+    calibrated = next(item for item in predicted if item["by"] == "lbtrain advise: calibrated B_crit")
+    ratio = calibrated["ratio"]
+    assert (f"- lbtrain advise: calibrated B_crit: {calibrated['value']:,.0f} [{calibrated['low']:,.0f}, {calibrated['high']:,.0f}] "
+            f"({calibrated['spread']}), predicted / measured {ratio['ratio']:.2f} [{ratio['low']:.2f}, {ratio['high']:.2f}]: "
+            f"**{ratio['decision']}**") in section
+    assert "- the study's B_simple at the target" not in section  # the study's own, set against B_crit above
+
+
+def test_an_advisor_record_of_another_b_crit_is_not_shown_as_this_ones(tmp_path, report):
+    (tmp_path / "advisor_validation_v4").mkdir()
+    record = json.loads((RESULTS / "advisor_validation_v4" / "validation.json").read_text())
+    next(study for study in record["studies"] if study["study"] == STUDY)["b_crit"]["measured"]["b_crit"] = 400.0
+    (tmp_path / "advisor_validation_v4" / "validation.json").write_text(json.dumps(record))
+    lines = advisor_lines(tmp_path, CriticalBatchFit.from_dict(report["critical_batch"]))
+    assert lines[0].startswith("[advisor_validation_v4](advisor_validation_v4/validation.md) set its predictions against B_crit = 400, "
+                               f"not this report's {report['critical_batch']['b_crit']:.0f}")
+    assert advisor_lines(tmp_path / "none", CriticalBatchFit.from_dict(report["critical_batch"])) == []
+
+
+def test_the_fourth_edition_judges_shallue_and_mccandlish_on_critical_batch_v4_and_supersedes_v3():
+    assert STEPS_STUDIES == {4: ("critical_batch_v4",), 3: ("critical_batch_v3",), 2: ("steps_to_target", "critical_batch")}
+    rows = {(anchor.paper, anchor.edition): anchor for anchor in ANCHORS if anchor.paper in PAPERS}
+    assert set(rows) == {(paper, edition) for paper in PAPERS for edition in (4, 3, 2)}
+    for paper, judge in zip(PAPERS, (anchor_shallue, anchor_mccandlish)):
+        verdict, evidence = judge(RESULTS, studies=("critical_batch_v4",))
+        row = anchor_row(RESULTS, rows[(paper, 4)])
+        assert row[2] == "fourth" and row[4].startswith("critical_batch_v4: batch 2,048 = 3.79% of 53,984; 800 updates")
+        assert row[5].startswith(f"**{verdict}**") and row[6] == evidence and evidence.startswith("critical_batch_v4: ")
+        assert superseded_by(RESULTS, rows[(paper, 3)]) == ["critical_batch_v4"]
+        assert anchor_row(RESULTS, rows[(paper, 3)])[5].endswith("(superseded by critical_batch_v4)")
+        assert superseded_by(RESULTS, rows[(paper, 2)]) == ["critical_batch_v3"]
+    assert anchor_row(RESULTS, rows[("Shallue et al. 2018", 4)])[5] == "**matches**: the claim holds"
+    assert regime_line(RESULTS, STUDY)[0].endswith("**in regime** for Shallue et al. 2018 and McCandlish et al. 2018.")
+
+
+def test_the_section_sits_with_the_fourth_editions_and_is_absent_until_the_study_is_committed(tmp_path):
+    page = render_results_page(RESULTS)
+    order = [page.index(f"\n## {study}:") for study in ("goyal_v4", "critical_batch_v4", "keskar_v4", "goyal_v3", "critical_batch_v3")]
+    assert order == sorted(order)
+    assert section_critical_batch_v4(tmp_path) == []
+    assert not [anchor for anchor in shown_anchors(tmp_path) if anchor.edition == 4]
+    shutil.copytree(RESULTS / STUDY, tmp_path / STUDY, ignore=shutil.ignore_patterns("runs"))
+    assert section_critical_batch_v4(tmp_path)[0].startswith("## critical_batch_v4:")
+    assert {anchor.paper for anchor in shown_anchors(tmp_path) if anchor.edition == 4} == set(PAPERS)
