@@ -369,6 +369,27 @@ def refuse_links_out(folder: Path) -> None:
 
 
 @contextlib.contextmanager
+def file_lock(path: Path, what: str, wait: bool = True) -> Iterator[bool]:
+    """An exclusive ``flock`` on ``path`` (created if missing, never through a link) while the
+    block runs, released however the process ends: yields True once held, or at once False when
+    ``wait`` is False and another holder has it. A file that cannot be opened is a
+    ``ResultsError`` naming ``what`` it is."""
+    try:
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+    except OSError as error:
+        raise ResultsError(f"{path.parent}: cannot open {what} ({error.strerror})") from None
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(descriptor)
+
+
+@contextlib.contextmanager
 def folder_lock(folder: Path, name: str) -> Iterator[None]:
     """Holds an exclusive lock on ``folder`` (``flock`` on its ``.lock`` file, released when the
     process ends, however it ends); a second process that asks while it is held gets a

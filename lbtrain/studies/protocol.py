@@ -54,9 +54,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import logging
-import os
 import statistics
 import time
 from pathlib import Path
@@ -67,7 +65,7 @@ from optuna.trial import TrialState
 
 from lbtrain.config import ConfigError, ExperimentConfig, SearchParam, run_config_from_dict, with_overrides
 from lbtrain.files import write_atomic, write_json_atomic
-from lbtrain.results import PROTOCOL_FILE, PROTOCOL_REPORT, RUNS_FOLDER, ResultsError, claim_folder
+from lbtrain.results import PROTOCOL_FILE, PROTOCOL_REPORT, RUNS_FOLDER, claim_folder, file_lock
 from lbtrain.rounding import is_close
 from lbtrain.studies.plan import PlannedRun, grid_axes, label_slug, run_id
 from lbtrain.studies.runner import log_progress, note_runs_left_out, run_planned
@@ -252,22 +250,12 @@ def _due_points(experiment: ExperimentConfig, spec: StudySpec, study: optuna.Stu
 
 @contextlib.contextmanager
 def _queue_lock(folder: Path) -> Iterator[None]:
-    """Held while a process queues a study's next points and takes a trial (``flock`` on
-    ``QUEUE_LOCK`` in the results folder; released however the process ends), so two tuning
-    processes of this machine never queue one point twice nor both take one queued trial:
-    SQLite reads take no row lock, so two processes can both see a WAITING trial and both set
-    it RUNNING (Optuna issue #4002), where a database server's row lock or a journal's order of
-    lines lets one alone succeed."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(folder / QUEUE_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
-    except OSError as error:
-        raise ResultsError(f"{folder}: cannot open the tuning queue's lock file ({error.strerror})") from None
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
+    """Held while a process queues a study's next points (``file_lock`` on ``QUEUE_LOCK`` in the
+    results folder), so two tuning processes of this machine never queue one point twice; that
+    two never take one queued trial is ``claim_trial``'s."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with file_lock(folder / QUEUE_LOCK, "the tuning queue's lock file"):
         yield
-    finally:
-        os.close(descriptor)
 
 
 def _claim_next(experiment: ExperimentConfig, spec: StudySpec, study: optuna.Study) -> optuna.Trial | None:

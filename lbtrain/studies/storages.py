@@ -50,9 +50,12 @@ from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 from optuna.storages.journal._file import get_lock_file  # how Optuna's own appends hold the lock
 from optuna.trial import FrozenTrial, TrialState
 
-from lbtrain.storage_urls import JOURNAL, describe, local_path, sqlalchemy_url
+from lbtrain.results import file_lock
+from lbtrain.storage_urls import JOURNAL, SQLITE, describe, local_path, sqlalchemy_url
 
 MAX_RETRIES = 3
+# Beside a SQLite database: held while a process takes a trial (``_pop``).
+CLAIM_LOCK = ".{database}.claims.lock"
 TAKEN = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
 # libpq waits for the operating system's TCP timeout (minutes) on a host that does not answer.
 POSTGRES_CONNECT_TIMEOUT = 10
@@ -292,13 +295,28 @@ def _storage_of(study: optuna.Study) -> BaseStorage:
     return study._storage
 
 
+def _sqlite_file(storage: BaseStorage) -> Path | None:
+    """The database file of a SQLite storage (Optuna caches an RDBStorage in ``_backend``), or
+    None for any other storage."""
+    backend = getattr(storage, "_backend", storage)
+    if not isinstance(backend, RDBStorage) or not backend.url.startswith(SQLITE):
+        return None
+    return local_path(backend.url)
+
+
 def _pop(storage: BaseStorage, trial_id: int) -> bool:
     """WAITING -> RUNNING; False when another process took the trial first (the storage
-    decides: a row lock in an RDB, the order of the journal's lines)."""
-    try:
-        return storage.set_trial_state_values(trial_id, state=TrialState.RUNNING)
-    except optuna.exceptions.UpdateFinishedTrialError:
-        return False
+    decides: a row lock in a database server, the order of the journal's lines). SQLite takes
+    no row lock, so two processes can both read the trial WAITING and both set it RUNNING
+    (Optuna issue #4002): there a ``flock`` on a file beside the database (``CLAIM_LOCK``)
+    makes each read-then-write whole."""
+    database = _sqlite_file(storage)
+    with (contextlib.nullcontext() if database is None else
+          file_lock(database.with_name(CLAIM_LOCK.format(database=database.name)), "the storage's claim lock file")):
+        try:
+            return storage.set_trial_state_values(trial_id, state=TrialState.RUNNING)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            return False
 
 
 @contextlib.contextmanager

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import gc
 import itertools
 import logging
@@ -38,7 +37,7 @@ from lbtrain.config import ConfigError, ExperimentConfig, SearchParam, run_confi
 from lbtrain.errors import WorkersFailed
 from lbtrain.files import csv_text, write_atomic, write_json_atomic
 from lbtrain.reports.scaling_laws import LrExponentFit, lr_exponent
-from lbtrain.results import OPTUNA_DATABASE, SWEEP_FIT_FILE, SWEEP_SUMMARY_FILE, ResultsError, claim_folder
+from lbtrain.results import OPTUNA_DATABASE, SWEEP_FIT_FILE, SWEEP_SUMMARY_FILE, claim_folder, file_lock
 from lbtrain.storage_urls import STORAGE_VARIABLE, local_path
 from lbtrain.studies.plan import Placement, PlannedRun, check_runs, process_local_problem
 from lbtrain.studies.storages import claim_trial, open_storage, run_claimed
@@ -557,20 +556,10 @@ def worker_slot(folder: Path) -> Iterator[int]:
     (the same sweep draws the same trials); processes started side by side on one storage, by
     ``--workers`` or by hand, get 0, 1, 2... and draw distinct trials."""
     for index in itertools.count():
-        try:
-            descriptor = os.open(folder / f".sweep-worker-{index}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
-        except OSError as error:
-            raise ResultsError(f"{folder}: cannot open a sweep worker's lock file ({error.strerror})") from None
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(descriptor)
-            continue
-        try:
-            yield index
-        finally:
-            os.close(descriptor)
-        return
+        with file_lock(folder / f".sweep-worker-{index}.lock", "a sweep worker's lock file", wait=False) as held:
+            if held:
+                yield index
+                return
 
 
 def ok_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:

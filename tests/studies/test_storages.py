@@ -211,6 +211,28 @@ def test_processes_racing_for_the_last_trials_finish_exactly_the_budget(tmp_path
         assert_exactly_finished(optuna.load_study(study_name=f"s{index}", storage=storage), 5)
 
 
+def test_a_sqlite_claim_waits_for_the_claim_lock_so_two_processes_never_take_one_trial(tmp_path):
+    """SQLite takes no row lock (Optuna #4002): a trial is taken under a flock beside the database.
+    While another holder has it, claim_trial waits and the trial stays WAITING; once it is
+    released, the claim takes the trial."""
+    import fcntl
+    import threading
+
+    storage = open_storage(f"sqlite:///{tmp_path}/optuna.db", 5, 30)
+    study = optuna.create_study(study_name="s", storage=storage)
+    study.enqueue_trial({"x": 1.0})
+    claimed = []
+    with open(tmp_path / ".optuna.db.claims.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        thread = threading.Thread(target=lambda: claimed.append(claim_trial(study, None)))
+        thread.start()
+        thread.join(1.0)
+        assert thread.is_alive() and [trial.state for trial in study.get_trials()] == [optuna.trial.TrialState.WAITING]
+    thread.join(60)
+    assert not thread.is_alive() and claimed[0].number == 0
+    assert [trial.state for trial in study.get_trials()] == [optuna.trial.TrialState.RUNNING]
+
+
 # --- Whole sweeps: two workers on PostgreSQL and on a journal, a kill, the dashboard -----------
 
 TRIALS = 3
