@@ -297,9 +297,9 @@ def _storage_of(study: optuna.Study) -> BaseStorage:
 
 def _sqlite_file(storage: BaseStorage) -> Path | None:
     """The database file of a SQLite storage (Optuna caches an RDBStorage in ``_backend``), or
-    None for any other storage."""
+    None for any other storage and for a database in memory (one process's alone)."""
     backend = getattr(storage, "_backend", storage)
-    if not isinstance(backend, RDBStorage) or not backend.url.startswith(SQLITE):
+    if not isinstance(backend, RDBStorage) or not backend.url.startswith(SQLITE) or backend.url == f"{SQLITE}:memory:":
         return None
     return local_path(backend.url)
 
