@@ -21,12 +21,15 @@ ended ok (``trained_share_claim``)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Callable
 
 from lab.results_page.common import (
     as_estimate,
     figure_lines,
+    judge,
+    ok_accuracies,
     opening,
     points_text,
     shown,
@@ -39,6 +42,7 @@ from lbtrain.reports.decisions import BETTER, trained_share_claim
 from lbtrain.reports.regime import Regime
 from lbtrain.reports.report import machine_minutes as folder_minutes
 from lbtrain.reports.scaling_laws import LrExponentFit
+from lbtrain.reports.statistics import difference_interval
 from lbtrain.reports.tables import markdown_table
 from lbtrain.results import ANSWER_FIGURES, ANSWER_FILE, ANSWER_REPORT, EXPERIMENT_FILE, METRICS_FILE, PROTOCOL_FILE, RUNS_FOLDER
 from lbtrain.scaling import scale_learning_rate
@@ -253,10 +257,10 @@ def warmup_study_text(results: Path) -> str:
             f"[report]({WARMUP_STUDY}/report.md)")
 
 
-def not_run_controls(results: Path, answer: dict[str, Any]) -> str:
-    """The convergence controls the experiment asks for (``protocol.train_longer``) that have no
-    row in the answer: an arm with no ok run has no budget of its own to multiply."""
-    path = results / STUDY / EXPERIMENT_FILE
+def not_run_controls(results: Path, answer: dict[str, Any], study: str = STUDY) -> str:
+    """The convergence controls ``study``'s experiment asks for (``protocol.train_longer``) that
+    have no row in its answer: an arm with no ok run has no budget of its own to multiply."""
+    path = results / study / EXPERIMENT_FILE
     if not path.is_file():
         return ""
     import yaml
@@ -264,7 +268,7 @@ def not_run_controls(results: Path, answer: dict[str, Any]) -> str:
     asked = (yaml.safe_load(path.read_text()).get("protocol") or {}).get("train_longer") or []
     ran = {row["world_size"] for row in answer["controls"]}
     missing = [entry for entry in asked if entry["world_size"] not in ran]
-    runs = study_runs(results, STUDY)
+    runs = study_runs(results, study)
     parts = []
     for entry in missing:
         label = entry.get("arm") or "the best arm"
@@ -276,17 +280,37 @@ def not_run_controls(results: Path, answer: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def lars_text(results: Path, protocol: dict[str, Any], answer: dict[str, Any]) -> str:
-    """LARS (tuned on its own grid at every world size): its best LR at each batch (the grid's
-    base LR scaled by the experiment's rule from ``lr.base_batch``, as the runs train it), where it
-    sits on the grid's edge, its exponent in the batch, and where its search found no ok trial
-    (no final runs there, no verdict)."""
+def recipe_search_studies(protocol: dict[str, Any], study: str, recipe: str) -> dict[int, dict[str, Any]]:
+    """Per world size, ``recipe``'s search in ``protocol.json`` (its studies are named
+    ``<study>-<recipe as in run ids>-w<world size>``, ``lbtrain.studies.protocol``)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", recipe.lower()).strip("-")
+    return {int(size): entry for name, entry in protocol.get("search", {}).items()
+            for prefix, size in [name.rsplit("-w", 1)] if prefix == f"{study}-{slug}"}
+
+
+def recipe_name(recipe: str) -> str:
+    """``LARS with warmup`` for ``lars+warmup``: a recipe as a sentence names it."""
+    optimizer, _, rest = recipe.partition("+")
+    return optimizer.upper() + (f" with {rest}" if rest else "")
+
+
+def layerwise_text(results: Path, protocol: dict[str, Any], answer: dict[str, Any], recipe: str = "lars+warmup", study: str = STUDY,
+                   decisions: list[tuple[int, dict[str, Any]]] | None = None) -> str:
+    """A layer-wise recipe (LARS, LAMB: ``recipe``) tuned on its own grid at every world size of
+    ``study``: its best LR at each batch (the grid's base LR scaled by the recipe's rule from
+    ``lr.base_batch``, as the runs train it), where it sits on the grid's edge, its exponent in the
+    batch, where its search found no ok trial (no final runs there, no verdict), and, given its
+    ``decisions`` (``tuned_decisions``), its decision against world size 1's chosen arm at each
+    batch; without them, a pointer to the table of every arm."""
     import yaml
 
-    lr = yaml.safe_load((results / STUDY / EXPERIMENT_FILE).read_text())["lr"]
-    rows = sorted((row for row in protocol["rows"] if row["recipe"] == "lars+warmup" and row["rule_name"] != "reference"),
+    experiment = yaml.safe_load((results / study / EXPERIMENT_FILE).read_text())
+    variant = next((entry for entry in (experiment.get("grid") or {}).get("variants") or [] if entry.get("label") == recipe), {})
+    lr = experiment["lr"]
+    rule = variant.get("lr.rule", lr.get("rule", "linear"))
+    rows = sorted((row for row in protocol["rows"] if row["recipe"] == recipe and row["rule_name"] != "reference"),
                   key=lambda row: row["world_size"])
-    studies = {int(name.rsplit("-w", 1)[1]): entry for name, entry in protocol.get("search", {}).items() if "-lars-" in name}
+    studies = recipe_search_studies(protocol, study, recipe)
     if not studies:
         return ""
     batches = {row["world_size"]: row["global_batch"] for row in answer["per_world_size"]}
@@ -297,15 +321,53 @@ def lars_text(results: Path, protocol: dict[str, Any], answer: dict[str, Any]) -
         if field is None or field.get("best") is None or size not in batches:
             continue
         edge = "" if field.get("interior") else f" (on the edge of the {len(field['values'])} tried: the best may lie beyond)"
-        best = scale_learning_rate(field["best"], lr["base_batch"], batches[size], lr.get("rule", "linear"))
+        best = scale_learning_rate(field["best"], lr["base_batch"], batches[size], rule)
         bests.append(f"{batches[size]:,}: {best:.4g}{edge}")
-    text = (f"LARS with warmup, tuned on its own grid at every world size (extended past an edge, and below a grid with no ok "
-            f"trial); its best LR at batch {', '.join(bests)}. Tuned LR, {exponent_text(answer, 'lars+warmup')}. "
-            "Its test accuracy against world size 1 is in the table of every arm below.")
+    if decisions is None:
+        against = "Its test accuracy against world size 1 is in the table of every arm below."
+    else:
+        reference = next(row["use"] for row in answer["per_world_size"] if row["world_size"] == answer["reference_world_size"])
+        against = (f"Against world size {answer['reference_world_size']}'s chosen arm ({reference}): "
+                   f"**{decisions_by_batch(decisions)}** (" + "; ".join(f"{_batch(batch)}: {entry_text(entry)}" for batch, entry in decisions)
+                   + ").")
+    text = (f"{recipe_name(recipe)}, tuned on its own grid at every world size (extended past an edge, and below a grid with no ok "
+            f"trial); its best LR at batch {', '.join(bests)}. Tuned LR, {exponent_text(answer, recipe)}. {against}")
     if empty:
         text += (" Its search found no ok trial at batch " + _listed([row["global_batch"] for row in empty])
                  + ": no best, so no final runs there and no verdict.")
     return text
+
+
+def tuned_decisions(results: Path, answer: dict[str, Any], recipe: str, study: str = STUDY) -> list[tuple[int, dict[str, Any]]]:
+    """``(global batch, entry)`` of ``recipe`` tuned at every world size beyond the reference that
+    has final runs, against the answer's reference (world size 1's chosen arm), in the shape of the
+    answer's rule entries (``rule_decisions``): the difference of test accuracies with Welch's
+    interval (``difference_interval``, as ``lbtrain scale`` takes the rules'), the runs not ok, and
+    the page's decision on it (``common.judge``); with no ok seed, the decision on how many runs
+    ended ok (``trained_share_claim``, ``decided_by``). The answer decides only the arm it chose and
+    the rules: a tuned recipe's decision is taken here the same way."""
+    runs = study_runs(results, study)
+    reference_size = answer["reference_world_size"]
+    use = next(row["use"] for row in answer["per_world_size"] if row["world_size"] == reference_size)
+    reference = ok_accuracies(runs, use, reference_size)
+    reference_runs = sum(1 for row in runs if row["label"] == use and int(row["world_size"]) == reference_size)
+    label = f"{recipe} tuned"
+    decisions = []
+    for row in answer["per_world_size"]:
+        if row["world_size"] == reference_size:
+            continue
+        mine = [run for run in runs if run["label"] == label and int(run["world_size"]) == row["world_size"]]
+        if not mine:
+            continue
+        tests = ok_accuracies(runs, label, row["world_size"])
+        entry: dict[str, Any] = {"label": label, "excluded": len(mine) - len(tests)}
+        if tests and reference:
+            difference = difference_interval(tests, reference)
+            entry.update(difference=difference, decision=judge(difference))
+        else:
+            entry["decision"], entry["decided_by"] = trained_share_claim(len(tests), len(mine), len(reference), reference_runs)
+        decisions.append((row["global_batch"], entry))
+    return decisions
 
 
 def world_rows(answer: dict[str, Any], regimes: dict[int, Regime]) -> list[list[Any]]:
@@ -342,14 +404,52 @@ def _counts_cell(answer: dict[str, Any]) -> Callable[[dict[str, Any] | None, lis
     return cell
 
 
-def machine_text(results: Path, answer: dict[str, Any]) -> str:
+def machine_text(results: Path, answer: dict[str, Any], study: str = STUDY) -> str:
     """The study's machine time in hours from its folder (``lbtrain.reports.report.machine_minutes``)
     beside the hours ``lbtrain scale``'s answer states."""
-    minutes = folder_minutes(results / STUDY)
+    minutes = folder_minutes(results / study)
     total = (minutes["runs"] or 0.0) + (minutes["tuning_trials"] or 0.0)
     return (f"In all {total / 60:.2f} machine hours, one run after another (the runs' and the trials' times above); "
             f"`lbtrain scale`'s answer states {answer['machine_hours']:.2f}, from every summary row's wall time (a run the "
             "runner copied for a second label included) and its own count of the tuning time.")
+
+
+def made_by_text(answer: dict[str, Any], protocol: dict[str, Any], study: str, made_by: str, arms: str = "") -> str:
+    """The design of a study made by ``lbtrain scale`` (``made_by``: the command, as the page names
+    it), rendered from its answer and protocol: model, data, world sizes and batches, the arms
+    (``arms``, a sentence, or nothing), the search, the seeds and what every difference is against."""
+    sizes = [row["world_size"] for row in answer["per_world_size"]]
+    batches = [row["global_batch"] for row in answer["per_world_size"]]
+    seeds = protocol["seeds"]
+    return (f"Made by {made_by}, as a user's own study would be: {answer['model']} on {answer['data']} "
+            f"({answer['train_size']:,} training samples), world sizes {', '.join(map(str, sizes))} (batch {batches[0]:,} to "
+            f"{batches[-1]:,}). {arms}Every arm's LR searched on a log2 grid on validation (each trial the mean of seeds "
+            f"{', '.join(map(str, seeds['tuning']))}), each arm's best re-run with seeds {', '.join(map(str, seeds['finals']))} "
+            f"and tested; every difference is against world size {answer['reference_world_size']}'s arm chosen on validation, in "
+            f"points with Welch's 95% interval and the decision rule's word (margin {100 * answer['margin']:g} point). "
+            f"[answer]({study}/{ANSWER_REPORT}), [protocol]({study}/protocol.md)")
+
+
+def answer_tables(results: Path, study: str, answer: dict[str, Any], protocol: dict[str, Any], regimes: dict[int, Regime]) -> list[str]:
+    """The tables of a study made by ``lbtrain scale``: what to use at each world size with each
+    rule's decision (``world_rows``), every arm against the same reference (``arm_table_lines``),
+    and the answer's figures."""
+    return [
+        "What to use at each world size (chosen on validation among arms whose every seed was ok; test accuracy reported) and "
+        f"each rule's decision against world size {answer['reference_world_size']}:",
+        "",
+        markdown_table(["world size", "global batch", "share of the data", "updates", "use (chosen on validation)", "LR",
+                        "its test accuracy", "− world 1 (points)", "linear + warmup", "sqrt rule", "no scaling"],
+                       world_rows(answer, regimes)),
+        "",
+        "Every arm against the same reference, with the LR it trained with (an arm with no ok seed: the decision on how many of "
+        "its runs ended ok):",
+        "",
+        *arm_table_lines(results, study, protocol, cell=_counts_cell(answer)),
+        *figure_lines(results, study, ANSWER_FIGURES["accuracy"],
+                      "test accuracy against the global batch, the chosen arm and each rule (runs not ok marked)"),
+        *figure_lines(results, study, ANSWER_FIGURES["learning_rate"], "the chosen LR against the global batch, beside the rules"),
+    ]
 
 
 def section_goyal_v4(results: Path) -> list[str]:
@@ -362,9 +462,6 @@ def section_goyal_v4(results: Path) -> list[str]:
     if protocol is None or answer is None:
         return lines if protocol is None else lines + [f"{STUDY} has no {ANSWER_FILE}: `{COMMAND}` writes it.", ""]
     regimes = study_batch_regimes(results, STUDY)
-    sizes = [row["world_size"] for row in answer["per_world_size"]]
-    batches = [row["global_batch"] for row in answer["per_world_size"]]
-    seeds = protocol["seeds"]
     sqrt = rule_decisions(answer, SQRT)
     none = rule_decisions(answer, NONE)
     controls = control_sentence(protocol, lead="Convergence control (is the equal-epoch budget enough to converge?): ")
@@ -377,34 +474,15 @@ def section_goyal_v4(results: Path) -> list[str]:
         f"- {warmup_text(results, answer)}",
         *([f"- {text}"] if (text := warmup_study_text(results)) else []),
         f"- {controls}" + (f" The control of {missing}." if missing else ""),
-        *([f"- {text}"] if (text := lars_text(results, protocol, answer)) else []),
+        *([f"- {text}"] if (text := layerwise_text(results, protocol, answer)) else []),
     ]
     return lines + [
         machine_text(results, answer), "",
-        f"Made by `lbtrain scale` (`{COMMAND}`), as a user's own study would be: {answer['model']} on {answer['data']} "
-        f"({answer['train_size']:,} training samples), world sizes {', '.join(map(str, sizes))} (batch {batches[0]:,} to "
-        f"{batches[-1]:,}). Every arm's LR searched on a log2 grid on validation (each trial the mean of seeds "
-        f"{', '.join(map(str, seeds['tuning']))}), each arm's best re-run with seeds {', '.join(map(str, seeds['finals']))} "
-        f"and tested; every difference is against world size {answer['reference_world_size']}'s arm chosen on validation, in "
-        f"points with Welch's 95% interval and the decision rule's word (margin {100 * answer['margin']:g} point). "
-        f"[answer]({STUDY}/{ANSWER_REPORT}), [protocol]({STUDY}/protocol.md)",
+        made_by_text(answer, protocol, STUDY, f"`lbtrain scale` (`{COMMAND}`)"),
         "",
         *bullets,
         "",
-        "What to use at each world size (chosen on validation among arms whose every seed was ok; test accuracy reported) and "
-        f"each rule's decision against world size {answer['reference_world_size']}:",
-        "",
-        markdown_table(["world size", "global batch", "share of the data", "updates", "use (chosen on validation)", "LR",
-                        "its test accuracy", "− world 1 (points)", "linear + warmup", "sqrt rule", "no scaling"],
-                       world_rows(answer, regimes)),
-        "",
-        "Every arm against the same reference, with the LR it trained with (an arm with no ok seed: the decision on how many of "
-        "its runs ended ok):",
-        "",
-        *arm_table_lines(results, STUDY, protocol, cell=_counts_cell(answer)),
-        *figure_lines(results, STUDY, ANSWER_FIGURES["accuracy"],
-                      "test accuracy against the global batch, the chosen arm and each rule (runs not ok marked)"),
-        *figure_lines(results, STUDY, ANSWER_FIGURES["learning_rate"], "the chosen LR against the global batch, beside the rules"),
+        *answer_tables(results, STUDY, answer, protocol, regimes),
     ]
 
 
@@ -440,5 +518,6 @@ def anchor_goyal_v4_linear(results: Path) -> tuple[str, str]:
     return decisions_by_batch(decisions), evidence
 
 
-__all__ = ["STUDY", "WARMUP_STUDY", "anchor_goyal_v4_linear", "break_text", "decisions_by_batch", "exponent_text", "lars_text",
-           "section_goyal_v4", "warmup_arms", "warmup_runs", "warmup_study_text", "warmup_text"]
+__all__ = ["STUDY", "WARMUP_STUDY", "anchor_goyal_v4_linear", "answer_tables", "break_text", "decisions_by_batch", "entry_text",
+           "exponent_text", "layerwise_text", "machine_text", "made_by_text", "not_run_controls", "recipe_name", "recipe_search_studies",
+           "rule_decisions", "section_goyal_v4", "tuned_decisions", "warmup_arms", "warmup_runs", "warmup_study_text", "warmup_text"]

@@ -1,6 +1,7 @@
 """The tuned LR against the batch: adam_scaling (Adam, tuned with equal budgets) and the first
 edition's goyal_sweep (momentum SGD, one sweep per world size), and the anchor judged on
-adam_scaling: Malladi et al. 2022 (Adam's LR should grow as the square root of the batch)."""
+adam_scaling: Malladi et al. 2022 (Adam's LR should grow as the square root of the batch), whose
+rule on a fit (``sqrt_rule_claim``) judges the fourth edition's adam_vit_v4 too."""
 
 from __future__ import annotations
 
@@ -60,19 +61,26 @@ EXPONENT_TOLERANCE = 0.15
 
 
 def anchor_malladi(results: Path) -> tuple[str, str]:
-    """Malladi et al. 2022: Adam's tuned LR grows as batch^0.5. Judged by the 95% interval of
-    the fitted exponent (``lr_fits`` of adam_scaling's protocol.json) against 0.5 with the
-    tolerance ``EXPONENT_TOLERANCE`` = 0.15 (``departure_claim``): ``matches`` when the whole
-    interval lies within [0.35, 0.65], ``worse`` when it lies wholly outside, ``inconclusive``
-    otherwise and when the fit has fewer than ``MIN_FIT_POINTS`` batch sizes. Why 0.15: the band
-    keeps 0.35 away from both competing rules (no scaling, 0, and the linear rule, 1), and over
-    the batches fitted (a ratio R between the largest and the smallest) an exponent off by 0.15
-    moves the rule's LR at the largest batch by R^0.15 (1.9x for adam_scaling's 64x), under one
-    step of a log2 LR grid; the evidence renders that factor from the data."""
+    """Malladi et al. 2022 judged on adam_scaling: its ``lr_fits`` of Adam (protocol.json) by
+    ``sqrt_rule_claim``."""
     protocol = study_json(results, "adam_scaling", PROTOCOL_FILE)
     if protocol is None:
         return "not measured yet", "adam_scaling is not committed"
-    fit = protocol["lr_fits"]["adam"]
+    return sqrt_rule_claim(protocol["lr_fits"]["adam"])
+
+
+def sqrt_rule_claim(fit: dict[str, Any]) -> tuple[str, str]:
+    """Malladi et al. 2022: Adam's tuned LR grows as batch^0.5. Judged on a fit of the tuned LR
+    against the batch (a record of ``lr_fits`` in protocol.json, or of ``lr_exponent`` in
+    ``lbtrain scale``'s answer.json: ``alpha``, its 95% interval, ``points``, ``batches``) by the
+    interval of the fitted exponent against 0.5 with the tolerance ``EXPONENT_TOLERANCE`` = 0.15
+    (``departure_claim``): ``matches`` when the whole interval lies within [0.35, 0.65], ``worse``
+    when it lies wholly outside, ``inconclusive`` otherwise and when the fit has fewer than
+    ``MIN_FIT_POINTS`` batch sizes. Why 0.15: the band keeps 0.35 away from both competing rules
+    (no scaling, 0, and the linear rule, 1), and over the batches fitted (a ratio R between the
+    largest and the smallest) an exponent off by 0.15 moves the rule's LR at the largest batch by
+    R^0.15 (1.9x for adam_scaling's 64x), under one step of a log2 LR grid; the evidence renders
+    that factor from the data."""
     if fit["alpha"] is None:
         return INCONCLUSIVE, f"Adam's tuned LR: {fit['note']}"
     low, high = fit["alpha_95_low"], fit["alpha_95_high"]
