@@ -173,6 +173,11 @@ PAPER_REGIMES: dict[str, PaperRegime] = {regime.paper: regime for regime in (
                 "You, Gitman and Ginsburg 2017, 'Large Batch Training of Convolutional Networks' (LARS, arXiv 1708.03888): "
                 "batch up to 32k; ResNet-50 90 epochs, AlexNet 100",
                 train_size=IMAGENET_TRAIN, batch=(256, 32768), epochs=(90, 100)),
+    PaperRegime("You et al. 2020", "BERT-Large pre-training on Wikipedia and BooksCorpus (also ImageNet-1k, ResNet-50)",
+                "You et al. 2020, 'Large Batch Optimization for Deep Learning: Training BERT in 76 minutes' (LAMB, ICLR, "
+                "arXiv 1904.00962): batch 512 (1M updates) to 32,768 (15,625 updates), and 65,536 then 32,768 in 8,599 updates, "
+                "at no loss of SQuAD F1 against the baseline; the data set's size in sequences is not restated here",
+                batch=(512, 65536), fewest_updates=8599),
     PaperRegime("Keskar et al. 2017", "MNIST, TIMIT, CIFAR-10 and CIFAR-100 (fully connected and conv nets, Adam)",
                 "Keskar et al. 2017, 'On Large-Batch Training for Deep Learning' (ICLR): small batch 256, large batch 10% of "
                 "the training data; 20 epochs for both in the authors' code (github.com/keskarnitish/large-batch-training, "
