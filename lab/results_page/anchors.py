@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Callable, Mapping, NamedTuple
 
+from lab.results_page.adam_vit_v4 import STUDY as ADAM_VIT_V4
+from lab.results_page.adam_vit_v4 import anchor_lamb, anchor_malladi_v4
 from lab.results_page.asynchrony import anchor_async_lr, anchor_staleness, anchor_staleness_damping
 from lab.results_page.common import DOES_NOT_HOLD, HOLDS, UNDECIDED, figure_lines, study_json, study_runs
 from lab.results_page.critical_batch import EARLIER_STEPS_STUDIES, anchor_mccandlish, anchor_shallue
@@ -48,7 +50,7 @@ from lbtrain.reports.regime import (
     study_regimes,
 )
 from lbtrain.reports.tables import markdown_table
-from lbtrain.results import COMPARE_JSON, PROTOCOL_FILE, REPORT_JSON, SUMMARY_FILE
+from lbtrain.results import ANSWER_FILE, COMPARE_JSON, PROTOCOL_FILE, REPORT_JSON, SUMMARY_FILE
 
 NOT_MEASURED_YET = "not measured yet"
 
@@ -65,10 +67,11 @@ def _first(*studies: str) -> Callable[[Path], list[str]]:
     return lambda results: next(([study] for study in studies if (results / study / REPORT_JSON).is_file()), [])
 
 
-def _finished(study: str) -> Callable[[Path], list[str]]:
-    """The judge reads ``study`` once its ``protocol.json`` is written: a protocol writes it
-    last, so a study still running (its ``summary.csv`` growing) is not read half done."""
-    return lambda results: [study] if (results / study / PROTOCOL_FILE).is_file() else []
+def _finished(study: str, last: str = PROTOCOL_FILE) -> Callable[[Path], list[str]]:
+    """The judge reads ``study`` once its ``last`` file is written: a protocol writes
+    ``protocol.json`` last, ``lbtrain scale`` its ``answer.json`` after it, so a study still running
+    (its ``summary.csv`` growing) is not read half done."""
+    return lambda results: [study] if (results / study / last).is_file() else []
 
 
 def _compared(study: str) -> Callable[[Path], list[str]]:
@@ -154,6 +157,8 @@ SHALLUE = "steps to a target fall perfectly with the batch, then with diminishin
 MCCANDLISH = "the critical batch is predicted by the gradient noise scale"
 HOFFER = "training longer with ghost batch norm closes the large-batch gap"
 YOU = "LARS with warmup holds at large batches"
+YOU_LAMB = "LAMB holds accuracy at large batches"
+MALLADI = "Adam's LR should grow as the square root of the batch"
 KESKAR = "large batches reach sharper minima and test worse"
 
 # The steps-to-target studies each edition judges Shallue et al. and McCandlish et al. on (the first
@@ -179,6 +184,8 @@ ANCHORS: list[Anchor] = [
              row=regime, world_size=world_size, reading=functools.partial(keskar_v4_claim, regime=regime))
       for regime, world_size in KESKAR_V4_REGIMES.items()],
     *steps_anchors(4),
+    Anchor("Malladi et al. 2022", MALLADI, anchor_malladi_v4, _finished(ADAM_VIT_V4, ANSWER_FILE), 4, AGREES),
+    Anchor("You et al. 2020", YOU_LAMB, anchor_lamb, _finished(ADAM_VIT_V4, ANSWER_FILE), 4),
     Anchor("Goyal et al. 2017", GOYAL_LINEAR, functools.partial(anchor_goyal_linear_warmup, study="goyal_v3"), _each("goyal_v3"), 3),
     Anchor("Goyal et al. 2017", GOYAL_NO_WARMUP, functools.partial(anchor_goyal_no_warmup, study="goyal_v3"), _each("goyal_v3"), 3,
            LOSES),
@@ -195,8 +202,7 @@ ANCHORS: list[Anchor] = [
     Anchor("You et al. 2017", YOU, anchor_lars, _each("goyal_bn")),
     Anchor("Nado et al. 2021", "tuned Nesterov momentum matches LARS and LAMB at large batches", anchor_nado,
            _each("goyal_bn")),
-    Anchor("Malladi et al. 2022", "Adam's LR should grow as the square root of the batch", anchor_malladi,
-           _each("adam_scaling"), supports=AGREES),
+    Anchor("Malladi et al. 2022", MALLADI, anchor_malladi, _each("adam_scaling"), supports=AGREES),
     Anchor("Lian et al. 2015; Dutta et al. 2018", "asynchronous SGD degrades as the staleness grows", anchor_staleness,
            _each("staleness"), supports=LOSES),
     Anchor("Zhang et al. 2016", "dividing the LR by the staleness keeps asynchronous SGD training", anchor_staleness_damping,
@@ -209,8 +215,8 @@ ANCHORS: list[Anchor] = [
 def superseded_by(results: Path, anchor: Anchor) -> list[str]:
     """The committed studies of the next edition that re-tests ``anchor``'s claim and gives a
     verdict on it (not ``not measured yet``: a study still running, or one without the arm the
-    claim needs, supersedes nothing): goyal_bn's by goyal_v3, goyal_v3's by goyal_v4; empty when
-    no later edition does."""
+    claim needs, supersedes nothing): goyal_bn's by goyal_v3, goyal_v3's by goyal_v4, adam_scaling's
+    by adam_vit_v4; empty when no later edition does."""
     later: dict[int, list[str]] = {}
     for other in ANCHORS:
         if other.edition > anchor.edition and (other.paper, other.claim) == (anchor.paper, anchor.claim) \

@@ -8,6 +8,8 @@ import logging
 from pathlib import Path
 from typing import Any, Callable
 
+from lab.results_page.adam_vit_v4 import STUDY as ADAM_VIT_V4
+from lab.results_page.adam_vit_v4 import section_adam_vit_v4
 from lab.results_page.anchors import regime_line, section_anchors
 from lab.results_page.asynchrony import section_staleness, section_sync_vs_async, staleness_figure
 from lab.results_page.common import REGIME_SLOT
@@ -21,7 +23,7 @@ from lab.results_page.keskar import KESKAR_V4, section_keskar_gap, section_keska
 from lab.results_page.lr_scaling import section_adam_scaling, section_goyal_sweep
 from lbtrain.reports.report import ReportError
 from lbtrain.reports.tables import markdown_table, read_summary
-from lbtrain.results import PROTOCOL_FILE, SUMMARY_FILE
+from lbtrain.results import ANSWER_FILE, PROTOCOL_FILE, SUMMARY_FILE
 from lbtrain.verdict import is_ok
 
 logger = logging.getLogger(__name__)
@@ -29,12 +31,13 @@ logger = logging.getLogger(__name__)
 PAGE_FILE = "README.md"  # in the results folder of the committed studies
 
 
-def when_finished(section: Callable[[Path], list[str]], study: str) -> Callable[[Path], list[str]]:
-    """``section``, rendered only once ``study`` has finished (its ``protocol.json``, which a
-    protocol writes last); nothing before: a fourth-edition study not run yet is absent from the
-    page (docs/results.md lists it as not run yet), never a half-done table."""
+def when_finished(section: Callable[[Path], list[str]], study: str, last: str = PROTOCOL_FILE) -> Callable[[Path], list[str]]:
+    """``section``, rendered only once ``study`` has finished (its ``last`` file: ``protocol.json``,
+    which a protocol writes last, or the ``answer.json`` ``lbtrain scale`` writes after it);
+    nothing before: a fourth-edition study not run yet is absent from the page (docs/results.md
+    lists it as not run yet), never a half-done table."""
     def shown(results: Path) -> list[str]:
-        return section(results) if (results / study / PROTOCOL_FILE).is_file() else []
+        return section(results) if (results / study / last).is_file() else []
     shown.__doc__ = section.__doc__
     return shown
 
@@ -47,6 +50,7 @@ SECTIONS: list[Callable[[Path], list[str]]] = [
     section_goyal_v4,
     section_critical_batch_v4,
     when_finished(section_keskar_v4, KESKAR_V4),
+    when_finished(section_adam_vit_v4, ADAM_VIT_V4, ANSWER_FILE),
     section_goyal_v3,
     functools.partial(section_steps_to_target, study=CRITICAL_BATCH_STUDY, command=THIRD_EDITION_COMMAND,
                       title="the critical batch and the noise scale (third edition, study 2)"),
