@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lab.results_page.common import opening, study_json
+from lab.results_page.common import listed, opening, study_json
 from lab.results_page.goyal_v3 import control_sentence, study_batch_regimes
 from lab.results_page.goyal_v4 import (
     LINEAR,
@@ -69,8 +69,7 @@ def arms_text(answer: dict[str, Any], protocol: dict[str, Any]) -> str:
         search = recipe_search_studies(protocol, STUDY, recipe).get(reference) or {}
         field = next(iter(search.get("fields", {}).values()), {})
         grid = f" (a grid of {len(field['values'])} base LRs at world size {reference})" if field.get("values") else ""
-        carried = f" and carried from world size {reference} by the {', '.join(rules[:-1])} and {rules[-1]} rules" if len(rules) > 1 else (
-            f" and carried from world size {reference} by the {rules[0]} rule" if rules else "")
+        carried = f" and carried from world size {reference} by the {listed(rules)} rule{'s' * (len(rules) > 1)}" if rules else ""
         parts.append(f"{recipe} tuned at every world size{grid}{carried}")
     return "Arms: " + "; ".join(parts) + ". "
 

@@ -243,6 +243,15 @@ def few_seeds(estimate: Estimate | None) -> bool:
     return estimate is not None and estimate.mean is not None and min(estimate.n, estimate.n_second or estimate.n) < MIN_SEEDS
 
 
+def listed(words: Sequence[str]) -> str:
+    """Words in prose: ``a``, ``a and b``, ``a, b and c``.
+
+    >>> listed(["512", "1,024", "2,048"]), listed(["sqrt"])
+    ('512, 1,024 and 2,048', 'sqrt')
+    """
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
 def shown(estimate: Estimate | None, digits: int = 3, signed: bool = False) -> str:
     """``Estimate.describe`` as the page shows it: with fewer than 3 seeds on a side, the mean and
     n marked ``FEW_SEEDS`` instead of an interval (``lbtrain.reports.answer.estimate_text``);

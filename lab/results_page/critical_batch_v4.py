@@ -22,7 +22,7 @@ import yaml
 
 from lab.advisor_validation import ADVISOR_VALIDATION_REPORT
 from lab.advisor_validation import OUTPUT_V4 as ADVISOR_VALIDATION_V4
-from lab.results_page.common import figure_lines, opening, shown, study_json
+from lab.results_page.common import figure_lines, listed, opening, shown, study_json
 from lab.results_page.critical_batch import best_rows, fit_text, noise_table, predicted_text, shallue_region
 from lab.results_page.goyal_v4 import STUDY as GOYAL_V4
 from lbtrain.reports.scaling_laws import CriticalBatchFit
@@ -42,8 +42,7 @@ def _experiment(results: Path, study: str) -> dict[str, Any]:
 
 def _batches(batches: list[int]) -> str:
     """``512, 1,024 and 2,048``."""
-    words = [f"{batch:,}" for batch in sorted(batches)]
-    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+    return listed([f"{batch:,}" for batch in sorted(batches)])
 
 
 def _multiple(value: float) -> str:
@@ -98,9 +97,8 @@ def _lr_grid(report: dict[str, Any], multiples: dict[str, float], rule: str) -> 
         at.setdefault(row["recipe"], set()).add(row["global_batch"])
 
     def named(recipes: list[str]) -> str:
-        words = [_multiple(multiples[recipe]) if recipe in multiples else recipe
-                 for recipe in sorted(recipes, key=lambda recipe: multiples.get(recipe, 0))]
-        return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+        return listed([_multiple(multiples[recipe]) if recipe in multiples else recipe
+                       for recipe in sorted(recipes, key=lambda recipe: multiples.get(recipe, 0))])
 
     everywhere = [recipe for recipe in at if at[recipe] == batches]
     added: dict[tuple[int, ...], list[str]] = {}

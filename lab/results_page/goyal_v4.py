@@ -29,6 +29,7 @@ from lab.results_page.common import (
     as_estimate,
     figure_lines,
     judge,
+    listed,
     ok_accuracies,
     opening,
     points_text,
@@ -168,12 +169,6 @@ def failed_statuses(results: Path, labels: tuple[str, ...] = (f"{GOYAL_RECIPE} l
     return sorted({row["status"] for row in study_runs(results, STUDY) if row["label"] in labels and not is_ok(row["status"])})
 
 
-def _listed(values: list[int]) -> str:
-    """``512, 1,024 and 2,048``."""
-    texts = [f"{value:,}" for value in values]
-    return texts[0] if len(texts) == 1 else f"{', '.join(texts[:-1])} and {texts[-1]}"
-
-
 def _span(values: list[int]) -> str:
     return f"{values[0]:,}" if values[0] == values[-1] else f"{values[0]:,} to {values[-1]:,}"
 
@@ -247,7 +242,7 @@ def warmup_study_text(results: Path) -> str:
     share = (100 * arms[long][batches[0]]["warmup"] / arms[long][batches[0]]["updates"] if run is None else
              100 * round(float(run["config"]["lr"]["warmup_epochs"]) * run["steps_per_epoch"]) / _planned_updates(run))
     unrescued = [batch for batch in batches if batch not in rescued and arms[long][batch]["ok"] < arms[long][batch]["runs"]]
-    verdict = (f"The longer warmup rescues {_listed(rescued)}" if rescued else
+    verdict = (f"The longer warmup rescues {listed([f'{batch:,}' for batch in rescued])}" if rescued else
                "The longer warmup rescues no batch measurably")
     lrs = ", ".join(f"{arms[long][batch]['lr']:g} at {batch:,}" for batch in unrescued)
     cause = (f": its failures are the LR the linear rule reaches ({lrs}), not the warmup's length." if unrescued else ".")
@@ -333,7 +328,7 @@ def layerwise_text(results: Path, protocol: dict[str, Any], answer: dict[str, An
     text = (f"{recipe_name(recipe)}, tuned on its own grid at every world size (extended past an edge, and below a grid with no ok "
             f"trial); its best LR at batch {', '.join(bests)}. Tuned LR, {exponent_text(answer, recipe)}. {against}")
     if empty:
-        text += (" Its search found no ok trial at batch " + _listed([row["global_batch"] for row in empty])
+        text += (" Its search found no ok trial at batch " + listed([f"{row['global_batch']:,}" for row in empty])
                  + ": no best, so no final runs there and no verdict.")
     return text
 
