@@ -381,10 +381,10 @@ def file_lock(path: Path, what: str, wait: bool = True) -> Iterator[bool]:
     try:
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            held = True
         except BlockingIOError:
-            yield False
-            return
-        yield True
+            held = False
+        yield held
     finally:
         os.close(descriptor)
 

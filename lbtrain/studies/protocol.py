@@ -65,7 +65,7 @@ from optuna.trial import TrialState
 
 from lbtrain.config import ConfigError, ExperimentConfig, SearchParam, run_config_from_dict, with_overrides
 from lbtrain.files import write_atomic, write_json_atomic
-from lbtrain.results import PROTOCOL_FILE, PROTOCOL_REPORT, RUNS_FOLDER, claim_folder, file_lock
+from lbtrain.results import PROTOCOL_FILE, PROTOCOL_REPORT, RUNS_FOLDER, ResultsError, claim_folder, file_lock
 from lbtrain.rounding import is_close
 from lbtrain.studies.plan import PlannedRun, grid_axes, label_slug, run_id
 from lbtrain.studies.runner import log_progress, note_runs_left_out, run_planned
@@ -250,10 +250,14 @@ def _due_points(experiment: ExperimentConfig, spec: StudySpec, study: optuna.Stu
 
 @contextlib.contextmanager
 def _queue_lock(folder: Path) -> Iterator[None]:
-    """Held while a process queues a study's next points (``file_lock`` on ``QUEUE_LOCK`` in the
-    results folder), so two tuning processes of this machine never queue one point twice; that
-    two never take one queued trial is ``claim_trial``'s."""
-    folder.mkdir(parents=True, exist_ok=True)
+    """Held while a process queues a study's next points and takes a trial (``file_lock`` on
+    ``QUEUE_LOCK`` in the results folder), so two tuning processes of this machine never queue
+    one point twice, nor top up a TPE study twice (``claim_trial`` queues a trial when none
+    waits); that two never take one queued trial is ``claim_trial``'s own lock."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ResultsError(f"{folder}: cannot create the results folder ({error.strerror})") from None
     with file_lock(folder / QUEUE_LOCK, "the tuning queue's lock file"):
         yield
 

@@ -304,19 +304,25 @@ def _sqlite_file(storage: BaseStorage) -> Path | None:
     return local_path(backend.url)
 
 
+def _claim_lock(storage: BaseStorage) -> contextlib.AbstractContextManager:
+    """Held around a ``_pop``: SQLite takes no row lock, so two processes can both read a trial
+    WAITING and both set it RUNNING (Optuna issue #4002); a ``flock`` on a file beside the
+    database (``CLAIM_LOCK``) makes each read-then-write whole. Nothing for other storages,
+    whose row lock or journal order decides."""
+    database = _sqlite_file(storage)
+    if database is None:
+        return contextlib.nullcontext()
+    return file_lock(database.with_name(CLAIM_LOCK.format(database=database.name)), "the storage's claim lock file")
+
+
 def _pop(storage: BaseStorage, trial_id: int) -> bool:
     """WAITING -> RUNNING; False when another process took the trial first (the storage
-    decides: a row lock in a database server, the order of the journal's lines). SQLite takes
-    no row lock, so two processes can both read the trial WAITING and both set it RUNNING
-    (Optuna issue #4002): there a ``flock`` on a file beside the database (``CLAIM_LOCK``)
-    makes each read-then-write whole."""
-    database = _sqlite_file(storage)
-    with (contextlib.nullcontext() if database is None else
-          file_lock(database.with_name(CLAIM_LOCK.format(database=database.name)), "the storage's claim lock file")):
-        try:
-            return storage.set_trial_state_values(trial_id, state=TrialState.RUNNING)
-        except optuna.exceptions.UpdateFinishedTrialError:
-            return False
+    decides: a row lock in a database server, the order of the journal's lines, ``_claim_lock``
+    held around it for SQLite)."""
+    try:
+        return storage.set_trial_state_values(trial_id, state=TrialState.RUNNING)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return False
 
 
 @contextlib.contextmanager
@@ -379,7 +385,8 @@ def claim_trial(study: optuna.Study, trials: int | None) -> optuna.Trial | None:
                 storage.record_heartbeat(trial_id)
             # Ctrl-C waits for the claim to be recorded: one arriving after the storage wrote
             # RUNNING but before _CLAIMED held the trial would leave it RUNNING until it went stale.
-            with _interrupt_after():
+            # The wait for the claim lock comes first, so Ctrl-C still ends a process waiting there.
+            with _claim_lock(storage), _interrupt_after():
                 if _pop(storage, trial_id):
                     claimed = trial_id
                     _CLAIMED[claimed] = study  # Ctrl-C from here on fails it (fail_claimed_trials)

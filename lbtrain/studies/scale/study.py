@@ -32,6 +32,7 @@ from lbtrain.studies.scale.design import (
     ScaleDesign,
     describe_design,
     final_arms,
+    grid_trials,
     seed_interval_widening,
 )
 
@@ -109,7 +110,7 @@ def price_design(design: ScaleDesign, probe: Probe) -> Price:
     launched = sum(final_runs.values()) + len(design.controls) * len(design.seeds)
     kept_child = get_mode(design.experiment.mode).launcher().child(1, {}) is not None
     finals += (1 if kept_child else launched) * probe.launch_seconds
-    runs = recipes * (GRID_POINTS + 1) * len(design.tuning_seeds) * len(configs) + launched
+    runs = grid_trials(design) * len(design.tuning_seeds) + launched
     return Price(trials, finals, controls, stopping=runs if stopping_early(configs.values()) else 0)
 
 
