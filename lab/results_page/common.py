@@ -216,7 +216,12 @@ def parts_claim(supports: Sequence[str]) -> str:
     ('the claim holds', 'the claim holds in part', 'the claim does not hold')
     >>> parts_claim([UNDECIDED, UNDECIDED])
     'the claim is inconclusive'
+
+    Raises:
+      ValueError: no part (a claim of no parts says nothing, it does not hold vacuously).
     """
+    if not supports:
+        raise ValueError("a claim made of parts needs at least one part")
     if all(support == HOLDS for support in supports):
         return HOLDS
     if HOLDS in supports:
@@ -244,11 +249,13 @@ def few_seeds(estimate: Estimate | None) -> bool:
 
 
 def listed(words: Sequence[str]) -> str:
-    """Words in prose: ``a``, ``a and b``, ``a, b and c``.
+    """Words in prose: ``a``, ``a and b``, ``a, b and c``; nothing for no words.
 
-    >>> listed(["512", "1,024", "2,048"]), listed(["sqrt"])
-    ('512, 1,024 and 2,048', 'sqrt')
+    >>> listed(["512", "1,024", "2,048"]), listed(["sqrt"]), listed([])
+    ('512, 1,024 and 2,048', 'sqrt', '')
     """
+    if not words:
+        return ""
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 

@@ -22,12 +22,14 @@ from typing import Any, NamedTuple
 
 from lab.results_page.common import (
     DOES_NOT_HOLD,
+    FEW_SEEDS,
     HOLDS,
     MARGIN,
     UNDECIDED,
     accuracy_cell,
     as_estimate,
     claims_at,
+    few_seeds,
     figure_lines,
     judge,
     judged_points,
@@ -229,14 +231,26 @@ def flatness_differences(results: Path, study: str, large: str) -> dict[str, Est
     return differences
 
 
+# How a flatness difference large − small reads (``flatness_reading``).
+SHARPER, FLATTER, NEITHER, NOT_READ = "sharper", "flatter", "neither sharper nor flatter", "not read"
+
+
 def flatness_reading(difference: Estimate) -> str:
     """A flatness difference large − small read by where its Welch interval lies against 0:
-    ``sharper`` wholly above, ``flatter`` wholly below, ``neither sharper nor flatter`` else."""
+    ``sharper`` wholly above, ``flatter`` wholly below, ``neither sharper nor flatter`` else;
+    ``not read`` with fewer than 3 seeds on a side (``common.few_seeds``: no interval is shown,
+    so none is read).
+
+    >>> flatness_reading(Estimate(2.0, 1.0, 3.0, 5, n_second=5)), flatness_reading(Estimate(2.0, 1.0, 3.0, 2, n_second=5))
+    ('sharper', 'not read')
+    """
+    if few_seeds(difference):
+        return NOT_READ
     if difference.low is not None and difference.low > 0:
-        return "sharper"
+        return SHARPER
     if difference.high is not None and difference.high < 0:
-        return "flatter"
-    return "neither sharper nor flatter"
+        return FLATTER
+    return NEITHER
 
 
 def flatness_text(differences: dict[str, Estimate]) -> str:
@@ -443,7 +457,7 @@ def anchor_keskar_v3(results: Path) -> tuple[str, str]:
     reached = sum(1 for row in runs if row.get("target_reached_step") not in (None, ""))
     flatness = flatness_differences(results, "keskar_v3", "LB equal loss")
     if flatness:
-        sharper = any(flatness_reading(difference) == "sharper" for difference in flatness.values())
+        sharper = any(flatness_reading(difference) == SHARPER for difference in flatness.values())
         sharpness = f"large minus small batch (Welch), {flatness_text(flatness)}"
     else:  # no per-run sharpness: the intervals of the two means, as the earlier editions judge
         sharper, sharpness = _sharpness_of_means(rows["SB"], rows["LB equal loss"], sharp)
@@ -547,19 +561,32 @@ def _budget_name(factor: float, comparison: V4Comparison) -> str:
 def flatness_part(flatness: dict[str, Estimate], unmatched: str) -> tuple[str, str]:
     """What the flatness differences large − small say of Keskar et al.'s first part (sharper
     minima), read on every measure (``flatness_reading``): it holds when a measure is sharper and
-    none flatter; it does not hold when none is sharper; inconclusive when the measures disagree,
-    or when flatness was not measured or not at equal LR (``unmatched``, ``matched_lr_text``).
-    Returns (``HOLDS``, ``DOES_NOT_HOLD`` or ``UNDECIDED``, its words)."""
+    none flatter; it does not hold when a measure is flatter and none sharper; inconclusive when
+    the measures disagree, when none is sharper or flatter (every interval contains 0, or fewer
+    than 3 seeds: no interval), or when flatness was not measured or not at equal LR
+    (``unmatched``, ``matched_lr_text``). Returns (``HOLDS``, ``DOES_NOT_HOLD`` or ``UNDECIDED``,
+    its words).
+
+    >>> level, up = Estimate(0.0, -1.0, 1.0, 5, n_second=5), Estimate(2.0, 1.0, 3.0, 5, n_second=5)
+    >>> flatness_part({"sharpness": level, "hessian_top_eigenvalue": level}, "")
+    ('the claim is inconclusive', 'neither sharper nor flatter')
+    >>> flatness_part({"sharpness": up, "hessian_top_eigenvalue": level}, "")
+    ('the claim holds', 'sharper by sharpness')
+    """
     if unmatched or not flatness:
         return UNDECIDED, "flatness not judged (" + ("not measured at equal LR" if unmatched else "not measured") + ")"
     readings = {FLATNESS[key]: flatness_reading(difference) for key, difference in flatness.items()}
-    sharper = [name for name, reading in readings.items() if reading == "sharper"]
-    flatter = [name for name, reading in readings.items() if reading == "flatter"]
-    if not sharper:
-        return DOES_NOT_HOLD, "flatter" if len(flatter) == len(readings) else "not sharper"
-    if flatter:
+    sharper = [name for name, reading in readings.items() if reading == SHARPER]
+    flatter = [name for name, reading in readings.items() if reading == FLATTER]
+    if sharper and flatter:
         return UNDECIDED, f"sharper by {' and '.join(sharper)}, flatter by {' and '.join(flatter)}"
-    return HOLDS, "sharper" if len(sharper) == len(readings) else f"sharper by {' and '.join(sharper)}"
+    if sharper:
+        return HOLDS, SHARPER if len(sharper) == len(readings) else f"sharper by {' and '.join(sharper)}"
+    if flatter:
+        return DOES_NOT_HOLD, FLATTER if len(flatter) == len(readings) else f"flatter by {' and '.join(flatter)}"
+    if all(reading == NOT_READ for reading in readings.values()):
+        return UNDECIDED, f"flatness not judged ({FEW_SEEDS})"
+    return UNDECIDED, NEITHER
 
 
 def accuracy_part(verdict: str) -> tuple[str, str, str]:

@@ -8,10 +8,13 @@ import json
 
 import pytest
 
+from lab.results_page.common import parts_claim
 from lab.results_page.keskar import (
     anchor_keskar_v3,
     anchor_keskar_v4,
+    flatness_part,
     flatness_runs_table,
+    flatness_text,
     keskar_claim,
     keskar_v4_claim,
     keskar_v4_comparison,
@@ -139,6 +142,8 @@ def _difference(low, high):
 
 
 SHARPER, FLATTER, LEVEL = _difference(1.0, 3.0), _difference(-3.0, -1.0), _difference(-1.0, 1.0)
+# Two seeds of the large batch: an interval wholly above 0 that is not shown, so not read.
+FEW = Estimate(2.0, 1.0, 3.0, 2, df=1.0, n_second=5)
 
 
 @pytest.mark.parametrize("verdict, flatness, expected", [
@@ -146,9 +151,19 @@ SHARPER, FLATTER, LEVEL = _difference(1.0, 3.0), _difference(-3.0, -1.0), _diffe
     ("inconclusive", {"sharpness": SHARPER, "hessian_top_eigenvalue": SHARPER},
      "the claim holds in part: sharper, not measurably worse at equal training loss (inconclusive at the 1-point margin); worse at "
      "equal epochs"),
-    # keskar_v4 in regime: flatter by sharpness, level by the eigenvalue, within the margin
+    # keskar_v4 in regime: flatter by sharpness, level by the eigenvalue, within the margin: "does not hold" from "flatter"
     ("matches", {"sharpness": FLATTER, "hessian_top_eigenvalue": LEVEL},
-     "the claim does not hold: not sharper, tests within the 1-point margin at equal training loss; worse at equal epochs"),
+     "the claim does not hold: flatter by sharpness, tests within the 1-point margin at equal training loss; worse at equal epochs"),
+    # Level on both measures is not "flatter": with an inconclusive test difference nothing is decided
+    ("inconclusive", {"sharpness": LEVEL, "hessian_top_eigenvalue": LEVEL},
+     "the claim is inconclusive: neither sharper nor flatter, not measurably worse at equal training loss (inconclusive at the "
+     "1-point margin); worse at equal epochs"),
+    # Fewer than 3 seeds on a side: no interval is shown, so none is read, however it lies
+    ("inconclusive", {"sharpness": FEW, "hessian_top_eigenvalue": FEW},
+     "the claim is inconclusive: flatness not judged (1 or 2 seeds: no interval), not measurably worse at equal training loss "
+     "(inconclusive at the 1-point margin); worse at equal epochs"),
+    ("worse", {"sharpness": FEW, "hessian_top_eigenvalue": LEVEL}, "the claim holds in part: neither sharper nor flatter, tests worse "
+     "at equal training loss; worse at equal epochs"),
     ("worse", {"sharpness": SHARPER, "hessian_top_eigenvalue": SHARPER}, "the claim holds: sharper, tests worse at equal training loss; "
      "worse at equal epochs"),
     ("worse", {"sharpness": FLATTER, "hessian_top_eigenvalue": FLATTER}, "the claim holds in part: flatter, tests worse at equal "
@@ -161,6 +176,14 @@ SHARPER, FLATTER, LEVEL = _difference(1.0, 3.0), _difference(-3.0, -1.0), _diffe
 ])
 def test_keskars_claim_is_read_part_by_part_from_the_judged_differences(verdict, flatness, expected):
     assert keskar_claim(verdict, flatness, "", "equal training loss", "worse") == expected
+
+
+def test_a_flatness_difference_on_fewer_than_three_seeds_is_shown_without_an_interval_and_not_read():
+    assert flatness_text({"sharpness": FEW}) == "sharpness +2.00 (n=2 vs 5; 1 or 2 seeds: no interval) (not read)"
+    assert flatness_part({"sharpness": FEW, "hessian_top_eigenvalue": FEW}, "") == (
+        "the claim is inconclusive", "flatness not judged (1 or 2 seeds: no interval)")
+    with pytest.raises(ValueError, match="at least one part"):
+        parts_claim([])
 
 
 def test_the_keskar_v2_section_prints_each_runs_lr_at_its_end(tmp_path):
