@@ -157,12 +157,12 @@ def predicted_text(fit: dict[str, Any]) -> str:
     ratio, spread = measured_fit.noise_scale_ratio_interval, measured_fit.noise_scale_range
     training = measured_fit.noise_scale_training_range
     if spread is None:
-        measured = f"B_simple = {fit['noise_scale']:.0f} (median over runs at the target)"
+        measured = f"B_simple = {fit['noise_scale']:,.0f} (median over runs at the target)"
         over = "over B_crit's interval"
     else:
-        measured = (f"B_simple = {fit['noise_scale']:.0f} (at the target, the median over batch sizes; from {spread[0]:.0f} to "
-                    f"{spread[1]:.0f} over them" + ("" if training is None else
-                                                    f"; from {training[0]:.0f} to {training[1]:,.0f} over the second half of "
+        measured = (f"B_simple = {fit['noise_scale']:,.0f} (at the target, the median over batch sizes; from {spread[0]:,.0f} to "
+                    f"{spread[1]:,.0f} over them" + ("" if training is None else
+                                                     f"; from {training[0]:,.0f} to {training[1]:,.0f} over the second half of "
                                                     "each run's way to the target") + ")")
         over = "over B_crit's interval and B_simple's range" + ("" if training is None else "s (their hull)")
     return (f"Predicted from the gradient noise scale: {measured}, {fit['noise_scale_ratio']:.2f}x the measured B_crit"

@@ -6,11 +6,11 @@ edition).
 The study is a plain ``lbtrain run`` of a grid (every batch x LR candidate x seed) and ``lbtrain
 report`` (``report.json``), so the page reads those and ``experiment.yaml``: the design sentence
 (batches, the LR candidates as multiples of the linear rule, the seeds, the schedule, how often each
-batch validates, the target the runs stop at), a table of every candidate's steps to the target at
-every batch (the one standing for the batch in the fit in bold), the fit and the noise scale as
-critical_batch_v3's section writes them, and the predictions ``lab.advisor_validation`` set against
-it in ``results/advisor_validation_v4``. Like every fourth-edition study, nothing is shown before
-it has finished (its ``report.json``)."""
+batch validates, where the runs stop: ``training.stop_at``), a table of every candidate's steps to
+the target at every batch (the one standing for the batch in the fit in bold), the fit and the
+noise scale as critical_batch_v3's section writes them, and the predictions
+``lab.advisor_validation`` set against it in ``results/advisor_validation_v4``. Like every
+fourth-edition study, nothing is shown before it has finished (its ``report.json``)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,8 @@ from lbtrain.results import ADVISOR_VALIDATION_FILE, EXPERIMENT_FILE, FIGURE_STE
 STUDY = "critical_batch_v4"
 TITLE = "the critical batch and the noise scale (fourth edition, study 2)"
 COMMAND = "lbtrain run experiments/critical_batch_v4.yaml && lbtrain report results/critical_batch_v4 --target 0.87"
+# How lab.advisor_validation names the study's own B_simple among the predictions of its B_crit (a literal there).
+OWN_B_SIMPLE = "the study's B_simple at the target"
 
 
 def _experiment(results: Path, study: str) -> dict[str, Any]:
@@ -105,20 +107,20 @@ def _lr_grid(report: dict[str, Any], multiples: dict[str, float], rule: str) -> 
     for recipe in at:
         if recipe not in everywhere:
             added.setdefault(tuple(sorted(at[recipe])), []).append(recipe)
+    places = "; ".join(f"{named(recipes)} at {_batches(list(where))}" for where, recipes in
+                       sorted(added.items(), key=lambda item: (-len(item[0]), item[0])))
+    if not everywhere:  # no candidate ran at every batch: each where it ran
+        return f"LR candidates as multiples of the linear rule's ({rule}): {places}"
     text = f"LR candidates {named(everywhere)} times the linear rule's ({rule}) at every batch"
-    if added:
-        text += (", and past an edge where the fewest steps sat, " +
-                 "; ".join(f"{named(recipes)} at {_batches(list(where))}" for where, recipes in
-                           sorted(added.items(), key=lambda item: (-len(item[0]), item[0]))))
-    return text
+    return text + (f", and past an edge where the fewest steps sat, {places}" if added else "")
 
 
 def design_text(results: Path, report: dict[str, Any]) -> str:
     """The design in one sentence, from ``experiment.yaml`` and ``report.json``: the model and data
     (``goyal_v4's workload`` when they are goyal_v4's), the batches, the LR candidates as multiples
     of the linear rule (``_lr_grid``), the seeds, the optimizer and schedule (``as goyal_v4`` when
-    its warmup and decay are goyal_v4's), how often each batch validates and the target the runs
-    stop at."""
+    its warmup and decay are goyal_v4's), how often each batch validates and where the runs stop
+    (``training.stop_at``, ``_stop_text``) within their budget."""
     experiment, goyal = _experiment(results, STUDY), _experiment(results, GOYAL_V4)
     rows = report["steps_to_target"]
     batches = sorted({row["global_batch"] for row in rows})
@@ -137,8 +139,32 @@ def design_text(results: Path, report: dict[str, Any]) -> str:
                 + (f", as {GOYAL_V4}" if same else ""))
     return (f"Design: {workload}; {len(batches)} batches, {batches[0]:,} to {batches[-1]:,}; "
             f"{_lr_grid(report, lr_multiples(report, experiment), rule)}; {seeds} seeds each; {schedule}; validation "
-            f"{_validation_text(experiment)}, so steps to the target are read between validation points; each run stops at the "
-            f"target (budget: {report['budget']}).")
+            f"{_validation_text(experiment)}, so steps to the target are read between validation points; "
+            f"{_stop_text(experiment, report)} (budget: {report['budget']}).")
+
+
+def _stop_targets(experiment: dict[str, Any]) -> set[tuple[str, float]]:
+    """The ``(metric, value)`` each run stops at (``training.stop_at``, a variant's
+    ``training.stop_at.<metric>`` over it); empty when no run stops early."""
+    base = {metric: value for metric, value in ((experiment.get("training") or {}).get("stop_at") or {}).items() if value is not None}
+    variants = (experiment.get("grid") or {}).get("variants") or [{}]
+    targets = set()
+    for variant in variants:
+        stop = {**base, **{key.rsplit(".", 1)[1]: value for key, value in variant.items()
+                           if key.startswith("training.stop_at.") and value is not None}}
+        targets.update((metric, float(value)) for metric, value in stop.items())
+    return targets
+
+
+def _stop_text(experiment: dict[str, Any], report: dict[str, Any]) -> str:
+    """Where the runs stop, from ``training.stop_at``: ``each run stops at the target`` when they
+    all stop at the report's target, else where they stop, or that they run their whole budget."""
+    targets = _stop_targets(experiment)
+    if not targets:
+        return "each run trains its whole budget, past the target"
+    if targets == {(report["metric"], float(report["target"]))}:
+        return "each run stops at the target"
+    return "the runs stop at " + listed([f"{metric} {value:g}" for metric, value in sorted(targets)]) + " (`training.stop_at`)"
 
 
 def _cell(row: dict[str, Any] | None, best: bool) -> str:
@@ -191,11 +217,11 @@ def advisor_lines(results: Path, fit: CriticalBatchFit) -> list[str]:
                 f"this report's {fit.b_crit:.0f}: rendered from an earlier report.json (`python scripts/validate_advisor.py` "
                 "renders it again).", ""]
     tolerance = record["tolerance"]
-    # The study's own B_simple (its value is the fit's noise scale) is set against B_crit above, by McCandlish et al.'s rule.
+    # The study's own B_simple is set against B_crit above, by McCandlish et al.'s rule.
     predictions = [f"{item['by']}: {item['value']:,.0f} [{item['low']:,.0f}, {item['high']:,.0f}] ({item['spread']}), predicted / "
                    f"measured {item['ratio']['ratio']:.2f} [{item['ratio']['low']:.2f}, {item['ratio']['high']:.2f}]: "
                    f"**{item['ratio']['decision']}**" for item in b_crit["predicted"]
-                   if item.get("ratio") and (fit.noise_scale is None or round(item["value"]) != round(fit.noise_scale))]
+                   if item.get("ratio") and item["by"] != OWN_B_SIMPLE]
     return [f"Predicted against measured ([{folder}]({folder}/{ADVISOR_VALIDATION_REPORT}); *matches* when the ratio's whole "
             f"interval lies within [{1 / tolerance:g}, {tolerance:g}], *does not match* when wholly outside, *inconclusive* "
             "otherwise):", "", *[f"- {line}" for line in predictions], ""]

@@ -170,6 +170,9 @@ def test_the_prediction_is_set_against_the_measurement_over_b_crits_interval_and
         f"Predicted from the gradient noise scale: B_simple = 150 (at the target, the median over batch sizes; from 100 to 240 "
         f"over them), {150 / fit.b_crit:.2f}x the measured B_crit [{100 / high:.2f}, {240 / low:.2f}] over B_crit's interval "
         f"and B_simple's range.")
+    # Thousands are separated alike in every number of the sentence.
+    wide = {**fit.to_dict(), "noise_scale": 1500.0, "noise_scale_range": [1000.0, 2400.0]}
+    assert "B_simple = 1,500 (at the target, the median over batch sizes; from 1,000 to 2,400 over them)" in predicted_text(wide)
     # A report.json written before B_simple had a range (the committed first and second editions): B_simple held fixed.
     older = {key: value for key, value in fit.to_dict().items() if key != "noise_scale_range"}
     assert predicted_text(older) == (

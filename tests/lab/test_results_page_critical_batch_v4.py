@@ -5,15 +5,25 @@ critical_batch_v3's; absent while the study is not committed."""
 
 import json
 import shutil
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
+import yaml
 
 from helpers import REPO_ROOT
 from lab.results_page import render_results_page
-from lab.results_page.anchors import ANCHORS, STEPS_STUDIES, anchor_row, regime_line, shown_anchors, superseded_by
+from lab.results_page.anchors import ANCHORS, STEPS_STUDIES, anchor_row, claim_text, regime_line, shown_anchors, superseded_by
+from lab.results_page.common import listed
 from lab.results_page.critical_batch import anchor_mccandlish, anchor_shallue
-from lab.results_page.critical_batch_v4 import STUDY, advisor_lines, lr_multiples, section_critical_batch_v4
+from lab.results_page.critical_batch_v4 import (
+    OWN_B_SIMPLE,
+    STUDY,
+    advisor_lines,
+    design_text,
+    lr_multiples,
+    section_critical_batch_v4,
+)
 from lbtrain.reports.scaling_laws import CriticalBatchFit
 
 RESULTS = Path(REPO_ROOT) / "results"
@@ -41,15 +51,65 @@ def test_the_section_states_the_design_from_the_data(report, section):
     assert f"Machine time on 2 cores: {report['machine_minutes']['runs']:.0f} minutes of runs." in section
     design = next(line for line in section.splitlines() if line.startswith("Design: "))
     assert f"{len(batches)} batches, {batches[0]:,} to {batches[-1]:,}" in design
-    assert "LR candidates 1/4, 1/2, 1 and 2 times the linear rule's (LR 0.025 at batch 32, grown with the batch) at every batch" in design
-    assert "past an edge where the fewest steps sat, 1/8 at 512, 1,024 and 2,048; 1/32 and 1/16 at 2,048" in design
-    assert f"{max(row['runs'] for row in report['steps_to_target'])} seeds each" in design
-    assert "0.5 epochs of warmup and cosine decay, as goyal_v4" in design
+    experiment = yaml.safe_load((RESULTS / STUDY / "experiment.yaml").read_text())
+    lr, multiples, where = experiment["lr"], *_candidates(experiment)
+    everywhere = sorted((label for label in where if where[label] == set(batches)), key=multiples.get)
+    rule = f"LR {lr['base_lr']} at batch {lr['base_batch']}, grown with the batch"
+    assert (f"LR candidates {listed([_fraction(multiples[label]) for label in everywhere])} times the linear rule's ({rule}) at every "
+            "batch") in design
+    seeds = len(experiment["grid"]["seeds"])
+    added = design.split("past an edge where the fewest steps sat, ")[1].split(f"; {seeds} seeds each")[0].split("; ")
+    for label in set(where) - set(everywhere):  # each in the group of the batches it ran at
+        assert any(part.endswith(f" at {listed([f'{batch:,}' for batch in sorted(where[label])])}")
+                   and _fraction(multiples[label]) in part.split(" at ")[0].replace(" and ", ", ").split(", ") for part in added)
+    warmup = experiment["lr"]["warmup_epochs"]
+    assert f"{warmup:g} epochs of warmup and {experiment['lr']['decay']['type']} decay" in design
     assert f"every {max(every)} steps at batch {batches[0]}" in design and f"to every {min(every)} at batch" in design
+    assert experiment["training"]["stop_at"] == {report["metric"]: report["target"]}
     assert f"each run stops at the target (budget: {report['budget']})" in design
-    multiples = lr_multiples(report, {"lr": {"base_lr": 0.025, "base_batch": 32}})
-    assert multiples == {"quarter": 0.25, "half": 0.5, "linear": 1.0, "double": 2.0, "eighth": 0.125, "sixteenth": 0.0625,
-                         "thirty-second": 0.03125}
+    assert lr_multiples(report, experiment) == multiples  # the report's LRs as the experiment's candidates
+
+
+def _candidates(experiment):
+    """Each candidate's LR as a multiple of the linear rule's at its batch, and the batches it ran
+    at, read from the experiment's variants (the report's LRs are checked against these)."""
+    lr, per_worker = experiment["lr"], experiment["training"]["per_worker_batch"]
+    multiples, where = {}, {}
+    for variant in experiment["grid"]["variants"]:
+        batch = variant["training.world_size"] * per_worker
+        multiples[variant["label"]] = round(variant["lr.base_lr"] / (lr["base_lr"] * batch / lr["base_batch"]), 9)
+        where.setdefault(variant["label"], set()).add(batch)
+    return multiples, where
+
+
+def _fraction(value):
+    fraction = Fraction(value).limit_denominator(1024)
+    return str(fraction.numerator) if fraction.denominator == 1 else f"{fraction.numerator}/{fraction.denominator}"
+
+
+def test_where_the_runs_stop_is_read_from_the_experiment(tmp_path, report):
+    experiment = yaml.safe_load((RESULTS / STUDY / "experiment.yaml").read_text())
+    (tmp_path / STUDY).mkdir()
+
+    def design(training):
+        (tmp_path / STUDY / "experiment.yaml").write_text(yaml.safe_dump({**experiment, "training": training}))
+        return design_text(tmp_path, report)
+
+    without = {key: value for key, value in experiment["training"].items() if key != "stop_at"}
+    assert f"each run trains its whole budget, past the target (budget: {report['budget']})" in design(without)
+    other = {report["metric"]: report["target"] + 0.01}
+    assert (f"the runs stop at {report['metric']} {report['target'] + 0.01:g} (`training.stop_at`)"
+            in design({**without, "stop_at": other}))
+
+
+def test_candidates_that_ran_at_no_common_batch_are_each_named_where_they_ran(tmp_path, report):
+    """No candidate at every batch: each is named at the batches it ran (a synthetic experiment)."""
+    (tmp_path / STUDY).mkdir()
+    (tmp_path / STUDY / "experiment.yaml").write_text(yaml.safe_dump({"lr": {"base_lr": 1.0, "base_batch": 32}}))
+    rows = [{"recipe": "quarter", "global_batch": 32, "runs": 4}, {"recipe": "half", "global_batch": 64, "runs": 4}]
+    accuracy = [{"recipe": "quarter", "global_batch": 32, "learning_rate": 0.25}, {"recipe": "half", "global_batch": 64, "learning_rate": 1.0}]
+    text = design_text(tmp_path, {**report, "steps_to_target": rows, "accuracy": accuracy})
+    assert "; LR candidates as multiples of the linear rule's (LR 1.0 at batch 32, grown with the batch): 1/4 at 32; 1/2 at 64; " in text
 
 
 def test_every_candidates_steps_are_shown_with_n_and_an_interval_only_from_three_seeds(report, section):
@@ -79,8 +139,8 @@ def test_the_fit_and_the_noise_scale_are_read_from_the_report(report, section):
     assert f"B_crit and its interval by profile likelihood (the F-profile of the weighted fit): 95% profile-likelihood interval [{low:.0f}, {high:.0f}]" in section
     spread, training = fit["noise_scale_range"], fit["noise_scale_training_range"]
     ratio = CriticalBatchFit.from_dict(fit).noise_scale_ratio_interval
-    assert (f"B_simple = {fit['noise_scale']:.0f} (at the target, the median over batch sizes; from {spread[0]:.0f} to {spread[1]:.0f} "
-            f"over them; from {training[0]:.0f} to {training[1]:,.0f} over the second half of each run's way to the target), "
+    assert (f"B_simple = {fit['noise_scale']:,.0f} (at the target, the median over batch sizes; from {spread[0]:,.0f} to {spread[1]:,.0f} "
+            f"over them; from {training[0]:,.0f} to {training[1]:,.0f} over the second half of each run's way to the target), "
             f"{fit['noise_scale_ratio']:.2f}x the measured B_crit [{ratio[0]:.2f}, {ratio[1]:.2f}] over B_crit's interval and "
             "B_simple's ranges (their hull).") in section
     assert "[report](critical_batch_v4/report.md)" in section
@@ -95,7 +155,21 @@ def test_the_advisors_prediction_is_set_against_the_measured_b_crit(report, sect
     assert (f"- lbtrain advise: calibrated B_crit: {calibrated['value']:,.0f} [{calibrated['low']:,.0f}, {calibrated['high']:,.0f}] "
             f"({calibrated['spread']}), predicted / measured {ratio['ratio']:.2f} [{ratio['low']:.2f}, {ratio['high']:.2f}]: "
             f"**{ratio['decision']}**") in section
-    assert "- the study's B_simple at the target" not in section  # the study's own, set against B_crit above
+    assert OWN_B_SIMPLE in {item["by"] for item in predicted}  # the advisor's name for the study's own B_simple
+    assert f"- {OWN_B_SIMPLE}" not in section  # the study's own, set against B_crit above
+
+
+def test_only_the_studys_own_b_simple_is_left_out_not_a_prediction_of_its_value(tmp_path, report):
+    record = json.loads((RESULTS / "advisor_validation_v4" / "validation.json").read_text())
+    predicted = next(study for study in record["studies"] if study["study"] == STUDY)["b_crit"]["predicted"]
+    fit = CriticalBatchFit.from_dict(report["critical_batch"])
+    other = next(item for item in predicted if item["by"] != OWN_B_SIMPLE and item.get("ratio"))
+    other["value"] = fit.noise_scale  # another prediction that happens to equal the study's B_simple
+    (tmp_path / "advisor_validation_v4").mkdir()
+    (tmp_path / "advisor_validation_v4" / "validation.json").write_text(json.dumps(record))
+    lines = advisor_lines(tmp_path, fit)
+    assert any(line.startswith(f"- {other['by']}: {fit.noise_scale:,.0f} ") for line in lines)
+    assert not any(line.startswith(f"- {OWN_B_SIMPLE}") for line in lines)
 
 
 def test_an_advisor_record_of_another_b_crit_is_not_shown_as_this_ones(tmp_path, report):
@@ -121,7 +195,9 @@ def test_the_fourth_edition_judges_shallue_and_mccandlish_on_critical_batch_v4_a
         assert superseded_by(RESULTS, rows[(paper, 3)]) == ["critical_batch_v4"]
         assert anchor_row(RESULTS, rows[(paper, 3)])[5].endswith("(superseded by critical_batch_v4)")
         assert superseded_by(RESULTS, rows[(paper, 2)]) == ["critical_batch_v3"]
-    assert anchor_row(RESULTS, rows[("Shallue et al. 2018", 4)])[5] == "**matches**: the claim holds"
+    shallue = rows[("Shallue et al. 2018", 4)]
+    verdict, _ = anchor_shallue(RESULTS, studies=("critical_batch_v4",))
+    assert anchor_row(RESULTS, shallue)[5] == f"**{verdict}**: {claim_text(verdict, shallue.supports)}"
     assert regime_line(RESULTS, STUDY)[0].endswith("**in regime** for Shallue et al. 2018 and McCandlish et al. 2018.")
 
 
