@@ -21,6 +21,7 @@ from lab.results_page.goyal_v3 import control_sentence, study_batch_regimes
 from lab.results_page.goyal_v4 import (
     LINEAR,
     NONE,
+    RULE_NAMES,
     SQRT,
     answer_tables,
     decisions_by_batch,
@@ -69,7 +70,7 @@ def arms_text(answer: dict[str, Any], protocol: dict[str, Any]) -> str:
         search = recipe_search_studies(protocol, STUDY, recipe).get(reference) or {}
         field = next(iter(search.get("fields", {}).values()), {})
         grid = f" (a grid of {len(field['values'])} base LRs at world size {reference})" if field.get("values") else ""
-        carried = f" and carried from world size {reference} by the {listed(rules)} rule{'s' * (len(rules) > 1)}" if rules else ""
+        carried = f" and carried from world size {reference} with {listed([RULE_NAMES.get(rule, rule) for rule in rules])}" if rules else ""
         parts.append(f"{recipe} tuned at every world size{grid}{carried}")
     return "Arms: " + "; ".join(parts) + ". "
 

@@ -12,23 +12,21 @@ decision the answer took on how many of its runs ended ok (``decided_by``: Fishe
 ``lbtrain.reports.decisions.trained_share_claim``).
 
 The warmup (half an epoch at every batch) is read from the runs' ``metrics.json``: its updates are
-``round(warmup_epochs * steps_per_epoch)`` (``lbtrain.schedules.epochs_to_steps``, not imported:
-it loads Keras), set beside the update at which each run of the linear rule diverged; the question
-it leaves (the batch or the warmup?) is answered by goyal_v4_warmup (``lbtrain run``: the linear
-rule's arm with world size 1's warmup share beside the half-epoch warmup), judged by how many runs
-ended ok (``trained_share_claim``)."""
+``warmup_updates``, set beside the update at which each run of the linear rule diverged; the
+question it leaves (the batch or the warmup?) is tested by goyal_v4_warmup (``lbtrain run`` and
+``lbtrain report``: the linear rule's arm with world size 1's warmup share beside the half-epoch
+warmup), read once it has finished (its ``report.json``) and judged by how many runs ended ok
+(``trained_share_claim``): the page says only what that test gives."""
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from lab.results_page.common import (
     as_estimate,
     figure_lines,
-    judge,
     listed,
     ok_accuracies,
     opening,
@@ -39,20 +37,33 @@ from lab.results_page.common import (
 )
 from lab.results_page.goyal import arm_cell
 from lab.results_page.goyal_v3 import GOYAL_RECIPE, arm_table_lines, control_sentence, study_batch_regimes
-from lbtrain.reports.decisions import BETTER, trained_share_claim
+from lbtrain.reports.decisions import BETTER, WORSE, claim, trained_share_claim
 from lbtrain.reports.regime import Regime
 from lbtrain.reports.report import machine_minutes as folder_minutes
 from lbtrain.reports.scaling_laws import LrExponentFit
-from lbtrain.reports.statistics import difference_interval
+from lbtrain.reports.statistics import Estimate, difference_interval
 from lbtrain.reports.tables import markdown_table
-from lbtrain.results import ANSWER_FIGURES, ANSWER_FILE, ANSWER_REPORT, EXPERIMENT_FILE, METRICS_FILE, PROTOCOL_FILE, RUNS_FOLDER
+from lbtrain.results import (
+    ANSWER_FIGURES,
+    ANSWER_FILE,
+    ANSWER_REPORT,
+    EXPERIMENT_FILE,
+    METRICS_FILE,
+    PROTOCOL_FILE,
+    REPORT_JSON,
+    RUNS_FOLDER,
+)
 from lbtrain.scaling import scale_learning_rate
+from lbtrain.studies.plan import label_slug
+from lbtrain.studies.scale.design import GRID_POINTS
 from lbtrain.verdict import is_ok
 
 STUDY = "goyal_v4"
 COMMAND = "make study-v4"
 # The rules lbtrain scale carries world size 1's tuning by, in the answer's words.
 LINEAR, SQRT, NONE = "linear", "sqrt", "none"
+# Each rule as the page's prose and tables name it.
+RULE_NAMES = {LINEAR: "the linear rule", SQRT: "the sqrt rule", NONE: "no scaling"}
 
 
 def study_answer(results: Path) -> dict[str, Any] | None:
@@ -144,21 +155,40 @@ def exponent_text(answer: dict[str, Any], recipe: str = GOYAL_RECIPE) -> str:
     return text + f": the sqrt rule's 0.5 lies {where(0.5)}, the linear rule's 1 {where(1.0)}"
 
 
+def warmup_updates(warmup_epochs: float | None, steps_per_epoch: int) -> int:
+    """A warmup's updates: ``round(warmup_epochs * steps_per_epoch)`` (``lbtrain.schedules.epochs_to_steps``,
+    not imported: it loads Keras); 0 for no warmup.
+
+    >>> warmup_updates(0.5, 105), warmup_updates(None, 105)
+    (52, 0)
+    """
+    return round(float(warmup_epochs or 0) * steps_per_epoch)
+
+
+def _run_metrics(results: Path, study: str, run_id: str) -> dict[str, Any] | None:
+    """A run's ``metrics.json``, or None when the study has not kept it."""
+    path = results / study / RUNS_FOLDER / run_id / METRICS_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _run_warmup(run: dict[str, Any]) -> int:
+    """A run's warmup in updates, from its ``metrics.json``."""
+    return warmup_updates(run["config"]["lr"].get("warmup_epochs"), run["steps_per_epoch"])
+
+
 def warmup_runs(results: Path, labels: tuple[str, ...] = (f"{GOYAL_RECIPE} linear rule",)) -> dict[int, tuple[int, list[int]]]:
     """Per global batch, for the runs labelled one of ``labels``: the warmup's updates
-    (``round(warmup_epochs * steps_per_epoch)``) and the update at which each run that was not ok
-    stopped (its ``total_steps``), smallest first (``failed_statuses`` names how they ended)."""
+    (``warmup_updates``) and the update at which each run that was not ok stopped (its
+    ``total_steps``), smallest first (``failed_statuses`` names how they ended). A run without
+    its ``metrics.json`` is left out."""
     found: dict[int, tuple[int, list[int]]] = {}
     for row in study_runs(results, STUDY):
         if row["label"] not in labels:
             continue
-        path = results / STUDY / RUNS_FOLDER / row["run_id"] / METRICS_FILE
-        if not path.is_file():
+        run = _run_metrics(results, STUDY, row["run_id"])
+        if run is None:
             continue
-        run = json.loads(path.read_text())
-        warmup = round(float(run["config"]["lr"].get("warmup_epochs") or 0) * run["steps_per_epoch"])
-        batch = int(row["global_batch"])
-        _, stopped = found.setdefault(batch, (warmup, []))
+        _, stopped = found.setdefault(int(row["global_batch"]), (_run_warmup(run), []))
         if not is_ok(row["status"]) and row.get("total_steps") not in (None, ""):
             stopped.append(int(float(row["total_steps"])))
     return {batch: (warmup, sorted(stopped)) for batch, (warmup, stopped) in sorted(found.items())}
@@ -169,13 +199,20 @@ def failed_statuses(results: Path, labels: tuple[str, ...] = (f"{GOYAL_RECIPE} l
     return sorted({row["status"] for row in study_runs(results, STUDY) if row["label"] in labels and not is_ok(row["status"])})
 
 
+def _batches(batches: list[int]) -> str:
+    """``batch 1,024`` or ``batch 1,024 and 2,048``."""
+    return "batch " + listed([f"{batch:,}" for batch in batches])
+
+
 def _span(values: list[int]) -> str:
     return f"{values[0]:,}" if values[0] == values[-1] else f"{values[0]:,} to {values[-1]:,}"
 
 
 def warmup_text(results: Path, answer: dict[str, Any]) -> str:
-    """The open question: the warmup is half an epoch at every batch, so its updates shrink as
-    the batch grows; where the linear rule's runs diverged, inside or after it."""
+    """The batch or the warmup? The warmup is half an epoch at every batch, so its updates shrink
+    as the batch grows: where the linear rule's runs that were not ok stopped, inside or after
+    it; then, once goyal_v4_warmup has finished (``warmup_comparison``), a pointer to its answer
+    (the next bullet), else the question left open. "" when every run of the rule was ok."""
     runs = warmup_runs(results)
     failed = {batch: (warmup, stopped) for batch, (warmup, stopped) in runs.items() if stopped}
     if not failed:
@@ -188,8 +225,8 @@ def warmup_text(results: Path, answer: dict[str, Any]) -> str:
     lengths = ", ".join(f"{warmup:,} at {_batch(batch) if index == 0 else f'{batch:,}'}" for index, (batch, (warmup, _)) in enumerate(runs.items()))
     lead = (f"**The batch or the warmup?** The warmup is half an epoch at every batch, so it shrinks with the batch (its updates: "
             f"{lengths}). Of the linear rule's runs that were not ok, {places}.")
-    if warmup_arms(results):
-        return f"{lead} This study cannot tell the two apart; {WARMUP_STUDY} can (next point)."
+    if warmup_comparison(results) is not None:
+        return f"{lead} This study cannot tell the two apart; {WARMUP_STUDY} tests a longer warmup (next point)."
     focus = (f" At {_batch(worse)}, linear + warmup's failure may be the warmup's, not the batch's" if worse in runs else
              " Linear + warmup's failures may be the warmup's, not the batch's")
     return (f"{lead.replace('**The batch', '**Open question: the batch', 1)}{focus}: this study cannot tell them apart. A warmup "
@@ -206,49 +243,101 @@ def _planned_updates(run: dict[str, Any]) -> int:
 
 
 def warmup_arms(results: Path) -> dict[str, dict[int, dict[str, Any]]]:
-    """goyal_v4_warmup's arms other than its reference, per global batch: the warmup's updates, the
-    planned updates, the runs and how many ended ok (read from its summary and runs)."""
+    """goyal_v4_warmup's arms other than its reference (world size 1), per global batch: the
+    warmup's updates and the planned updates (from the first of its runs that kept its
+    ``metrics.json``; None when none did), the runs and how many ended ok (its summary). Empty
+    until the study has finished (its ``report.json``, which ``lbtrain report`` writes last)."""
+    if study_json(results, WARMUP_STUDY, REPORT_JSON) is None:
+        return {}
     arms: dict[str, dict[int, dict[str, Any]]] = {}
     for row in study_runs(results, WARMUP_STUDY):
         if int(row["world_size"]) == 1:
             continue
-        run = json.loads((results / WARMUP_STUDY / RUNS_FOLDER / row["run_id"] / METRICS_FILE).read_text())
         arm = row["label"].rsplit(" b", 1)[0]
-        cell = arms.setdefault(arm, {}).setdefault(int(row["global_batch"]), {
-            "warmup": round(float(run["config"]["lr"]["warmup_epochs"]) * run["steps_per_epoch"]), "updates": _planned_updates(run),
-            "lr": float(row["learning_rate"]), "runs": 0, "ok": 0})
+        cell = arms.setdefault(arm, {}).setdefault(int(row["global_batch"]), {"warmup": None, "updates": None, "runs": 0, "ok": 0})
+        if cell["warmup"] is None and (run := _run_metrics(results, WARMUP_STUDY, row["run_id"])) is not None:
+            cell.update(warmup=_run_warmup(run), updates=_planned_updates(run))
         cell["runs"] += 1
         cell["ok"] += is_ok(row["status"])
     return {arm: dict(sorted(cells.items())) for arm, cells in arms.items()}
 
 
-def warmup_study_text(results: Path) -> str:
-    """What goyal_v4_warmup answered: the linear rule's arm with a longer warmup (world 1's share of
-    its updates) against goyal_v4's half-epoch warmup at the same batches, by how many runs ended ok
-    (Fisher's exact test, ``trained_share_claim``), or "" when it is not committed."""
+class WarmupComparison(NamedTuple):
+    """goyal_v4_warmup's two warmups at the batches both ran (``warmup_arms``' cells): the shorter
+    (goyal_v4's half epoch) and the longer, per batch the longer against the shorter by how many
+    runs ended ok (``trained_share_claim``: its word and text), world size 1's runs (ok, all) and
+    the longer warmup's share of the updates in percent (world size 1's, as the study sets it)."""
+
+    short: dict[int, dict[str, Any]]
+    long: dict[int, dict[str, Any]]
+    claims: dict[int, tuple[str, str]]
+    reference: tuple[int, int]
+    share: float
+
+    @property
+    def batches(self) -> list[int]:
+        return list(self.claims)
+
+
+def warmup_comparison(results: Path) -> WarmupComparison | None:
+    """``WarmupComparison`` of goyal_v4_warmup, or None until it has finished (``warmup_arms``),
+    when it has not two arms, or when they share no batch with both warmups known."""
     arms = warmup_arms(results)
     if len(arms) != 2:
-        return ""
-    short, long = sorted(arms, key=lambda arm: sum(cell["warmup"] for cell in arms[arm].values()))
-    batches = [batch for batch in arms[long] if batch in arms[short]]
-    claims = {batch: trained_share_claim(arms[long][batch]["ok"], arms[long][batch]["runs"], arms[short][batch]["ok"],
-                                         arms[short][batch]["runs"])[0] for batch in batches}
-    rescued = [batch for batch, verdict in claims.items() if verdict == BETTER]
-    counts = "; ".join(f"{_batch(batch)} ({arms[short][batch]['warmup']:,} against {arms[long][batch]['warmup']:,} warmup updates of "
-                       f"{arms[long][batch]['updates']:,}): {arms[short][batch]['ok']} of {arms[short][batch]['runs']} against "
-                       f"{arms[long][batch]['ok']} of {arms[long][batch]['runs']}, {claims[batch]}" for batch in batches)
+        return None
+    first, second = arms.values()
+    batches = [batch for batch in first if batch in second and first[batch]["warmup"] is not None and second[batch]["warmup"] is not None]
+    if not batches:
+        return None
+    short, long = sorted((first, second), key=lambda cells: sum(cells[batch]["warmup"] for batch in batches))
+    claims = {batch: trained_share_claim(long[batch]["ok"], long[batch]["runs"], short[batch]["ok"], short[batch]["runs"])
+              for batch in batches}
     reference = [row for row in study_runs(results, WARMUP_STUDY) if int(row["world_size"]) == 1]
-    run = json.loads((results / WARMUP_STUDY / RUNS_FOLDER / reference[0]["run_id"] / METRICS_FILE).read_text()) if reference else None
-    share = (100 * arms[long][batches[0]]["warmup"] / arms[long][batches[0]]["updates"] if run is None else
-             100 * round(float(run["config"]["lr"]["warmup_epochs"]) * run["steps_per_epoch"]) / _planned_updates(run))
-    unrescued = [batch for batch in batches if batch not in rescued and arms[long][batch]["ok"] < arms[long][batch]["runs"]]
-    verdict = (f"The longer warmup rescues {listed([f'{batch:,}' for batch in rescued])}" if rescued else
-               "The longer warmup rescues no batch measurably")
-    lrs = ", ".join(f"{arms[long][batch]['lr']:g} at {batch:,}" for batch in unrescued)
-    cause = (f": its failures are the LR the linear rule reaches ({lrs}), not the warmup's length." if unrescued else ".")
+    run = next((run for row in reference if (run := _run_metrics(results, WARMUP_STUDY, row["run_id"])) is not None), None)
+    share = (100 * long[batches[0]]["warmup"] / long[batches[0]]["updates"] if run is None else
+             100 * _run_warmup(run) / _planned_updates(run))
+    return WarmupComparison({batch: short[batch] for batch in batches}, {batch: long[batch] for batch in batches}, claims,
+                            (sum(is_ok(row["status"]) for row in reference), len(reference)), share)
+
+
+def _runs_each(cells: list[dict[str, Any]]) -> str:
+    """``5 runs each`` (or ``3 to 5 runs each``) over ``cells``."""
+    counts = sorted({cell["runs"] for cell in cells})
+    return f"{_span(counts)} run{'s' if counts[-1] > 1 else ''} each"
+
+
+def warmup_study_text(results: Path) -> str:
+    """What goyal_v4_warmup answered (``warmup_comparison``), or "" before it has finished: the
+    linear rule's arm with a longer warmup (world size 1's share of its updates) against goyal_v4's
+    half-epoch warmup at the same batches, by how many runs ended ok (Fisher's exact test,
+    ``trained_share_claim``); which batches the longer warmup measurably rescues, and where, with
+    it, the runs still end ok measurably less often than world size 1's (the break not removed)."""
+    comparison = warmup_comparison(results)
+    if comparison is None:
+        return ""
+    short, long, share = comparison.short, comparison.long, comparison.share
+    counts = "; ".join(f"{_batch(batch)} ({short[batch]['warmup']:,} against {long[batch]['warmup']:,} warmup updates of "
+                       f"{long[batch]['updates']:,}): {short[batch]['ok']} of {short[batch]['runs']} against "
+                       f"{long[batch]['ok']} of {long[batch]['runs']}, {verdict}" for batch, (verdict, _) in comparison.claims.items())
+    each = _runs_each([*short.values(), *long.values()])
+    rescued = [batch for batch, (verdict, _) in comparison.claims.items() if verdict == BETTER]
+    hurt = [batch for batch, (verdict, _) in comparison.claims.items() if verdict == WORSE]
+    reference_ok, reference_runs = comparison.reference
+    still = ([batch for batch in comparison.batches
+              if trained_share_claim(long[batch]["ok"], long[batch]["runs"], reference_ok, reference_runs)[0] == WORSE]
+             if reference_runs else [])
+    text = (f"The longer warmup measurably rescues {_batches(rescued)}" if rescued else
+            "With world size 1's warmup share no batch is measurably rescued") + f" (Fisher's exact test, {each})"
+    if hurt:
+        text += f"; at {_batches(hurt)} the longer warmup ends ok measurably less often"
+    if still:
+        behind = (f"its runs at {_batches(still)} still end ok measurably less often than world size 1's ("
+                  + listed([f"{long[batch]['ok']} of {long[batch]['runs']} at {batch:,}" for batch in still])
+                  + f" against {reference_ok} of {reference_runs}: worse, Fisher's exact test)")
+        text += (f": a longer warmup of this size does not remove the break, {behind}" if not rescued else f"; {behind}")
     return (f"**The batch or the warmup? Answered by {WARMUP_STUDY}**: goyal_v4's linear-rule arm re-run with world size 1's "
-            f"warmup share ({share:.1f}% of the updates) beside its half-epoch warmup, {arms[long][batches[0]]['runs']} seeds each, nothing tuned; runs ended ok "
-            f"(half-epoch against {share:.1f}% warmup; Fisher's exact test on the longer warmup): {counts}. {verdict}{cause} "
+            f"warmup share ({share:.1f}% of the updates) beside its half-epoch warmup, {each}, nothing tuned; runs ended ok "
+            f"(half-epoch against {share:.1f}% warmup; Fisher's exact test on the longer warmup): {counts}. {text}. "
             f"[report]({WARMUP_STUDY}/report.md)")
 
 
@@ -277,10 +366,11 @@ def not_run_controls(results: Path, answer: dict[str, Any], study: str = STUDY) 
 
 def recipe_search_studies(protocol: dict[str, Any], study: str, recipe: str) -> dict[int, dict[str, Any]]:
     """Per world size, ``recipe``'s search in ``protocol.json`` (its studies are named
-    ``<study>-<recipe as in run ids>-w<world size>``, ``lbtrain.studies.protocol``)."""
-    slug = re.sub(r"[^a-z0-9]+", "-", recipe.lower()).strip("-")
+    ``<study>-<recipe as in run ids>-w<world size>``, ``lbtrain.studies.protocol`` with
+    ``lbtrain.studies.plan.label_slug``); a name of another shape is skipped."""
+    prefix = f"{study}-{label_slug(recipe)}-w"
     return {int(size): entry for name, entry in protocol.get("search", {}).items()
-            for prefix, size in [name.rsplit("-w", 1)] if prefix == f"{study}-{slug}"}
+            if name.startswith(prefix) and (size := name[len(prefix):]).isdigit()}
 
 
 def recipe_name(recipe: str) -> str:
@@ -289,58 +379,107 @@ def recipe_name(recipe: str) -> str:
     return optimizer.upper() + (f" with {rest}" if rest else "")
 
 
+def _tuned_lrs(results: Path, study: str, recipe: str) -> dict[int, float]:
+    """Per world size, the LR ``recipe``'s tuned runs trained with (``summary.csv``), where its
+    runs there agree on one."""
+    found: dict[int, set[float]] = {}
+    for row in study_runs(results, study):
+        if row["label"] == f"{recipe} tuned" and row.get("learning_rate") not in (None, ""):
+            found.setdefault(int(row["world_size"]), set()).add(float(row["learning_rate"]))
+    return {size: values.pop() for size, values in found.items() if len(values) == 1}
+
+
+def _scaled_best(results: Path, study: str, recipe: str, best: float, batch: int) -> float | None:
+    """A search's best base LR as the runs train it at ``batch``: scaled by the recipe's rule from
+    ``lr.base_batch`` (``experiment.yaml``; None without it)."""
+    path = results / study / EXPERIMENT_FILE
+    if not path.is_file():
+        return None
+    import yaml
+
+    experiment = yaml.safe_load(path.read_text()) or {}
+    lr = experiment.get("lr") or {}
+    if lr.get("base_batch") is None:
+        return None
+    variant = next((entry for entry in (experiment.get("grid") or {}).get("variants") or [] if entry.get("label") == recipe), {})
+    return scale_learning_rate(best, lr["base_batch"], batch, variant.get("lr.rule", lr.get("rule", "linear")))
+
+
 def layerwise_text(results: Path, protocol: dict[str, Any], answer: dict[str, Any], recipe: str = "lars+warmup", study: str = STUDY,
                    decisions: list[tuple[int, dict[str, Any]]] | None = None) -> str:
     """A layer-wise recipe (LARS, LAMB: ``recipe``) tuned on its own grid at every world size of
-    ``study``: its best LR at each batch (the grid's base LR scaled by the recipe's rule from
-    ``lr.base_batch``, as the runs train it), where it sits on the grid's edge, its exponent in the
-    batch, where its search found no ok trial (no final runs there, no verdict), and, given its
-    ``decisions`` (``tuned_decisions``), its decision against world size 1's chosen arm at each
-    batch; without them, a pointer to the table of every arm."""
-    import yaml
-
-    experiment = yaml.safe_load((results / study / EXPERIMENT_FILE).read_text())
-    variant = next((entry for entry in (experiment.get("grid") or {}).get("variants") or [] if entry.get("label") == recipe), {})
-    lr = experiment["lr"]
-    rule = variant.get("lr.rule", lr.get("rule", "linear"))
-    rows = sorted((row for row in protocol["rows"] if row["recipe"] == recipe and row["rule_name"] != "reference"),
-                  key=lambda row: row["world_size"])
+    ``study``: where its grid was extended past an edge (more values tried than the design's
+    ``GRID_POINTS``), its best LR at each batch (the LR its tuned runs trained with, from
+    ``summary.csv``; without them, the search's best base LR scaled by the recipe's rule from
+    ``lr.base_batch``), where that best sits on the grid's edge, its exponent in the batch, where
+    its search found no ok trial (no final runs there, no verdict), and, given its ``decisions``
+    (``tuned_decisions``), its decision against world size 1's chosen arm at each batch (or that it
+    has no final run beyond world size 1); without them, a pointer to the table of every arm."""
     studies = recipe_search_studies(protocol, study, recipe)
     if not studies:
         return ""
+    rows = sorted((row for row in protocol["rows"] if row["recipe"] == recipe and row["rule_name"] != "reference"),
+                  key=lambda row: row["world_size"])
     batches = {row["world_size"]: row["global_batch"] for row in answer["per_world_size"]}
+    trained = _tuned_lrs(results, study, recipe)
     empty = [row for row in rows if not row["tuned_runs"]]
-    bests = []
+    bests, extended = [], []
     for size, entry in sorted(studies.items()):
         field = next(iter(entry.get("fields", {}).values()), None)
         if field is None or field.get("best") is None or size not in batches:
             continue
-        edge = "" if field.get("interior") else f" (on the edge of the {len(field['values'])} tried: the best may lie beyond)"
-        best = scale_learning_rate(field["best"], lr["base_batch"], batches[size], rule)
+        tried = len(field.get("values") or [])
+        if tried > GRID_POINTS:
+            extended.append((batches[size], tried))
+        best = trained[size] if size in trained else _scaled_best(results, study, recipe, field["best"], batches[size])
+        if best is None:
+            continue
+        edge = "" if field.get("interior") else f" (on the edge of the {tried} tried: the best may lie beyond)"
         bests.append(f"{batches[size]:,}: {best:.4g}{edge}")
+    reference_size = answer["reference_world_size"]
     if decisions is None:
-        against = "Its test accuracy against world size 1 is in the table of every arm below."
+        against = f"Its test accuracy against world size {reference_size} is in the table of every arm below."
+    elif not decisions:
+        against = f"It has no final run beyond world size {reference_size}: no decision against world size {reference_size}."
     else:
-        reference = next(row["use"] for row in answer["per_world_size"] if row["world_size"] == answer["reference_world_size"])
-        against = (f"Against world size {answer['reference_world_size']}'s chosen arm ({reference}): "
-                   f"**{decisions_by_batch(decisions)}** (" + "; ".join(f"{_batch(batch)}: {entry_text(entry)}" for batch, entry in decisions)
-                   + ").")
-    text = (f"{recipe_name(recipe)}, tuned on its own grid at every world size (extended past an edge, and below a grid with no ok "
-            f"trial); its best LR at batch {', '.join(bests)}. Tuned LR, {exponent_text(answer, recipe)}. {against}")
+        reference = next(row["use"] for row in answer["per_world_size"] if row["world_size"] == reference_size)
+        chosen = f"world size {reference_size}'s chosen arm ({reference})" if reference else (
+            f"world size {reference_size} (no arm whose every seed was ok there)")
+        against = (f"Against {chosen}: **{decisions_by_batch(decisions)}** ("
+                   + "; ".join(f"{_batch(batch)}: {entry_text(entry)}" for batch, entry in decisions) + ").")
+    grid = "" if not extended else (
+        f" (its grid extended past an edge at batch {listed([f'{batch:,}' for batch, _ in extended])}: "
+        f"{listed([str(tried) for _, tried in extended])} values tried against the design's {GRID_POINTS})")
+    best_text = f"; its best LR at batch {', '.join(bests)}" if bests else ""
+    text = (f"{recipe_name(recipe)}, tuned on its own grid at every world size{grid}{best_text}. Tuned LR, "
+            f"{exponent_text(answer, recipe)}. {against}")
     if empty:
         text += (" Its search found no ok trial at batch " + listed([f"{row['global_batch']:,}" for row in empty])
                  + ": no best, so no final runs there and no verdict.")
     return text
 
 
+def _answer_decision(difference: Estimate, margin: float, ok: int, runs: int, reference_ok: int, reference_runs: int) -> dict[str, Any]:
+    """The decision on arm − reference as ``lbtrain scale``'s answer takes a rule's
+    (``lbtrain.reports.answer``'s private ``_decision``, mirrored: it has no public name): the
+    decision rule on the difference with the answer's margin (``claim``; it sets no floor of seeds
+    of its own: ``claim`` is inconclusive without an interval, with one seed on a side), and when
+    one side has runs but no ok one, the decision on how many runs of each ended ok
+    (``trained_share_claim``) with its text as ``decided_by``."""
+    if (ok and reference_ok) or not runs or not reference_runs:
+        return {"decision": claim(difference, margin)}
+    word, text = trained_share_claim(ok, runs, reference_ok, reference_runs)
+    return {"decision": word, "decided_by": text}
+
+
 def tuned_decisions(results: Path, answer: dict[str, Any], recipe: str, study: str = STUDY) -> list[tuple[int, dict[str, Any]]]:
     """``(global batch, entry)`` of ``recipe`` tuned at every world size beyond the reference that
     has final runs, against the answer's reference (world size 1's chosen arm), in the shape of the
     answer's rule entries (``rule_decisions``): the difference of test accuracies with Welch's
-    interval (``difference_interval``, as ``lbtrain scale`` takes the rules'), the runs not ok, and
-    the page's decision on it (``common.judge``); with no ok seed, the decision on how many runs
-    ended ok (``trained_share_claim``, ``decided_by``). The answer decides only the arm it chose and
-    the rules: a tuned recipe's decision is taken here the same way."""
+    interval (``difference_interval``), the runs not ok, and the decision taken as the answer
+    takes a rule's (``_answer_decision``: its margin, ``answer["margin"]``; with no ok run on a
+    side, how many runs ended ok, ``decided_by``). The answer decides only the arm it chose and the
+    rules; a tuned recipe's decision is taken here by the same rule."""
     runs = study_runs(results, study)
     reference_size = answer["reference_world_size"]
     use = next(row["use"] for row in answer["per_world_size"] if row["world_size"] == reference_size)
@@ -355,12 +494,12 @@ def tuned_decisions(results: Path, answer: dict[str, Any], recipe: str, study: s
         if not mine:
             continue
         tests = ok_accuracies(runs, label, row["world_size"])
+        difference = difference_interval(tests, reference)
         entry: dict[str, Any] = {"label": label, "excluded": len(mine) - len(tests)}
-        if tests and reference:
-            difference = difference_interval(tests, reference)
-            entry.update(difference=difference, decision=judge(difference))
-        else:
-            entry["decision"], entry["decided_by"] = trained_share_claim(len(tests), len(mine), len(reference), reference_runs)
+        decision = _answer_decision(difference, answer["margin"], len(tests), len(mine), len(reference), reference_runs)
+        if "decided_by" not in decision:
+            entry["difference"] = difference
+        entry.update(decision)
         decisions.append((row["global_batch"], entry))
     return decisions
 
@@ -449,8 +588,9 @@ def answer_tables(results: Path, study: str, answer: dict[str, Any], protocol: d
 
 def section_goyal_v4(results: Path) -> list[str]:
     """goyal_v4's section: what ``lbtrain scale`` answered (module doc), the break point with its
-    interval, the tuned LR's exponent with its interval, the open question of the warmup, the
-    convergence control, LARS, the answer per world size and every arm against world size 1."""
+    interval, the tuned LR's exponent with its interval, the warmup question (``warmup_text``) and
+    goyal_v4_warmup's answer once it has finished (``warmup_study_text``), the convergence control,
+    LARS, the answer per world size and every arm against world size 1."""
     lines, protocol = opening(results, STUDY, "where linear scaling with warmup breaks (fourth edition, study 1)", PROTOCOL_FILE,
                               COMMAND)
     answer = study_answer(results)
@@ -481,11 +621,23 @@ def section_goyal_v4(results: Path) -> list[str]:
     ]
 
 
+def warmup_answer(comparison: WarmupComparison, batch: int) -> str:
+    """What goyal_v4_warmup's test says at ``batch``, in the words of its decision: ``a longer
+    warmup (67 updates against 26 at batch 1,024; goyal_v4_warmup) does not measurably rescue it:
+    1 of 5 runs ok against 0 of 5 (Fisher's exact test, ...): inconclusive``."""
+    verdict, text = comparison.claims[batch]
+    says = {BETTER: "rescues it", WORSE: "ends ok less often"}.get(verdict, "does not measurably rescue it")
+    return (f"a longer warmup ({comparison.long[batch]['warmup']:,} updates against {comparison.short[batch]['warmup']:,} at "
+            f"{_batch(batch)}; {WARMUP_STUDY}) {says}: {text}: {verdict}")
+
+
 def anchor_goyal_v4_linear(results: Path) -> tuple[str, str]:
     """Goyal et al. 2017's linear scaling with gradual warmup judged on goyal_v4: the answer's
     decision at each batch (world size 1's tuning carried by the linear rule, against world size
     1's chosen arm; a batch with no ok seed decided on how many runs ended ok), the break point
-    with its interval, the tuned LR's exponent with its interval, and the warmup's open question."""
+    with its interval, the tuned LR's exponent with its interval, and at the first batch where it
+    is worse the warmup question: goyal_v4_warmup's decision there (``warmup_answer``), or open
+    before that study has finished."""
     answer = study_answer(results)
     if answer is None or study_json(results, STUDY, PROTOCOL_FILE) is None:
         return "not measured yet", f"{STUDY} is not committed"
@@ -495,15 +647,11 @@ def anchor_goyal_v4_linear(results: Path) -> tuple[str, str]:
     regimes = study_batch_regimes(results, STUDY)
     runs = warmup_runs(results)
     worse = next((row["global_batch"] for row in answer["per_world_size"] if row["world_size"] == answer["first_worse"]), None)
-    arms = warmup_arms(results)
+    comparison = warmup_comparison(results)
     if worse not in runs:
         warmup = ""
-    elif arms:
-        longer = max(arms, key=lambda arm: sum(cell["warmup"] for cell in arms[arm].values()))
-        cell = arms[longer].get(worse)
-        warmup = ("" if cell is None else
-                  f"; not its warmup ({runs[worse][0]:,} updates at {_batch(worse)}): with a warmup of {cell['warmup']:,} updates "
-                  f"({WARMUP_STUDY}) {cell['ok']} of {cell['runs']} runs ended ok")
+    elif comparison is not None:
+        warmup = "" if worse not in comparison.claims else "; " + warmup_answer(comparison, worse)
     else:
         warmup = (f"; open: its warmup is half an epoch at every batch, {runs[worse][0]:,} updates at {_batch(worse)}, so the "
                   "failure there may be the warmup's, not the batch's")
@@ -513,6 +661,7 @@ def anchor_goyal_v4_linear(results: Path) -> tuple[str, str]:
     return decisions_by_batch(decisions), evidence
 
 
-__all__ = ["STUDY", "WARMUP_STUDY", "anchor_goyal_v4_linear", "answer_tables", "break_text", "decisions_by_batch", "entry_text",
-           "exponent_text", "layerwise_text", "machine_text", "made_by_text", "not_run_controls", "recipe_name", "recipe_search_studies",
-           "rule_decisions", "section_goyal_v4", "tuned_decisions", "warmup_arms", "warmup_runs", "warmup_study_text", "warmup_text"]
+__all__ = ["RULE_NAMES", "STUDY", "WARMUP_STUDY", "WarmupComparison", "anchor_goyal_v4_linear", "answer_tables", "break_text",
+           "decisions_by_batch", "entry_text", "exponent_text", "layerwise_text", "machine_text", "made_by_text", "not_run_controls",
+           "recipe_name", "recipe_search_studies", "rule_decisions", "section_goyal_v4", "tuned_decisions", "warmup_answer", "warmup_arms",
+           "warmup_comparison", "warmup_runs", "warmup_study_text", "warmup_text", "warmup_updates"]

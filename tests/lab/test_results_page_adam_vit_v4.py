@@ -15,9 +15,13 @@ import test_results_page_fourth_edition as fourth_edition
 
 from helpers import REPO_ROOT
 from lab.results_page import render_results_page
-from lab.results_page.adam_vit_v4 import anchor_lamb, section_adam_vit_v4
-from lab.results_page.anchors import ANCHORS, MALLADI, YOU_LAMB, anchor_row, regime_line, shown_anchors, superseded_by
+from lab.results_page.adam_vit_v4 import LAMB, anchor_lamb, section_adam_vit_v4
+from lab.results_page.anchors import ANCHORS, MALLADI, YOU_LAMB, anchor_row, claim_text, regime_line, shown_anchors, superseded_by
+from lab.results_page.common import listed
+from lab.results_page.goyal_v4 import decisions_by_batch, layerwise_text, recipe_search_studies, tuned_decisions
 from lab.results_page.lr_scaling import sqrt_rule_claim
+from lbtrain.reports.decisions import claim
+from lbtrain.reports.regime import study_regimes
 from lbtrain.reports.scaling_laws import LrExponentFit
 from lbtrain.reports.statistics import difference_interval
 
@@ -60,6 +64,16 @@ def _by_batch(answer: dict, rule: str) -> list[tuple[int, str]]:
     return [(row["global_batch"], row["rules"][rule]["decision"]) for row in answer["per_world_size"] if rule in row["rules"]]
 
 
+def _words(decisions: list[tuple[int, str]]) -> str:
+    """The page's words for decisions per batch (``goyal_v4.decisions_by_batch``, its doctest)."""
+    return decisions_by_batch([(batch, {"decision": word}) for batch, word in decisions])
+
+
+def _largest_regime(results: Path) -> str:
+    """The regime of the study's largest batch in words (``Regime.describe``, lbtrain's reader)."""
+    return max(study_regimes(results, STUDY), key=lambda regime: regime.global_batch).describe()
+
+
 def _lamb_decisions(results: Path, answer: dict) -> dict[int, dict]:
     """LAMB tuned at each batch minus world size 1's chosen arm, computed from the summary here."""
     rows = list(csv.DictReader((results / STUDY / "summary.csv").open()))
@@ -86,25 +100,34 @@ def test_the_section_states_adams_exponent_the_sqrt_rules_and_lambs_decisions_pe
             f"the linear rule's 1 {where[1.0]}.") in text
 
     sqrt = _by_batch(answer, "sqrt")
-    assert {word for _, word in sqrt} == {"matches"}  # goyal_v4's sqrt rule matches at every batch
-    assert "chosen arm: **matches** (batch 128: " in text
-    for batch, _ in sqrt:
-        assert f"batch {batch:,}: " in text.split("**matches** (")[1]
-    linear = _by_batch(answer, "linear")
-    assert "; the linear rule: matches at batch 128 to 256; inconclusive at batch 512; worse at batch 1,024 to 2,048;" in text
-    assert [word for _, word in linear] == ["matches", "matches", "inconclusive", "worse", "worse"]
+    first = answer["per_world_size"][1]["global_batch"]
+    assert f"chosen arm: **{_words(sqrt)}** (batch {first:,}: " in text
+    for batch, word in sqrt:
+        assert f"batch {batch:,}: " in text.split(f"**{_words(sqrt)}** (")[1]
+    assert f"; the linear rule: {_words(_by_batch(answer, 'linear'))}; no scaling: {_words(_by_batch(answer, 'none'))}." in text
 
     lamb = _lamb_decisions(tmp_path, answer)
-    assert f"-0.2 [{100 * lamb[2048].low:+.1f}, {100 * lamb[2048].high:+.1f}]" in text
+    largest = answer["per_world_size"][-1]["global_batch"]
+    assert f"{100 * lamb[largest].mean:+.1f} [{100 * lamb[largest].low:+.1f}, {100 * lamb[largest].high:+.1f}]" in text
     assert "LAMB with warmup, tuned on its own grid at every world size" in text
-    assert "Against world size 1's chosen arm (adam+warmup tuned): **matches** (batch 128: " in text
+    words = _words([(batch, claim(difference, answer["margin"])) for batch, difference in lamb.items()])
+    reference = answer["per_world_size"][0]["use"]
+    assert f"Against world size 1's chosen arm ({reference}): **{words}** (batch {first:,}: " in text
     assert "Tuned LR, lamb+warmup: tuned lr ~ global_batch^" in text
-    # Where LAMB is the chosen arm (world 64), its decision is the answer's.
-    top = answer["per_world_size"][-1]
-    assert top["use"] == "lamb+warmup tuned" and lamb[2048].mean == pytest.approx(top["difference"]["mean"])
+    # Where LAMB is the chosen arm, its difference is the answer's.
+    for row in answer["per_world_size"][1:]:
+        if row["use"] == "lamb+warmup tuned":
+            assert lamb[row["global_batch"]].mean == pytest.approx(row["difference"]["mean"])
 
-    assert "Arms: adam+warmup tuned at every world size (a grid of 5 base LRs at world size 1) and carried from world size 1 by the " \
-           "linear, sqrt and none rules; lamb+warmup tuned at every world size (a grid of 5 base LRs at world size 1)." in text
+    protocol = json.loads((tmp_path / STUDY / "protocol.json").read_text())
+    grids = {recipe: len(next(iter(protocol["search"][f"{STUDY}-{slug}-w1"]["fields"].values()))["values"])
+             for recipe, slug in (("adam+warmup", "adam-warmup"), ("lamb+warmup", "lamb-warmup"))}
+    rules = list(dict.fromkeys(row["rule_name"] for row in protocol["rows"] if row["recipe"] == "adam+warmup"
+                               and row["rule_name"] not in ("reference", "-")))
+    names = {"linear": "the linear rule", "sqrt": "the sqrt rule", "none": "no scaling"}  # as the bullets name them
+    assert (f"Arms: adam+warmup tuned at every world size (a grid of {grids['adam+warmup']} base LRs at world size 1) and carried from "
+            f"world size 1 with {listed([names[rule] for rule in rules])}; lamb+warmup tuned at every world size (a grid of "
+            f"{grids['lamb+warmup']} base LRs at world size 1).") in text
     assert "Convergence controls (is the equal-epoch budget enough to converge?): adam+warmup tuned at world size 1" in text
     assert "The control of adam+warmup linear rule at world size 64 (3x) was not run: 0 of its 5 runs ended ok" in text
     assert "| world size | global batch | share of the data |" in text and "adam_vit_v4/figures/answer_accuracy.png" in text
@@ -116,14 +139,18 @@ def test_malladis_fourth_edition_row_judges_the_answers_exponent_and_supersedes_
     malladi = {anchor.edition: anchor for anchor in ANCHORS if anchor.claim == MALLADI}
     fit = answer["lr_exponent"]["adam+warmup"]
     verdict, band = sqrt_rule_claim(fit)
-    assert verdict == "inconclusive" and fit["alpha_95_low"] < 0.65 < fit["alpha_95_high"]  # the interval overlaps the band's edge
+    low, high = fit["alpha_95_low"], fit["alpha_95_high"]
+    # The band 0.5 ± 0.15: within it, wholly outside it, or across an edge.
+    expected = "matches" if 0.35 < low and high < 0.65 else "worse" if high < 0.35 or low > 0.65 else "inconclusive"
+    where = {"matches": "the interval lies within", "worse": "the interval lies wholly outside"}.get(expected, "the interval overlaps an edge of")
+    assert verdict == expected
     row = anchor_row(tmp_path, malladi[4])
     assert row[:3] == ["Malladi et al. 2022", MALLADI, "fourth"]
-    assert row[4] == "adam_vit_v4: batch 2,048 = 3.79% of 53,984; 800 updates (30.8 epochs); in regime"
-    assert row[5] == "**inconclusive**: the claim is inconclusive"
+    assert row[4] == f"adam_vit_v4: {_largest_regime(tmp_path)}; in regime"
+    assert row[5] == f"**{expected}**: {claim_text(expected, malladi[4].supports)}"
     assert row[6].startswith(f"adam_vit_v4 (`lbtrain scale`), adam+warmup tuned at every world size: {band}")
-    assert (f"Adam's tuned LR grows as batch^{fit['alpha']:.2f} (95% interval {fit['alpha_95_low']:.2f} to {fit['alpha_95_high']:.2f}) "
-            f"over {fit['points']} batch sizes: the interval overlaps an edge of the sqrt rule's band 0.35 to 0.65") in band
+    assert (f"Adam's tuned LR grows as batch^{fit['alpha']:.2f} (95% interval {low:.2f} to {high:.2f}) "
+            f"over {fit['points']} batch sizes: {where} the sqrt rule's band 0.35 to 0.65") in band
     assert "; the sqrt rule carrying world size 1's tuned LR, against world size 1's chosen arm: batch 128: " in row[6]
     for batch, word in _by_batch(answer, "sqrt"):
         assert f"batch {batch:,}: " in row[6] and word in row[6]
@@ -141,13 +168,15 @@ def test_the_lamb_row_is_judged_at_the_largest_batch_with_every_batch_in_its_evi
     assert anchor.paper == "You et al. 2020" and anchor.edition == 4
     row = anchor_row(tmp_path, anchor)
     assert row[3].startswith("BERT-Large pre-training on Wikipedia and BooksCorpus") and "batch 512–65,536" in row[3]
-    assert row[4] == "adam_vit_v4: batch 2,048 = 3.79% of 53,984; 800 updates (30.8 epochs); in regime"
-    assert row[5] == "**matches**: the claim holds"
+    assert row[4] == f"adam_vit_v4: {_largest_regime(tmp_path)}; in regime"
+    largest = answer["per_world_size"][-1]["global_batch"]
+    decision = claim(lamb[largest], answer["margin"])
+    assert row[5] == f"**{decision}**: {claim_text(decision, anchor.supports)}"
     assert row[6].startswith("adam_vit_v4 (`lbtrain scale`), lamb+warmup tuned on its own grid at every world size minus world size "
-                             "1's chosen arm (adam+warmup tuned): batch 128: ")
+                             f"1's chosen arm ({answer['per_world_size'][0]['use']}): batch {answer['per_world_size'][1]['global_batch']:,}: ")
     for batch, difference in lamb.items():
         assert f"batch {batch:,}: {100 * difference.mean:+.1f} [{100 * difference.low:+.1f}, {100 * difference.high:+.1f}]" in row[6]
-    assert "; judged at the largest, batch 2,048. Tuned LR, lamb+warmup: " in row[6]
+    assert f"; judged at the largest, batch {largest:,}. Tuned LR, lamb+warmup: " in row[6]
 
     # Worse at the largest batch (5 points off every seed): the claim does not hold; no final run there: inconclusive.
     summary = tmp_path / STUDY / "summary.csv"
@@ -160,18 +189,19 @@ def test_the_lamb_row_is_judged_at_the_largest_batch_with_every_batch_in_its_evi
             writer.writeheader()
             writer.writerows(kept)
 
-    largest = [row for row in rows if row["label"] == "lamb+warmup tuned" and row["world_size"] == "64"]
-    rewrite([{**row, "test_accuracy": float(row["test_accuracy"]) - 0.05} if row in largest else row for row in rows])
+    size = str(answer["per_world_size"][-1]["world_size"])
+    at_largest = [row for row in rows if row["label"] == "lamb+warmup tuned" and row["world_size"] == size]
+    rewrite([{**row, "test_accuracy": float(row["test_accuracy"]) - 0.05} if row in at_largest else row for row in rows])
     assert anchor_row(tmp_path, anchor)[5] == "**worse**: the claim does not hold"
-    rewrite([row for row in rows if row not in largest])
+    rewrite([row for row in rows if row not in at_largest])
     verdict, evidence = anchor_lamb(tmp_path)
-    assert verdict == "inconclusive" and "no final run at the largest, batch 2,048 (its search found no ok trial there)" in evidence
+    assert verdict == "inconclusive" and f"no final run at the largest, batch {largest:,} (its search found no ok trial there)" in evidence
 
 
 def test_the_page_places_the_section_after_keskar_v4s_with_its_regime_and_rows(tmp_path):
     write_adam_vit_v4(tmp_path)
     fourth_edition.write_keskar_v4(tmp_path / "keskar_v4", longer_loss=0.19)
-    assert regime_line(tmp_path, STUDY)[0] == ("*Regime* at its largest batch, batch 2,048 = 3.79% of 53,984; 800 updates (30.8 epochs): "
+    assert regime_line(tmp_path, STUDY)[0] == (f"*Regime* at its largest batch, {_largest_regime(tmp_path)}: "
                                                "**in regime** for Malladi et al. 2022 and You et al. 2020.")
     page = render_results_page(tmp_path)
     assert "## adam_vit_v4: Adam's square-root rule and LAMB" in page and "<!-- the regime of adam_vit_v4 -->" not in page
@@ -192,3 +222,35 @@ def test_the_real_page_shows_nothing_of_adam_vit_v4_before_its_answer():
     page = render_results_page(RESULTS)
     assert "## adam_vit_v4" not in page and "adam_vit_v4:" not in page
     assert not [anchor for anchor in shown_anchors(RESULTS) if anchor.studies(RESULTS) == [STUDY]]
+
+
+def test_lambs_decisions_follow_the_answers_margin_and_its_bullet_says_what_is_missing(tmp_path):
+    """LAMB is decided as the answer decides a rule (its margin, read from answer.json); its bullet
+    renders no empty decision, best or reference, and its LRs from the runs without experiment.yaml."""
+    write_adam_vit_v4(tmp_path)
+    path = tmp_path / STUDY / "answer.json"
+    answer = {**_answer(tmp_path), "margin": 0.002}
+    path.write_text(json.dumps(answer))
+    lamb = _lamb_decisions(tmp_path, answer)
+    decisions = tuned_decisions(tmp_path, answer, LAMB, STUDY)
+    assert {batch: entry["decision"] for batch, entry in decisions} == {batch: claim(difference, 0.002) for batch, difference in lamb.items()}
+    assert any(claim(difference, 0.002) != claim(difference, 0.01) for difference in lamb.values())  # the margin tells them apart
+
+    protocol = json.loads((tmp_path / STUDY / "protocol.json").read_text())
+    rows = list(csv.DictReader((tmp_path / STUDY / "summary.csv").open()))
+    trained = {int(row["world_size"]): float(row["learning_rate"]) for row in rows if row["label"] == f"{LAMB} tuned"}
+    (tmp_path / STUDY / "experiment.yaml").unlink()  # the LRs are the runs' own
+    text = layerwise_text(tmp_path, protocol, answer, LAMB, STUDY, decisions=[])
+    sizes = {row["world_size"]: row["global_batch"] for row in answer["per_world_size"]}
+    for size, learning_rate in trained.items():
+        assert f"{sizes[size]:,}: {learning_rate:.4g}" in text
+    assert "It has no final run beyond world size 1: no decision against world size 1." in text and "****" not in text
+
+    searches = {name: {**entry, "fields": {key: {**field, "best": None} for key, field in entry["fields"].items()}}
+                for name, entry in protocol["search"].items()}
+    searches["adam_vit_v4-lamb-warmup"] = searches["unrelated-w"] = {}  # names of another shape are skipped
+    answer["per_world_size"][0]["use"] = None
+    text = layerwise_text(tmp_path, {**protocol, "search": searches}, answer, LAMB, STUDY, decisions=decisions)
+    assert "its best LR at batch" not in text and "(None)" not in text
+    assert "Against world size 1 (no arm whose every seed was ok there): **" in text
+    assert set(recipe_search_studies({"search": searches}, STUDY, LAMB)) == set(sizes)

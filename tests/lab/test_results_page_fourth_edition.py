@@ -7,16 +7,18 @@ a regime that counts the update floor; and the page's modules without an import 
 import ast
 import csv
 import json
+import shutil
 from pathlib import Path
 
 from helpers import REPO_ROOT
 from lab.results_page import render_results_page
 from lab.results_page.anchors import ANCHORS, GOYAL_LINEAR, KESKAR, anchor_row, regime_line, shown_anchors, superseded_by
-from lab.results_page.common import REGIME_SLOT
+from lab.results_page.common import REGIME_SLOT, listed
 from lab.results_page.goyal_v4 import anchor_goyal_v4_linear, decisions_by_batch, section_goyal_v4, warmup_runs
 from lab.results_page.keskar import KESKAR_V4_REGIMES, section_keskar_v4
 from lbtrain.reports.regime import study_regimes
 from lbtrain.reports.report import machine_minutes
+from lbtrain.studies.scale.design import GRID_POINTS
 
 RESULTS = Path(REPO_ROOT) / "results"
 
@@ -45,8 +47,8 @@ def test_goyal_v4s_anchor_names_the_break_with_its_interval_and_the_exponent_and
     assert f"the break lies above batch {held:,} and at most {worse:,}" in evidence
     fit = answer["lr_exponent"]["momentum+warmup"]
     assert f"^{fit['alpha']:.2f} (95% CI {fit['alpha_95_low']:.2f} to {fit['alpha_95_high']:.2f}" in evidence
-    warmup, stopped = warmup_runs(RESULTS)[worse]
-    assert f"{warmup:,} updates at batch {worse:,}" in evidence and max(stopped) <= warmup  # every seed diverged inside it
+    warmup, _ = warmup_runs(RESULTS)[worse]
+    assert f" against {warmup:,} at batch {worse:,}; goyal_v4_warmup)" in evidence  # its half-epoch warmup is goyal_v4's
 
     goyal = {anchor.edition: anchor for anchor in ANCHORS if anchor.claim == GOYAL_LINEAR and anchor.paper == "Goyal et al. 2017"}
     assert superseded_by(RESULTS, goyal[3]) == ["goyal_v4"] and superseded_by(RESULTS, goyal[2]) == ["goyal_v3"]
@@ -63,8 +65,10 @@ def test_goyal_v4s_section_states_its_machine_time_sizing_and_the_warmup_questio
     assert f"In all {(minutes['runs'] + minutes['tuning_trials']) / 60:.2f} machine hours" in text
     assert f"answer states {_answer()['machine_hours']:.2f}" in text
     assert "Sizing: Priced by lbtrain scale --dry-run" in text and REGIME_SLOT.format(study="goyal_v4") in text
-    assert "**The batch or the warmup?** The warmup is half an epoch at every batch" in text and "26 at 1,024" in text
-    assert "This study cannot tell the two apart; goyal_v4_warmup can (next point)." in text
+    worse = next(row["global_batch"] for row in _answer()["per_world_size"] if row["world_size"] == _answer()["first_worse"])
+    warmup, _ = warmup_runs(RESULTS)[worse]
+    assert "**The batch or the warmup?** The warmup is half an epoch at every batch" in text and f"{warmup:,} at {worse:,}" in text
+    assert "This study cannot tell the two apart; goyal_v4_warmup tests a longer warmup (next point)." in text
     assert "was not run: 0 of its 5 runs ended ok" in text  # the world-64 control of a rule whose every seed diverged
     assert "no ok seed (5 diverged): worse (0 of 5 runs ok against 5 of 5 (Fisher's exact test" in text
     assert "![test accuracy against the global batch" in text and "goyal_v4/figures/answer_accuracy.png" in text
@@ -75,6 +79,7 @@ def test_goyal_v4s_lars_bullet_states_each_batchs_best_lr_from_its_searches():
     as its runs trained it; a best on the grid's edge says so."""
     protocol = json.loads((RESULTS / "goyal_v4" / "protocol.json").read_text())
     text = "\n".join(section_goyal_v4(RESULTS))
+    extended = []
     for name, entry in protocol["search"].items():
         if "-lars-" not in name:
             continue
@@ -82,27 +87,140 @@ def test_goyal_v4s_lars_bullet_states_each_batchs_best_lr_from_its_searches():
         field = entry["fields"]["lr.base_lr"]
         edge = "" if field["interior"] else f" (on the edge of the {len(field['values'])} tried: the best may lie beyond)"
         assert f"{32 * size:,}: {field['best'] * size:.4g}{edge}" in text
+        if len(field["values"]) > GRID_POINTS:
+            extended.append((32 * size, len(field["values"])))
     assert "Tuned LR, lars+warmup: tuned lr ~ global_batch^" in text and "found no ok tuning trial" not in text
+    # Extended only where the search tried more values than the design's grid, said from the searches.
+    lars = next(line for line in text.splitlines() if line.startswith("- LARS with warmup, tuned on its own grid"))
+    assert ("extended past an edge" in lars) == bool(extended) and "below a grid" not in lars
+    if extended:
+        assert (f"(its grid extended past an edge at batch {listed([f'{batch:,}' for batch, _ in extended])}: "
+                f"{listed([str(tried) for _, tried in extended])} values tried against the design's {GRID_POINTS})") in lars
+
+
+WARMUP = RESULTS / "goyal_v4_warmup"
+
+
+def _updates(run):
+    """A run's warmup and planned updates from its metrics.json."""
+    training = run["config"]["training"]
+    planned = max(training.get("min_steps") or 0, (training.get("epochs") or 0) * run["steps_per_epoch"])
+    return round(run["config"]["lr"]["warmup_epochs"] * run["steps_per_epoch"]), planned
+
+
+def _warmup_cells(folder=WARMUP):
+    """goyal_v4_warmup read here from its summary and runs: per arm (shorter warmup first) its
+    label and per batch the warmup's and the planned updates, the runs and the ok ones; world size
+    1's ok runs, runs and warmup share of its updates in percent."""
+    rows = list(csv.DictReader((folder / "summary.csv").open()))
+    cells = {}
+    for row in rows:
+        if row["world_size"] == "1":
+            continue
+        warmup, planned = _updates(json.loads((folder / "runs" / row["run_id"] / "metrics.json").read_text()))
+        arm, batch = row["label"].rsplit(" b", 1)
+        cell = cells.setdefault(arm, {}).setdefault(int(batch), {"warmup": warmup, "updates": planned, "runs": 0, "ok": 0})
+        cell["runs"] += 1
+        cell["ok"] += row["status"] == "ok"
+    reference = [row for row in rows if row["world_size"] == "1"]
+    warmup, planned = _updates(json.loads((folder / "runs" / reference[0]["run_id"] / "metrics.json").read_text()))
+    arms = sorted(cells.items(), key=lambda item: sum(cell["warmup"] for cell in item[1].values()))
+    return arms, (sum(row["status"] == "ok" for row in reference), len(reference), 100 * warmup / planned)
+
+
+def _first_worse():
+    answer = _answer()
+    return next(row["global_batch"] for row in answer["per_world_size"] if row["world_size"] == answer["first_worse"])
 
 
 def test_goyal_v4_warmup_answers_the_warmup_question_from_its_runs():
-    """goyal_v4_warmup: per batch, how many of each warmup's 5 runs ended ok (summary.csv) and
-    Fisher's exact test on the longer warmup; no batch rescued, so the failures are the LR's."""
+    """goyal_v4_warmup: per batch, how many of each warmup's runs ended ok (summary.csv) and
+    Fisher's exact test on the longer warmup; the bullet and the anchor say what that test gives,
+    and where the longer warmup still ends ok less often than world size 1 (the break kept)."""
     from lab.results_page.goyal_v4 import warmup_study_text
     from lbtrain.reports.decisions import trained_share_claim
 
-    rows = list(csv.DictReader((RESULTS / "goyal_v4_warmup" / "summary.csv").open()))
+    ((_, short), (_, long)), (reference_ok, reference_runs, share) = _warmup_cells()
     text = warmup_study_text(RESULTS)
-    for batch in (512, 1024, 2048):
-        ok = {arm: sum(row["status"] == "ok" for row in rows if row["label"] == f"{arm} b{batch}") for arm in ("half-epoch warmup", "8.3% warmup")}
-        verdict, _ = trained_share_claim(ok["8.3% warmup"], 5, ok["half-epoch warmup"], 5)
-        assert f"of 800): {ok['half-epoch warmup']} of 5 against {ok['8.3% warmup']} of 5, {verdict}" in text
-        assert verdict == "inconclusive"
-    assert "world size 1's warmup share (8.3% of the updates)" in text
-    assert "The longer warmup rescues no batch measurably: its failures are the LR the linear rule reaches (0.4 at 512, 0.8 at 1,024, 1.6 at 2,048)" in text
+    verdicts = {}
+    for batch in long:
+        verdicts[batch] = trained_share_claim(long[batch]["ok"], long[batch]["runs"], short[batch]["ok"], short[batch]["runs"])
+        assert (f"batch {batch:,} ({short[batch]['warmup']:,} against {long[batch]['warmup']:,} warmup updates of "
+                f"{long[batch]['updates']:,}): {short[batch]['ok']} of {short[batch]['runs']} against {long[batch]['ok']} of "
+                f"{long[batch]['runs']}, {verdicts[batch][0]}") in text
+    assert f"world size 1's warmup share ({share:.1f}% of the updates)" in text
+    runs = {cell["runs"] for cells in (short, long) for cell in cells.values()}
+    rescued = [batch for batch, (verdict, _) in verdicts.items() if verdict == "better"]
+    kept = [batch for batch in long if trained_share_claim(long[batch]["ok"], long[batch]["runs"], reference_ok, reference_runs)[0] == "worse"]
+    if not rescued and len(runs) == 1:
+        assert f"With world size 1's warmup share no batch is measurably rescued (Fisher's exact test, {runs.pop()} runs each)" in text
+    assert ("a longer warmup of this size does not remove the break" in text) == (bool(kept) and not rescued)
+    for batch in kept:
+        assert f"{long[batch]['ok']} of {long[batch]['runs']} at {batch:,}" in text.split("than world size 1's (")[1]
+    assert "the LR the linear rule reaches" not in text and "not the warmup's length" not in text  # the study varies the warmup only
     assert "**The batch or the warmup? Answered by goyal_v4_warmup**" in "\n".join(section_goyal_v4(RESULTS))
-    verdict, evidence = anchor_goyal_v4_linear(RESULTS)
-    assert "; not its warmup (26 updates at batch 1,024): with a warmup of 67 updates (goyal_v4_warmup) 1 of 5 runs ended ok" in evidence
+
+    worse = _first_worse()
+    verdict, counts = verdicts[worse]
+    says = {"better": "rescues it", "worse": "ends ok less often"}.get(verdict, "does not measurably rescue it")
+    _, evidence = anchor_goyal_v4_linear(RESULTS)
+    assert evidence.endswith(f"; a longer warmup ({long[worse]['warmup']:,} updates against {short[worse]['warmup']:,} at batch "
+                             f"{worse:,}; goyal_v4_warmup) {says}: {counts}: {verdict}")
+
+
+def _copy_warmup(results: Path) -> Path:
+    shutil.copytree(RESULTS / "goyal_v4", results / "goyal_v4", ignore=shutil.ignore_patterns("figures"))
+    return Path(shutil.copytree(WARMUP, results / "goyal_v4_warmup", ignore=shutil.ignore_patterns("figures", "history.csv", "config.yaml")))
+
+
+def _rewrite_summary(folder: Path, change) -> None:
+    rows = list(csv.DictReader((folder / "summary.csv").open()))
+    with (folder / "summary.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, list(rows[0]))
+        writer.writeheader()
+        writer.writerows([change(row) for row in rows])
+
+
+def test_a_longer_warmup_that_rescues_a_batch_is_said_to_and_an_unfinished_study_is_not_read(tmp_path):
+    from lab.results_page.goyal_v4 import warmup_comparison, warmup_study_text, warmup_text
+
+    folder = _copy_warmup(tmp_path)
+    worse = _first_worse()
+    # Every run of the longer warmup at the first batch where linear + warmup is worse ends ok.
+    (_, (longer, long)), _ = _warmup_cells(folder)
+    _rewrite_summary(folder, lambda row: {**row, "status": "ok"} if row["label"] == f"{longer} b{worse}" else row)
+    assert warmup_comparison(tmp_path).claims[worse][0] == "better"
+    assert f"The longer warmup measurably rescues batch {worse:,} (Fisher's exact test" in warmup_study_text(tmp_path)
+    _, evidence = anchor_goyal_v4_linear(tmp_path)
+    assert f"at batch {worse:,}; goyal_v4_warmup) rescues it: {long[worse]['runs']} of {long[worse]['runs']} runs ok against " in evidence
+
+    # Not finished (no report.json, lbtrain report's output, written last): nothing of it is read; the question stays open.
+    (folder / "report.json").unlink()
+    assert warmup_comparison(tmp_path) is None and warmup_study_text(tmp_path) == ""
+    assert "**Open question: the batch or the warmup?**" in warmup_text(tmp_path, _answer())
+    _, evidence = anchor_goyal_v4_linear(tmp_path)
+    assert "goyal_v4_warmup" not in evidence and "; open: its warmup is half an epoch" in evidence
+
+
+def test_warmup_arms_that_share_no_batch_or_lost_their_metrics_are_not_compared(tmp_path):
+    from lab.results_page.goyal_v4 import warmup_arms, warmup_comparison, warmup_runs
+
+    folder = _copy_warmup(tmp_path)
+    ((shorter, _), _), _ = _warmup_cells(folder)
+    # A run without its metrics.json: its cell still counts it, its warmup is read from another run.
+    first = next(row for row in csv.DictReader((folder / "summary.csv").open()) if row["world_size"] != "1")
+    shutil.rmtree(folder / "runs" / first["run_id"])
+    cell = warmup_arms(tmp_path)[first["label"].rsplit(" b", 1)[0]][int(first["global_batch"])]
+    assert cell["warmup"] is not None
+    assert cell["runs"] == sum(row["label"] == first["label"] for row in csv.DictReader((folder / "summary.csv").open()))
+    # goyal_v4's linear rule with one run's metrics.json gone: the others are read.
+    linear = [row for row in csv.DictReader((tmp_path / "goyal_v4" / "summary.csv").open()) if row["label"] == "momentum+warmup linear rule"]
+    shutil.rmtree(tmp_path / "goyal_v4" / "runs" / linear[0]["run_id"])
+    assert set(warmup_runs(tmp_path)) == {int(row["global_batch"]) for row in linear}
+    # No batch in common: no comparison.
+    _rewrite_summary(folder, lambda row: {**row, "global_batch": str(int(row["global_batch"]) + 1)}
+                     if row["label"].startswith(f"{shorter} b") else row)
+    assert warmup_comparison(tmp_path) is None
 
 
 # keskar_v4, synthetic: the shapes of keskar_v3's committed summary.csv and metrics.json --------
