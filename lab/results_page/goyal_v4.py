@@ -37,11 +37,12 @@ from lab.results_page.common import (
 )
 from lab.results_page.goyal import arm_cell
 from lab.results_page.goyal_v3 import GOYAL_RECIPE, arm_table_lines, control_sentence, study_batch_regimes
-from lbtrain.reports.decisions import BETTER, WORSE, claim, trained_share_claim
+from lbtrain.reports.answer import arm_decision
+from lbtrain.reports.decisions import BETTER, WORSE, trained_share_claim
 from lbtrain.reports.regime import Regime
 from lbtrain.reports.report import machine_minutes as folder_minutes
 from lbtrain.reports.scaling_laws import LrExponentFit
-from lbtrain.reports.statistics import Estimate, difference_interval
+from lbtrain.reports.statistics import difference_interval
 from lbtrain.reports.tables import markdown_table
 from lbtrain.results import (
     ANSWER_FIGURES,
@@ -459,25 +460,12 @@ def layerwise_text(results: Path, protocol: dict[str, Any], answer: dict[str, An
     return text
 
 
-def _answer_decision(difference: Estimate, margin: float, ok: int, runs: int, reference_ok: int, reference_runs: int) -> dict[str, Any]:
-    """The decision on arm − reference as ``lbtrain scale``'s answer takes a rule's
-    (``lbtrain.reports.answer``'s private ``_decision``, mirrored: it has no public name): the
-    decision rule on the difference with the answer's margin (``claim``; it sets no floor of seeds
-    of its own: ``claim`` is inconclusive without an interval, with one seed on a side), and when
-    one side has runs but no ok one, the decision on how many runs of each ended ok
-    (``trained_share_claim``) with its text as ``decided_by``."""
-    if (ok and reference_ok) or not runs or not reference_runs:
-        return {"decision": claim(difference, margin)}
-    word, text = trained_share_claim(ok, runs, reference_ok, reference_runs)
-    return {"decision": word, "decided_by": text}
-
-
 def tuned_decisions(results: Path, answer: dict[str, Any], recipe: str, study: str = STUDY) -> list[tuple[int, dict[str, Any]]]:
     """``(global batch, entry)`` of ``recipe`` tuned at every world size beyond the reference that
     has final runs, against the answer's reference (world size 1's chosen arm), in the shape of the
     answer's rule entries (``rule_decisions``): the difference of test accuracies with Welch's
     interval (``difference_interval``), the runs not ok, and the decision taken as the answer
-    takes a rule's (``_answer_decision``: its margin, ``answer["margin"]``; with no ok run on a
+    takes a rule's (``lbtrain.reports.answer.arm_decision``: its margin, ``answer["margin"]``; with no ok run on a
     side, how many runs ended ok, ``decided_by``). The answer decides only the arm it chose and the
     rules; a tuned recipe's decision is taken here by the same rule."""
     runs = study_runs(results, study)
@@ -496,7 +484,7 @@ def tuned_decisions(results: Path, answer: dict[str, Any], recipe: str, study: s
         tests = ok_accuracies(runs, label, row["world_size"])
         difference = difference_interval(tests, reference)
         entry: dict[str, Any] = {"label": label, "excluded": len(mine) - len(tests)}
-        decision = _answer_decision(difference, answer["margin"], len(tests), len(mine), len(reference), reference_runs)
+        decision = arm_decision(difference, answer["margin"], len(tests), len(mine), len(reference), reference_runs)
         if "decided_by" not in decision:
             entry["difference"] = difference
         entry.update(decision)

@@ -45,7 +45,7 @@ from lbtrain.reports.statistics import Estimate, difference_interval, mean_inter
 from lbtrain.results import ANSWER_FIGURES, FIGURES_FOLDER
 from lbtrain.verdict import is_ok
 
-__all__ = ["ArmSpec", "StudyFacts", "answer_data", "answer_markdown", "estimate_text", "write_answer_figures"]
+__all__ = ["ArmSpec", "StudyFacts", "answer_data", "answer_markdown", "arm_decision", "estimate_text", "write_answer_figures"]
 
 NOT_REACHED = "not reached within the budget"
 
@@ -130,7 +130,7 @@ def _chosen(summary: Sequence[Mapping[str, Any]], arms: Sequence[ArmSpec], world
     return max(means, key=lambda label: means[label]), words
 
 
-def _decision(difference, margin: float, ok: int, runs: int, reference_ok: int, reference_runs: int) -> dict[str, Any]:
+def arm_decision(difference: Estimate | None, margin: float, ok: int, runs: int, reference_ok: int, reference_runs: int) -> dict[str, Any]:
     """The decision word on arm − reference, and when one side has no ok run (no difference to
     take: every seed of a rule diverged) the word from how many runs of each ended ok instead
     (``trained_share_claim``: Fisher's exact test, one-sided at 2.5%), with its text as
@@ -157,7 +157,7 @@ def _world_row(summary, arms, facts: StudyFacts, world_size: int, reference_test
         cost = difference_interval(_tests(summary, tuned.get(arm.recipe), world_size), rule_tests)
         rules[arm.rule] = {"label": arm.label, "test_accuracy": _estimate(mean_interval(rule_tests)), "cost": _difference(cost),
                            "difference": _difference(against), "excluded": _excluded(summary, arm.label, world_size),
-                           **_decision(against, margin, len(rule_tests), len(_rows(summary, arm.label, world_size)),
+                           **arm_decision(against, margin, len(rule_tests), len(_rows(summary, arm.label, world_size)),
                                        len(reference_tests), reference_runs)}
     learning_rate = [float(row["learning_rate"]) for row in _rows(summary, use, world_size)] if use else []
     return {
