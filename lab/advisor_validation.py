@@ -578,6 +578,8 @@ FOURTH_EDITION = (
 # The LR exponent of each rule in the global batch (lbtrain.scaling: lr = base_lr (B / base_batch) ** alpha).
 RULE_EXPONENTS = {"linear": 1.0, "sqrt": 0.5, "none": 0.0}
 MATCHES, DOES_NOT_MATCH, INCONCLUSIVE = "matches", "does not match", "inconclusive"
+# The name of a steps-to-target study's own B_simple among the predictions of B_crit.
+OWN_B_SIMPLE = "the study's B_simple at the target"
 
 
 def rule_exponent(rule: Any) -> float | None:
@@ -682,7 +684,7 @@ def _predicted_b_crit(answer: dict[str, Any] | None, report: dict[str, Any] | No
     noise = (report or {}).get("noise_scale")
     if noise and noise.get("median") is not None:
         low, high = noise.get("range") or (None, None)
-        predictions.append({"by": "the study's B_simple at the target", "value": noise["median"], "low": low, "high": high,
+        predictions.append({"by": OWN_B_SIMPLE, "value": noise["median"], "low": low, "high": high,
                             "spread": f"the median over {noise.get('batches')} batch sizes; the range over them"})
     return predictions
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from lab.advisor_validation import ADVISOR_VALIDATION_REPORT
+from lab.advisor_validation import ADVISOR_VALIDATION_REPORT, OWN_B_SIMPLE
 from lab.advisor_validation import OUTPUT_V4 as ADVISOR_VALIDATION_V4
 from lab.results_page.common import figure_lines, listed, opening, shown, study_json
 from lab.results_page.critical_batch import best_rows, fit_text, noise_table, predicted_text, shallue_region
@@ -33,8 +33,6 @@ from lbtrain.results import ADVISOR_VALIDATION_FILE, EXPERIMENT_FILE, FIGURE_STE
 STUDY = "critical_batch_v4"
 TITLE = "the critical batch and the noise scale (fourth edition, study 2)"
 COMMAND = "lbtrain run experiments/critical_batch_v4.yaml && lbtrain report results/critical_batch_v4 --target 0.87"
-# How lab.advisor_validation names the study's own B_simple among the predictions of its B_crit (a literal there).
-OWN_B_SIMPLE = "the study's B_simple at the target"
 
 
 def _experiment(results: Path, study: str) -> dict[str, Any]:

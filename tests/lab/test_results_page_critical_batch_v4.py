@@ -12,12 +12,12 @@ import pytest
 import yaml
 
 from helpers import REPO_ROOT
+from lab.advisor_validation import OWN_B_SIMPLE
 from lab.results_page import render_results_page
 from lab.results_page.anchors import ANCHORS, STEPS_STUDIES, anchor_row, claim_text, regime_line, shown_anchors, superseded_by
 from lab.results_page.common import listed
 from lab.results_page.critical_batch import anchor_mccandlish, anchor_shallue
 from lab.results_page.critical_batch_v4 import (
-    OWN_B_SIMPLE,
     STUDY,
     advisor_lines,
     design_text,
