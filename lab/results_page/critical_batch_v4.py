@@ -110,7 +110,7 @@ def _lr_grid(report: dict[str, Any], multiples: dict[str, float], rule: str) -> 
     if not everywhere:  # no candidate ran at every batch: each where it ran
         return f"LR candidates as multiples of the linear rule's ({rule}): {places}"
     text = f"LR candidates {named(everywhere)} times the linear rule's ({rule}) at every batch"
-    return text + (f", and past an edge where the fewest steps sat, {places}" if added else "")
+    return text + (f", and more at some batches (extensions of the grid; its experiment.yaml says why each was added): {places}" if added else "")
 
 
 def design_text(results: Path, report: dict[str, Any]) -> str:

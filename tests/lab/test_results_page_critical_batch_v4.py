@@ -58,7 +58,7 @@ def test_the_section_states_the_design_from_the_data(report, section):
     assert (f"LR candidates {listed([_fraction(multiples[label]) for label in everywhere])} times the linear rule's ({rule}) at every "
             "batch") in design
     seeds = len(experiment["grid"]["seeds"])
-    added = design.split("past an edge where the fewest steps sat, ")[1].split(f"; {seeds} seeds each")[0].split("; ")
+    added = design.split("(extensions of the grid; its experiment.yaml says why each was added): ")[1].split(f"; {seeds} seeds each")[0].split("; ")
     for label in set(where) - set(everywhere):  # each in the group of the batches it ran at
         assert any(part.endswith(f" at {listed([f'{batch:,}' for batch in sorted(where[label])])}")
                    and _fraction(multiples[label]) in part.split(" at ")[0].replace(" and ", ", ").split(", ") for part in added)
