@@ -839,8 +839,10 @@ def _b_crit_lines(item: dict[str, Any]) -> list[str]:
         lines.append("  - No prediction of B_crit recorded on this workload (no advisor probe, no B_simple in the study).")
     brk = b_crit["linear_break"]
     if brk is not None:
-        lines.append(f"  - Where the linear rule stopped in this study: it matches up to batch {_value(brk['holds_up_to'], 0)} and is "
-                     f"worse from batch {_value(brk['first_worse'], 0)}. Not a B_crit measurement, so no ratio: McCandlish et al.'s "
+        held = ("it matches at no batch beyond the reference's" if brk["holds_up_to"] is None else
+                f"it matches up to batch {_value(brk['holds_up_to'], 0)}")
+        worse = ("is worse at none" if brk["first_worse"] is None else f"is worse from batch {_value(brk['first_worse'], 0)}")
+        lines.append(f"  - Where the linear rule stopped in this study: {held} and {worse}. Not a B_crit measurement, so no ratio: McCandlish et al.'s "
                      "model puts the end of linear LR growth near B_noise, but the break also moves with the warmup and with where "
                      "the LR becomes unstable, and B_crit is defined by steps to a target, which this study does not count.")
     return lines
