@@ -55,6 +55,12 @@ def study_json(results: Path, study: str, name: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def study_experiment(results: Path, study: str) -> dict[str, Any]:
+    """The study's ``experiment.yaml`` as committed in its results folder ({} when it has none)."""
+    path = results / study / EXPERIMENT_FILE
+    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+
+
 def study_runs(results: Path, study: str) -> list[dict[str, Any]]:
     """The rows of the study's ``summary.csv`` (empty when it has none)."""
     path = results / study / SUMMARY_FILE
@@ -82,8 +88,7 @@ def opening(results: Path, study: str, title: str, file: str, command: str) -> t
         runs, tuning = machine_minutes(results, study)
         lines += [f"Machine time on 2 cores: {runs:.0f} minutes of runs" +
                   ("" if tuning is None else f" and {tuning:.0f} minutes of tuning trials") + ".", ""]
-        experiment = results / study / EXPERIMENT_FILE
-        sizing = str(yaml.safe_load(experiment.read_text()).get("sizing") or "") if experiment.is_file() else ""
+        sizing = str(study_experiment(results, study).get("sizing") or "")
         # "for 2 CPU cores, ..." reads after "Sized"; a price the command composed ("priced by ...") on its own.
         lines += [] if not sizing else [f"Sizing: {sizing[0].upper()}{sizing[1:]}" if sizing.startswith("priced") else f"Sized {sizing}", ""]
         lines += regime_slot(study)

@@ -18,26 +18,19 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from lab.advisor_validation import ADVISOR_VALIDATION_REPORT, OWN_B_SIMPLE
 from lab.advisor_validation import OUTPUT_V4 as ADVISOR_VALIDATION_V4
-from lab.results_page.common import figure_lines, listed, opening, shown, study_json
+from lab.results_page.common import figure_lines, listed, opening, shown, study_experiment, study_json
 from lab.results_page.critical_batch import best_rows, fit_text, noise_table, predicted_text, shallue_region
 from lab.results_page.goyal_v4 import STUDY as GOYAL_V4
 from lbtrain.reports.scaling_laws import CriticalBatchFit
 from lbtrain.reports.statistics import Estimate
 from lbtrain.reports.tables import markdown_table
-from lbtrain.results import ADVISOR_VALIDATION_FILE, EXPERIMENT_FILE, FIGURE_STEPS_TO_TARGET, REPORT_JSON
+from lbtrain.results import ADVISOR_VALIDATION_FILE, FIGURE_STEPS_TO_TARGET, REPORT_JSON
 
 STUDY = "critical_batch_v4"
 TITLE = "the critical batch and the noise scale (fourth edition, study 2)"
 COMMAND = "lbtrain run experiments/critical_batch_v4.yaml && lbtrain report results/critical_batch_v4 --target 0.87"
-
-
-def _experiment(results: Path, study: str) -> dict[str, Any]:
-    path = results / study / EXPERIMENT_FILE
-    return yaml.safe_load(path.read_text()) if path.is_file() else {}
 
 
 def _batches(batches: list[int]) -> str:
@@ -119,7 +112,7 @@ def design_text(results: Path, report: dict[str, Any]) -> str:
     of the linear rule (``_lr_grid``), the seeds, the optimizer and schedule (``as goyal_v4`` when
     its warmup and decay are goyal_v4's), how often each batch validates and where the runs stop
     (``training.stop_at``, ``_stop_text``) within their budget."""
-    experiment, goyal = _experiment(results, STUDY), _experiment(results, GOYAL_V4)
+    experiment, goyal = study_experiment(results, STUDY), study_experiment(results, GOYAL_V4)
     rows = report["steps_to_target"]
     batches = sorted({row["global_batch"] for row in rows})
     lr, optimizer = experiment.get("lr") or {}, experiment.get("optimizer") or {}
@@ -241,7 +234,7 @@ def section_critical_batch_v4(results: Path) -> list[str]:
                     "it, with its interval over them (n: those seeds); in bold at each batch the candidate standing for it in the fit, "
                     "the fewest mean steps among those whose every seed reached the target (chosen on validation, never on test). "
                     f"[report]({STUDY}/report.md)", "",
-                    steps_table(report, lr_multiples(report, _experiment(results, STUDY))), "",
+                    steps_table(report, lr_multiples(report, study_experiment(results, STUDY))), "",
                     text, "",
                     *([] if not measured.fitted else advisor_lines(results, measured)),
                     *noise_table(results, STUDY, report, best_rows(report["steps_to_target"])),

@@ -32,6 +32,7 @@ from lab.results_page.common import (
     opening,
     points_text,
     shown,
+    study_experiment,
     study_json,
     study_runs,
 )
@@ -48,7 +49,6 @@ from lbtrain.results import (
     ANSWER_FIGURES,
     ANSWER_FILE,
     ANSWER_REPORT,
-    EXPERIMENT_FILE,
     METRICS_FILE,
     PROTOCOL_FILE,
     REPORT_JSON,
@@ -345,12 +345,10 @@ def warmup_study_text(results: Path) -> str:
 def not_run_controls(results: Path, answer: dict[str, Any], study: str = STUDY) -> str:
     """The convergence controls ``study``'s experiment asks for (``protocol.train_longer``) that
     have no row in its answer: an arm with no ok run has no budget of its own to multiply."""
-    path = results / study / EXPERIMENT_FILE
-    if not path.is_file():
+    experiment = study_experiment(results, study)
+    if not experiment:
         return ""
-    import yaml
-
-    asked = (yaml.safe_load(path.read_text()).get("protocol") or {}).get("train_longer") or []
+    asked = (experiment.get("protocol") or {}).get("train_longer") or []
     ran = {row["world_size"] for row in answer["controls"]}
     missing = [entry for entry in asked if entry["world_size"] not in ran]
     runs = study_runs(results, study)
@@ -393,12 +391,7 @@ def _tuned_lrs(results: Path, study: str, recipe: str) -> dict[int, float]:
 def _scaled_best(results: Path, study: str, recipe: str, best: float, batch: int) -> float | None:
     """A search's best base LR as the runs train it at ``batch``: scaled by the recipe's rule from
     ``lr.base_batch`` (``experiment.yaml``; None without it)."""
-    path = results / study / EXPERIMENT_FILE
-    if not path.is_file():
-        return None
-    import yaml
-
-    experiment = yaml.safe_load(path.read_text()) or {}
+    experiment = study_experiment(results, study)
     lr = experiment.get("lr") or {}
     if lr.get("base_batch") is None:
         return None
