@@ -567,13 +567,17 @@ DESCRIPTION_V4 = ("lbtrain advise and lbtrain scale's predictions against the fo
                   "(issue 56, item 6)")
 # (study, its folder, the folder of the critical-batch study measured on the same workload, the advisor's probe of that
 # workload), relative to the checkout's root. goyal_v4 and critical_batch_v4 share a workload (MLP 256-256, full
-# Fashion-MNIST, momentum SGD with half an epoch of warmup and cosine decay); keskar_v4 and adam_vit_v4 have no
-# critical-batch study.
+# Fashion-MNIST, momentum SGD with half an epoch of warmup and cosine decay), adam_vit_v4 and critical_batch_vit_v4
+# another (a small ViT on full Fashion-MNIST, Adam with a quarter epoch of warmup and cosine decay); keskar_v4 has no
+# critical-batch study. Each probe is `lbtrain advise experiments/<study>.yaml --output <its folder>` (one epoch at
+# the base batch; scripts/run_studies_v4.sh).
 FOURTH_EDITION = (
     ("goyal_v4", "results/goyal_v4", "results/critical_batch_v4", "results/advisor_validation_v4/goyal_v4/advice.json"),
     ("critical_batch_v4", "results/critical_batch_v4", "results/critical_batch_v4", "results/advisor_validation_v4/goyal_v4/advice.json"),
     ("keskar_v4", "results/keskar_v4", None, None),
-    ("adam_vit_v4", "results/adam_vit_v4", None, None),
+    ("adam_vit_v4", "results/adam_vit_v4", "results/critical_batch_vit_v4", "results/advisor_validation_v4/adam_vit_v4/advice.json"),
+    ("critical_batch_vit_v4", "results/critical_batch_vit_v4", "results/critical_batch_vit_v4",
+     "results/advisor_validation_v4/adam_vit_v4/advice.json"),
 )
 # The LR exponent of each rule in the global batch (lbtrain.scaling: lr = base_lr (B / base_batch) ** alpha).
 RULE_EXPONENTS = {"linear": 1.0, "sqrt": 0.5, "none": 0.0}

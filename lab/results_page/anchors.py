@@ -14,7 +14,7 @@ from lab.results_page.adam_vit_v4 import anchor_lamb, anchor_malladi_v4
 from lab.results_page.asynchrony import anchor_async_lr, anchor_staleness, anchor_staleness_damping
 from lab.results_page.common import DOES_NOT_HOLD, HOLDS, UNDECIDED, figure_lines, study_json, study_runs
 from lab.results_page.critical_batch import EARLIER_STEPS_STUDIES, anchor_mccandlish, anchor_shallue
-from lab.results_page.critical_batch_v4 import STUDY as CRITICAL_BATCH_V4
+from lab.results_page.critical_batch_v4 import STEPS_STUDIES_V4
 from lab.results_page.goyal import (
     GOYAL_2017_BASE_ERROR,
     GOYAL_2017_ERROR_AT_32X,
@@ -161,17 +161,20 @@ YOU_LAMB = "LAMB holds accuracy at large batches"
 MALLADI = "Adam's LR should grow as the square root of the batch"
 KESKAR = "large batches reach sharper minima and test worse"
 
-# The steps-to-target studies each edition judges Shallue et al. and McCandlish et al. on (the first
-# committed of them): the fourth edition's critical_batch_v4, the third's critical_batch_v3, and
-# the second and first editions' steps_to_target, else critical_batch.
-STEPS_STUDIES = {4: (CRITICAL_BATCH_V4,), 3: (CRITICAL_BATCH_STUDY,), 2: EARLIER_STEPS_STUDIES}
+# The steps-to-target studies each edition judges Shallue et al. and McCandlish et al. on: the fourth
+# edition each of its studies on rows of its own (critical_batch_v4 and critical_batch_vit_v4, one
+# workload each: ``critical_batch_v4.STEPS_STUDIES_V4``); the third critical_batch_v3; the second and
+# first the first committed of steps_to_target and critical_batch.
+STEPS_STUDIES = {4: tuple(study.name for study in STEPS_STUDIES_V4), 3: (CRITICAL_BATCH_STUDY,), 2: EARLIER_STEPS_STUDIES}
 
 
 def steps_anchors(edition: int) -> list[Anchor]:
     """Shallue et al.'s and McCandlish et al.'s anchors of ``edition``, judged on its
-    ``STEPS_STUDIES`` by ``critical_batch``'s judges."""
-    studies = STEPS_STUDIES[edition]
+    ``STEPS_STUDIES`` by ``critical_batch``'s judges: a pair of rows per study in the fourth
+    edition, one pair on the first committed study before."""
+    groups = [(study,) for study in STEPS_STUDIES[edition]] if edition == 4 else [STEPS_STUDIES[edition]]
     return [Anchor(paper, claim, functools.partial(judge, studies=studies), _first(*studies), edition, AGREES)
+            for studies in groups
             for paper, claim, judge in (("Shallue et al. 2018", SHALLUE, anchor_shallue),
                                         ("McCandlish et al. 2018", MCCANDLISH, anchor_mccandlish))]
 

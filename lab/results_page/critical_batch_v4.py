@@ -1,11 +1,12 @@
-"""critical_batch_v4, the fourth edition's study 2 (steps to a target against the batch on goyal_v4's
-workload), on the results page: its section. Shallue et al. 2018 and McCandlish et al. 2018 are
-judged on it by ``critical_batch``'s anchors (``anchors.STEPS_STUDIES`` names it for the fourth
-edition).
+"""The fourth edition's steps-to-target studies on the results page (``STEPS_STUDIES_V4``): critical_batch_v4
+on goyal_v4's workload (an MLP with momentum SGD, LR candidates around the linear rule) and
+critical_batch_vit_v4 on adam_vit_v4's (a small ViT with Adam, around the square-root rule), a
+section each. Shallue et al. 2018 and McCandlish et al. 2018 are judged on each, a row per study
+(``anchors.steps_anchors_v4``).
 
-The study is a plain ``lbtrain run`` of a grid (every batch x LR candidate x seed) and ``lbtrain
+Each study is a plain ``lbtrain run`` of a grid (every batch x LR candidate x seed) and ``lbtrain
 report`` (``report.json``), so the page reads those and ``experiment.yaml``: the design sentence
-(batches, the LR candidates as multiples of the linear rule, the seeds, the schedule, how often each
+(batches, the LR candidates as multiples of the study's rule, the seeds, the schedule, how often each
 batch validates, where the runs stop: ``training.stop_at``), a table of every candidate's steps to
 the target at every batch (the one standing for the batch in the fit in bold), the fit and the
 noise scale as critical_batch_v3's section writes them, and the predictions
@@ -16,21 +17,44 @@ from __future__ import annotations
 
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from lab.advisor_validation import ADVISOR_VALIDATION_REPORT, OWN_B_SIMPLE
+from lab.advisor_validation import ADVISOR_VALIDATION_REPORT, OWN_B_SIMPLE, RULE_EXPONENTS
 from lab.advisor_validation import OUTPUT_V4 as ADVISOR_VALIDATION_V4
 from lab.results_page.common import figure_lines, listed, opening, shown, study_experiment, study_json
 from lab.results_page.critical_batch import best_rows, fit_text, noise_table, predicted_text, shallue_region
+from lab.results_page.adam_vit_v4 import STUDY as ADAM_VIT_V4
 from lab.results_page.goyal_v4 import STUDY as GOYAL_V4
 from lbtrain.reports.scaling_laws import CriticalBatchFit
 from lbtrain.reports.statistics import Estimate
 from lbtrain.reports.tables import markdown_table
 from lbtrain.results import ADVISOR_VALIDATION_FILE, FIGURE_STEPS_TO_TARGET, REPORT_JSON
 
-STUDY = "critical_batch_v4"
-TITLE = "the critical batch and the noise scale (fourth edition, study 2)"
-COMMAND = "lbtrain run experiments/critical_batch_v4.yaml && lbtrain report results/critical_batch_v4 --target 0.87"
+
+
+class StepsStudy(NamedTuple):
+    """A fourth-edition steps-to-target study: its folder, the section's title, the commands that
+    made it, the study whose workload (model, data, optimizer and schedule family) it measures, and
+    the rule (a key of ``RULE_EXPONENTS``) its LR candidates are multiples of at every batch."""
+
+    name: str
+    title: str
+    command: str
+    workload_of: str
+    rule: str
+
+
+MLP_MOMENTUM = StepsStudy("critical_batch_v4", "the critical batch and the noise scale (fourth edition, study 2)",
+                          "lbtrain run experiments/critical_batch_v4.yaml && lbtrain report results/critical_batch_v4 --target 0.87",
+                          GOYAL_V4, "linear")
+VIT_ADAM = StepsStudy("critical_batch_vit_v4", "the critical batch on the second workload, a ViT with Adam (fourth edition)",
+                      "lbtrain run experiments/critical_batch_vit_v4.yaml && lbtrain report results/critical_batch_vit_v4 --target 0.85",
+                      ADAM_VIT_V4, "sqrt")
+STEPS_STUDIES_V4 = (MLP_MOMENTUM, VIT_ADAM)
+STUDY = MLP_MOMENTUM.name
+# How the page names each rule the candidates are multiples of, and how that rule grows the LR.
+RULE_WORDS = {"linear": ("linear", "grown with the batch"), "sqrt": ("square-root", "grown with the square root of the batch"),
+              "none": ("constant", "the same at every batch")}
 
 
 def _batches(batches: list[int]) -> str:
@@ -39,7 +63,7 @@ def _batches(batches: list[int]) -> str:
 
 
 def _multiple(value: float) -> str:
-    """A multiple of the linear rule's LR as a fraction: ``1/4``, ``2``.
+    """A multiple of a rule's LR as a fraction: ``1/4``, ``2``.
 
     >>> _multiple(0.25), _multiple(2.0), _multiple(0.03125)
     ('1/4', '2', '1/32')
@@ -48,17 +72,25 @@ def _multiple(value: float) -> str:
     return str(fraction.numerator) if fraction.denominator == 1 else f"{fraction.numerator}/{fraction.denominator}"
 
 
-def lr_multiples(report: dict[str, Any], experiment: dict[str, Any]) -> dict[str, float]:
-    """Per recipe, its LR as a multiple of the linear rule's at its batch (``lr.base_lr`` at
-    ``lr.base_batch``, grown with the batch), read from the report's accuracy rows; a recipe whose
-    multiple differs between batches is left out (its header names it alone)."""
+def lr_multiples(report: dict[str, Any], experiment: dict[str, Any], rule: str = "linear") -> dict[str, float]:
+    """Per recipe, its LR as a multiple of ``rule``'s at its batch (``lr.base_lr`` at
+    ``lr.base_batch``, times ``(B / base_batch) ** RULE_EXPONENTS[rule]``), read from the report's
+    accuracy rows to 4 significant digits (an experiment writes 0.00141421 for 0.001 sqrt 2); a
+    recipe whose multiple differs between batches is left out (its header names it alone).
+
+    >>> rows = [{"recipe": "half", "global_batch": 32, "learning_rate": 0.002}, {"recipe": "half", "global_batch": 64, "learning_rate": 0.00282843}]
+    >>> lr_multiples({"accuracy": rows}, {"lr": {"base_lr": 0.004, "base_batch": 32}}, "sqrt")
+    {'half': 0.5}
+    >>> lr_multiples({"accuracy": rows}, {"lr": {"base_lr": 0.004, "base_batch": 32}}, "linear")
+    {}
+    """
     lr = experiment.get("lr") or {}
     if not lr.get("base_lr") or not lr.get("base_batch"):
         return {}
     found: dict[str, set[float]] = {}
     for row in report["accuracy"]:
-        linear = float(lr["base_lr"]) * row["global_batch"] / float(lr["base_batch"])
-        found.setdefault(row["recipe"], set()).add(round(row["learning_rate"] / linear, 9))
+        ruled = float(lr["base_lr"]) * (row["global_batch"] / float(lr["base_batch"])) ** RULE_EXPONENTS[rule]
+        found.setdefault(row["recipe"], set()).add(float(f"{row['learning_rate'] / ruled:.4g}"))
     return {recipe: values.pop() for recipe, values in found.items() if len(values) == 1}
 
 
@@ -79,10 +111,10 @@ def _validation_text(experiment: dict[str, Any]) -> str:
     return f"every {most} steps at batch {_batches(list(every[most]))} to every {fewest} at batch {_batches(list(every[fewest]))}"
 
 
-def _lr_grid(report: dict[str, Any], multiples: dict[str, float], rule: str) -> str:
-    """``LR candidates 1/4, 1/2, 1 and 2 times the linear rule's (<rule>) at every batch, and past an
+def _lr_grid(report: dict[str, Any], multiples: dict[str, float], rule: str, base: str) -> str:
+    """``LR candidates 1/4, 1/2, 1 and 2 times the linear rule's (<base>) at every batch, and past an
     edge ...: 1/8 at 512, 1,024 and 2,048; 1/32 and 1/16 at 2,048``: the candidates every batch ran,
-    and those added at some batches (grouped by where)."""
+    and those added at some batches (grouped by where); ``rule`` names the rule (``RULE_WORDS``)."""
     rows = report["steps_to_target"]
     batches = {row["global_batch"] for row in rows}
     at: dict[str, set[int]] = {}
@@ -100,26 +132,27 @@ def _lr_grid(report: dict[str, Any], multiples: dict[str, float], rule: str) -> 
             added.setdefault(tuple(sorted(at[recipe])), []).append(recipe)
     places = "; ".join(f"{named(recipes)} at {_batches(list(where))}" for where, recipes in
                        sorted(added.items(), key=lambda item: (-len(item[0]), item[0])))
+    word = RULE_WORDS[rule][0]
     if not everywhere:  # no candidate ran at every batch: each where it ran
-        return f"LR candidates as multiples of the linear rule's ({rule}): {places}"
-    text = f"LR candidates {named(everywhere)} times the linear rule's ({rule}) at every batch"
+        return f"LR candidates as multiples of the {word} rule's ({base}): {places}"
+    text = f"LR candidates {named(everywhere)} times the {word} rule's ({base}) at every batch"
     return text + (f", and more at some batches (extensions of the grid; its experiment.yaml says why each was added): {places}" if added else "")
 
 
-def design_text(results: Path, report: dict[str, Any]) -> str:
+def design_text(results: Path, report: dict[str, Any], study: StepsStudy = MLP_MOMENTUM) -> str:
     """The design in one sentence, from ``experiment.yaml`` and ``report.json``: the model and data
-    (``goyal_v4's workload`` when they are goyal_v4's), the batches, the LR candidates as multiples
-    of the linear rule (``_lr_grid``), the seeds, the optimizer and schedule (``as goyal_v4`` when
-    its warmup and decay are goyal_v4's), how often each batch validates and where the runs stop
-    (``training.stop_at``, ``_stop_text``) within their budget."""
-    experiment, goyal = study_experiment(results, STUDY), study_experiment(results, GOYAL_V4)
+    (``goyal_v4's workload`` when they are those of ``study.workload_of``), the batches, the LR
+    candidates as multiples of the study's rule (``_lr_grid``), the seeds, the optimizer and schedule
+    (``as goyal_v4`` when its warmup and decay are that study's), how often each batch validates and
+    where the runs stop (``training.stop_at``, ``_stop_text``) within their budget."""
+    experiment, goyal = study_experiment(results, study.name), study_experiment(results, study.workload_of)
     rows = report["steps_to_target"]
     batches = sorted({row["global_batch"] for row in rows})
     lr, optimizer = experiment.get("lr") or {}, experiment.get("optimizer") or {}
     model, data = experiment.get("model") or {}, experiment.get("data") or {}
     workload = f"{model.get('name', '?')} on {data.get('dataset', '?')}" + (
-        f" ({GOYAL_V4}'s workload)" if goyal and (model, data) == (goyal.get("model"), goyal.get("data")) else "")
-    rule = f"LR {lr.get('base_lr', '?')} at batch {lr.get('base_batch', '?')}, grown with the batch"
+        f" ({study.workload_of}'s workload)" if goyal and (model, data) == (goyal.get("model"), goyal.get("data")) else "")
+    base = f"LR {lr.get('base_lr', '?')} at batch {lr.get('base_batch', '?')}, {RULE_WORDS[study.rule][1]}"
     seeds = len((experiment.get("grid") or {}).get("seeds") or []) or max(row["runs"] for row in rows)
     params = ", ".join(f"{name} {value:g}" for name, value in (optimizer.get("params") or {}).items())
     warmup = float(lr.get("warmup_epochs") or 0)
@@ -127,9 +160,9 @@ def design_text(results: Path, report: dict[str, Any]) -> str:
         lr.get("warmup_epochs"), lr.get("decay"))
     schedule = (f"optimizer `{optimizer.get('name', '?')}`" + (f" ({params})" if params else "") +
                 f" with {warmup:g} epoch{'' if warmup == 1 else 's'} of warmup and {(lr.get('decay') or {}).get('type', 'no')} decay"
-                + (f", as {GOYAL_V4}" if same else ""))
+                + (f", as {study.workload_of}" if same else ""))
     return (f"Design: {workload}; {len(batches)} batches, {batches[0]:,} to {batches[-1]:,}; "
-            f"{_lr_grid(report, lr_multiples(report, experiment), rule)}; {seeds} seeds each; {schedule}; validation "
+            f"{_lr_grid(report, lr_multiples(report, experiment, study.rule), study.rule, base)}; {seeds} seeds each; {schedule}; validation "
             f"{_validation_text(experiment)}, so steps to the target are read between validation points; "
             f"{_stop_text(experiment, report)} (budget: {report['budget']}).")
 
@@ -191,14 +224,14 @@ def steps_table(report: dict[str, Any], multiples: dict[str, float]) -> str:
     return markdown_table(["global batch", *headers, "fit", "region"], table)
 
 
-def advisor_lines(results: Path, fit: CriticalBatchFit) -> list[str]:
-    """The predictions of this study's B_crit that ``lab.advisor_validation`` set against it
+def advisor_lines(results: Path, fit: CriticalBatchFit, study: str = STUDY) -> list[str]:
+    """The predictions of ``study``'s B_crit that ``lab.advisor_validation`` set against it
     (``results/advisor_validation_v4/validation.json``): each with its spread, the ratio predicted /
     measured and its decision; a note when that record was made from another B_crit than this
     report's; nothing when it is not committed."""
     folder = ADVISOR_VALIDATION_V4.name
     record = study_json(results, folder, ADVISOR_VALIDATION_FILE)
-    entry = next((study for study in (record or {}).get("studies", []) if study["study"] == STUDY), None)
+    entry = next((item for item in (record or {}).get("studies", []) if item["study"] == study), None)
     b_crit = (entry or {}).get("b_crit") or {}
     if not b_crit.get("predicted"):
         return []
@@ -218,25 +251,25 @@ def advisor_lines(results: Path, fit: CriticalBatchFit) -> list[str]:
             "otherwise):", "", *[f"- {line}" for line in predictions], ""]
 
 
-def section_critical_batch_v4(results: Path) -> list[str]:
-    """critical_batch_v4's section, absent until its ``report.json`` is committed: the design
-    (``design_text``), every candidate's steps to the target (``steps_table``), the fit, the noise
-    scale's prediction and B_simple over training (``critical_batch``), the advisor's predictions
-    (``advisor_lines``) and the steps figure."""
-    lines, report = opening(results, STUDY, TITLE, REPORT_JSON, COMMAND)
+def section_critical_batch_v4(results: Path, study: StepsStudy = MLP_MOMENTUM) -> list[str]:
+    """``study``'s section (critical_batch_v4's by default), absent until its ``report.json`` is
+    committed: the design (``design_text``), every candidate's steps to the target (``steps_table``),
+    the fit, the noise scale's prediction and B_simple over training (``critical_batch``), the
+    advisor's predictions (``advisor_lines``) and the steps figure."""
+    lines, report = opening(results, study.name, study.title, REPORT_JSON, study.command)
     if report is None:
         return []
     fit = report["critical_batch"]
     text = fit_text(fit) + ("" if fit.get("noise_scale_ratio") is None else " " + predicted_text(fit))
     measured = CriticalBatchFit.from_dict(fit)
-    return lines + [design_text(results, report), "",
+    return lines + [design_text(results, report, study), "",
                     f"Steps to {report['metric']} {report['target']} per batch and LR candidate: the mean over the seeds that reached "
                     "it, with its interval over them (n: those seeds); in bold at each batch the candidate standing for it in the fit, "
                     "the fewest mean steps among those whose every seed reached the target (chosen on validation, never on test). "
-                    f"[report]({STUDY}/report.md)", "",
-                    steps_table(report, lr_multiples(report, study_experiment(results, STUDY))), "",
+                    f"[report]({study.name}/report.md)", "",
+                    steps_table(report, lr_multiples(report, study_experiment(results, study.name), study.rule)), "",
                     text, "",
-                    *([] if not measured.fitted else advisor_lines(results, measured)),
-                    *noise_table(results, STUDY, report, best_rows(report["steps_to_target"])),
-                    *figure_lines(results, STUDY, FIGURE_STEPS_TO_TARGET, "steps to the target against the global batch, every LR "
+                    *([] if not measured.fitted else advisor_lines(results, measured, study.name)),
+                    *noise_table(results, study.name, report, best_rows(report["steps_to_target"])),
+                    *figure_lines(results, study.name, FIGURE_STEPS_TO_TARGET, "steps to the target against the global batch, every LR "
                                   "candidate")]

@@ -14,7 +14,7 @@ from lab.results_page.anchors import regime_line, section_anchors
 from lab.results_page.asynchrony import section_staleness, section_sync_vs_async, staleness_figure
 from lab.results_page.common import REGIME_SLOT
 from lab.results_page.critical_batch import section_critical_batch, section_steps_to_target
-from lab.results_page.critical_batch_v4 import section_critical_batch_v4
+from lab.results_page.critical_batch_v4 import VIT_ADAM, section_critical_batch_v4
 from lab.results_page.goyal import goyal_figure, section_accuracy_study, section_goyal_bn, section_warmup_ablation
 from lab.results_page.goyal_v3 import COMMAND as THIRD_EDITION_COMMAND
 from lab.results_page.goyal_v3 import CRITICAL_BATCH_STUDY, section_goyal_v3, section_lead
@@ -51,6 +51,7 @@ SECTIONS: list[Callable[[Path], list[str]]] = [
     section_critical_batch_v4,
     when_finished(section_keskar_v4, KESKAR_V4),
     when_finished(section_adam_vit_v4, ADAM_VIT_V4, ANSWER_FILE),
+    functools.partial(section_critical_batch_v4, study=VIT_ADAM),
     section_goyal_v3,
     functools.partial(section_steps_to_target, study=CRITICAL_BATCH_STUDY, command=THIRD_EDITION_COMMAND,
                       title="the critical batch and the noise scale (third edition, study 2)"),

@@ -77,7 +77,7 @@ def _candidates(experiment):
     multiples, where = {}, {}
     for variant in experiment["grid"]["variants"]:
         batch = variant["training.world_size"] * per_worker
-        multiples[variant["label"]] = round(variant["lr.base_lr"] / (lr["base_lr"] * batch / lr["base_batch"]), 9)
+        multiples[variant["label"]] = float(f'{variant["lr.base_lr"] / (lr["base_lr"] * batch / lr["base_batch"]):.4g}')
         where.setdefault(variant["label"], set()).add(batch)
     return multiples, where
 
@@ -183,19 +183,24 @@ def test_an_advisor_record_of_another_b_crit_is_not_shown_as_this_ones(tmp_path,
     assert advisor_lines(tmp_path / "none", CriticalBatchFit.from_dict(report["critical_batch"])) == []
 
 
-def test_the_fourth_edition_judges_shallue_and_mccandlish_on_critical_batch_v4_and_supersedes_v3():
-    assert STEPS_STUDIES == {4: ("critical_batch_v4",), 3: ("critical_batch_v3",), 2: ("steps_to_target", "critical_batch")}
-    rows = {(anchor.paper, anchor.edition): anchor for anchor in ANCHORS if anchor.paper in PAPERS}
-    assert set(rows) == {(paper, edition) for paper in PAPERS for edition in (4, 3, 2)}
+def test_the_fourth_edition_judges_shallue_and_mccandlish_on_each_workloads_study_and_supersedes_v3():
+    assert STEPS_STUDIES == {4: ("critical_batch_v4", "critical_batch_vit_v4"), 3: ("critical_batch_v3",),
+                             2: ("steps_to_target", "critical_batch")}
+    rows = {(anchor.paper, anchor.edition, anchor.judge.keywords["studies"]): anchor for anchor in ANCHORS if anchor.paper in PAPERS}
+    assert set(rows) == {(paper, edition, studies) for paper in PAPERS for edition, studies in
+                         ((4, ("critical_batch_v4",)), (4, ("critical_batch_vit_v4",)), (3, ("critical_batch_v3",)),
+                          (2, ("steps_to_target", "critical_batch")))}
+    committed = [study for study in STEPS_STUDIES[4] if (RESULTS / study / "report.json").is_file()]
     for paper, judge in zip(PAPERS, (anchor_shallue, anchor_mccandlish)):
         verdict, evidence = judge(RESULTS, studies=("critical_batch_v4",))
-        row = anchor_row(RESULTS, rows[(paper, 4)])
+        row = anchor_row(RESULTS, rows[(paper, 4, ("critical_batch_v4",))])
         assert row[2] == "fourth" and row[4].startswith("critical_batch_v4: batch 2,048 = 3.79% of 53,984; 800 updates")
         assert row[5].startswith(f"**{verdict}**") and row[6] == evidence and evidence.startswith("critical_batch_v4: ")
-        assert superseded_by(RESULTS, rows[(paper, 3)]) == ["critical_batch_v4"]
-        assert anchor_row(RESULTS, rows[(paper, 3)])[5].endswith("(superseded by critical_batch_v4)")
-        assert superseded_by(RESULTS, rows[(paper, 2)]) == ["critical_batch_v3"]
-    shallue = rows[("Shallue et al. 2018", 4)]
+        third = rows[(paper, 3, ("critical_batch_v3",))]
+        assert superseded_by(RESULTS, third) == committed
+        assert anchor_row(RESULTS, third)[5].endswith(f"(superseded by {', '.join(committed)})")
+        assert superseded_by(RESULTS, rows[(paper, 2, ("steps_to_target", "critical_batch"))]) == ["critical_batch_v3"]
+    shallue = rows[("Shallue et al. 2018", 4, ("critical_batch_v4",))]
     verdict, _ = anchor_shallue(RESULTS, studies=("critical_batch_v4",))
     assert anchor_row(RESULTS, shallue)[5] == f"**{verdict}**: {claim_text(verdict, shallue.supports)}"
     assert regime_line(RESULTS, STUDY)[0].endswith("**in regime** for Shallue et al. 2018 and McCandlish et al. 2018.")

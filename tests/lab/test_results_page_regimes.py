@@ -73,5 +73,7 @@ def test_each_anchor_says_what_the_decision_says_of_its_claim():
     # (critical_batch_v3's B_crit interval [303, 584] since 0f0a9f3 leaves B_simple / B_crit inconclusive).
     mccandlish = next(anchor for anchor in ANCHORS if anchor.paper == "McCandlish et al. 2018" and anchor.edition == 3)
     verdict = mccandlish.judge(RESULTS)[0]
-    assert shown[("McCandlish et al. 2018", 3)] == f"**{verdict}**: {claim_text(verdict, AGREES)} (superseded by critical_batch_v4)"
+    later = [study for study in ("critical_batch_v4", "critical_batch_vit_v4") if (RESULTS / study / "report.json").is_file()]
+    assert later[0] == "critical_batch_v4"  # every fourth-edition steps study committed supersedes it
+    assert shown[("McCandlish et al. 2018", 3)] == f"**{verdict}**: {claim_text(verdict, AGREES)} (superseded by {', '.join(later)})"
     assert claim_text("matches", AGREES) == HOLDS and claim_text("inconclusive", AGREES) == "the claim is inconclusive"
