@@ -21,15 +21,14 @@ from typing import Any, NamedTuple
 
 from lab.advisor_validation import ADVISOR_VALIDATION_REPORT, OWN_B_SIMPLE, RULE_EXPONENTS
 from lab.advisor_validation import OUTPUT_V4 as ADVISOR_VALIDATION_V4
+from lab.results_page.adam_vit_v4 import STUDY as ADAM_VIT_V4
 from lab.results_page.common import figure_lines, listed, opening, shown, study_experiment, study_json
 from lab.results_page.critical_batch import best_rows, fit_text, noise_table, predicted_text, shallue_region
-from lab.results_page.adam_vit_v4 import STUDY as ADAM_VIT_V4
 from lab.results_page.goyal_v4 import STUDY as GOYAL_V4
 from lbtrain.reports.scaling_laws import CriticalBatchFit
 from lbtrain.reports.statistics import Estimate
 from lbtrain.reports.tables import markdown_table
 from lbtrain.results import ADVISOR_VALIDATION_FILE, FIGURE_STEPS_TO_TARGET, REPORT_JSON
-
 
 
 class StepsStudy(NamedTuple):
