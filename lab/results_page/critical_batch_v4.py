@@ -2,7 +2,7 @@
 on goyal_v4's workload (an MLP with momentum SGD, LR candidates around the linear rule) and
 critical_batch_vit_v4 on adam_vit_v4's (a small ViT with Adam, around the square-root rule), a
 section each. Shallue et al. 2018 and McCandlish et al. 2018 are judged on each, a row per study
-(``anchors.steps_anchors_v4``).
+(``anchors.steps_anchors(4)``).
 
 Each study is a plain ``lbtrain run`` of a grid (every batch x LR candidate x seed) and ``lbtrain
 report`` (``report.json``), so the page reads those and ``experiment.yaml``: the design sentence
@@ -144,18 +144,18 @@ def design_text(results: Path, report: dict[str, Any], study: StepsStudy = MLP_M
     candidates as multiples of the study's rule (``_lr_grid``), the seeds, the optimizer and schedule
     (``as goyal_v4`` when its warmup and decay are that study's), how often each batch validates and
     where the runs stop (``training.stop_at``, ``_stop_text``) within their budget."""
-    experiment, goyal = study_experiment(results, study.name), study_experiment(results, study.workload_of)
+    experiment, companion = study_experiment(results, study.name), study_experiment(results, study.workload_of)
     rows = report["steps_to_target"]
     batches = sorted({row["global_batch"] for row in rows})
     lr, optimizer = experiment.get("lr") or {}, experiment.get("optimizer") or {}
     model, data = experiment.get("model") or {}, experiment.get("data") or {}
     workload = f"{model.get('name', '?')} on {data.get('dataset', '?')}" + (
-        f" ({study.workload_of}'s workload)" if goyal and (model, data) == (goyal.get("model"), goyal.get("data")) else "")
+        f" ({study.workload_of}'s workload)" if companion and (model, data) == (companion.get("model"), companion.get("data")) else "")
     base = f"LR {lr.get('base_lr', '?')} at batch {lr.get('base_batch', '?')}, {RULE_WORDS[study.rule][1]}"
     seeds = len((experiment.get("grid") or {}).get("seeds") or []) or max(row["runs"] for row in rows)
     params = ", ".join(f"{name} {value:g}" for name, value in (optimizer.get("params") or {}).items())
     warmup = float(lr.get("warmup_epochs") or 0)
-    same = bool(goyal) and ((goyal.get("lr") or {}).get("warmup_epochs"), (goyal.get("lr") or {}).get("decay")) == (
+    same = bool(companion) and ((companion.get("lr") or {}).get("warmup_epochs"), (companion.get("lr") or {}).get("decay")) == (
         lr.get("warmup_epochs"), lr.get("decay"))
     schedule = (f"optimizer `{optimizer.get('name', '?')}`" + (f" ({params})" if params else "") +
                 f" with {warmup:g} epoch{'' if warmup == 1 else 's'} of warmup and {(lr.get('decay') or {}).get('type', 'no')} decay"

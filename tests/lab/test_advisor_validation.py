@@ -162,6 +162,35 @@ def test_goyal_v4_measured_the_lr_exponent_that_neither_prediction_matches():
         assert (item["status"] == "not run yet") == (not committed)
 
 
+def test_the_second_workload_sets_its_probe_against_the_vit_critical_batch_study():
+    """adam_vit_v4 and critical_batch_vit_v4 share a workload (the ViT with Adam): both read the
+    advisor's committed probe of it and B_crit as critical_batch_vit_v4's report.json fits it
+    ("not run yet" before), each prediction's ratio its value over that B_crit."""
+    from lab.advisor_validation import fourth_edition
+
+    data = fourth_edition(Path(REPO_ROOT))
+    advice = json.loads((Path(REPO_ROOT) / "results/advisor_validation_v4/adam_vit_v4/advice.json").read_text())
+    assert advice["probe"]["model"] == "vit" and advice["probe"]["global_batch"] == 32
+    report_path = Path(REPO_ROOT) / "results/critical_batch_vit_v4/report.json"
+    for name in ("adam_vit_v4", "critical_batch_vit_v4"):
+        item = next(study for study in data["studies"] if study["study"] == name)
+        if name == "critical_batch_vit_v4" and not report_path.is_file():
+            assert item["status"] == "not run yet"
+            continue
+        b_crit = item["b_crit"]
+        by = {prediction["by"]: prediction for prediction in b_crit["predicted"]}
+        probe = by["lbtrain advise: probe B_simple"]
+        assert (probe["value"], probe["low"], probe["high"]) == (advice["noise_scale"]["mean"], advice["noise_scale"]["low"],
+                                                                 advice["noise_scale"]["high"])
+        if not report_path.is_file():
+            assert b_crit["measured"] == {"status": "not run yet", "study": "results/critical_batch_vit_v4"}
+            assert probe["ratio"] is None
+            continue
+        fit = json.loads(report_path.read_text())["critical_batch"]
+        assert b_crit["measured"]["b_crit"] == fit["b_crit"] and b_crit["measured"]["batches"] == fit["batches"]
+        assert probe["ratio"]["ratio"] == pytest.approx(probe["value"] / fit["b_crit"])
+
+
 def test_a_synthetic_fourth_edition_judges_each_prediction_by_its_interval(tmp_path):
     """goyal_v4's answer with a synthetic critical_batch_v4 (B_crit 400 [300, 450], B_simple at
     the target 360, 230 to 500 over the batches), a synthetic probe (B_simple 120 [100, 140],
