@@ -687,9 +687,14 @@ def _predicted_b_crit(answer: dict[str, Any] | None, report: dict[str, Any] | No
                             "its range over training, a spread of measurements with no confidence level"})
     noise = (report or {}).get("noise_scale")
     if noise and noise.get("median") is not None:
-        low, high = noise.get("range") or (None, None)
+        # As the report's B_simple / B_crit (lbtrain.reports.scaling_laws.CriticalBatchFit.noise_scale_ratio_interval):
+        # the hull of its range over the batch sizes and over the second half of each run's way to the target.
+        ranges = [bounds for bounds in (noise.get("range"), noise.get("training_range")) if bounds]
+        low, high = (min(bounds[0] for bounds in ranges), max(bounds[1] for bounds in ranges)) if ranges else (None, None)
+        over = "over them" + (" and over the second half of each run's way to the target" if noise.get("training_range") else "")
         predictions.append({"by": OWN_B_SIMPLE, "value": noise["median"], "low": low, "high": high,
-                            "spread": f"the median over {noise.get('batches')} batch sizes; the range over them"})
+                            "spread": f"the median over {noise.get('batches')} batch sizes; its range {over}, as the study's "
+                                      "report sets it against B_crit"})
     return predictions
 
 
@@ -837,7 +842,7 @@ def _b_crit_lines(item: dict[str, Any]) -> list[str]:
         if ratio is not None:
             interval = "" if ratio["low"] is None else f" [{_value(ratio['low'])}, {_value(ratio['high']) if ratio['high'] is not None else 'unbounded'}]"
             line += (f"; predicted / measured = {ratio['ratio']:.2f}{interval}: **{ratio['decision'] or 'no decision (no interval)'}**"
-                     f" (within {WITHIN:g}x)")
+                     f" (tolerance: within {WITHIN:g}x)")
         lines.append(line + ".")
     if not b_crit["predicted"]:
         lines.append("  - No prediction of B_crit recorded on this workload (no advisor probe, no B_simple in the study).")

@@ -161,20 +161,19 @@ YOU_LAMB = "LAMB holds accuracy at large batches"
 MALLADI = "Adam's LR should grow as the square root of the batch"
 KESKAR = "large batches reach sharper minima and test worse"
 
-# The steps-to-target studies each edition judges Shallue et al. and McCandlish et al. on: the fourth
-# edition each of its studies on rows of its own (critical_batch_v4 and critical_batch_vit_v4, one
-# workload each: ``critical_batch_v4.STEPS_STUDIES_V4``); the third critical_batch_v3; the second and
-# first the first committed of steps_to_target and critical_batch.
-STEPS_STUDIES = {4: tuple(study.name for study in STEPS_STUDIES_V4), 3: (CRITICAL_BATCH_STUDY,), 2: EARLIER_STEPS_STUDIES}
+# The steps-to-target studies each edition judges Shallue et al. and McCandlish et al. on, a pair of
+# rows per group, each judged on the first committed study of its group: the fourth edition's
+# critical_batch_v4 and critical_batch_vit_v4 on rows of their own (one workload each:
+# ``critical_batch_v4.STEPS_STUDIES_V4``); the third's critical_batch_v3; the second and first
+# editions' steps_to_target, else critical_batch.
+STEPS_STUDIES = {4: tuple((study.name,) for study in STEPS_STUDIES_V4), 3: ((CRITICAL_BATCH_STUDY,),), 2: (EARLIER_STEPS_STUDIES,)}
 
 
 def steps_anchors(edition: int) -> list[Anchor]:
-    """Shallue et al.'s and McCandlish et al.'s anchors of ``edition``, judged on its
-    ``STEPS_STUDIES`` by ``critical_batch``'s judges: a pair of rows per study in the fourth
-    edition, one pair on the first committed study before."""
-    groups = [(study,) for study in STEPS_STUDIES[edition]] if edition == 4 else [STEPS_STUDIES[edition]]
+    """Shallue et al.'s and McCandlish et al.'s anchors of ``edition``, a pair per group of its
+    ``STEPS_STUDIES``, judged by ``critical_batch``'s judges."""
     return [Anchor(paper, claim, functools.partial(judge, studies=studies), _first(*studies), edition, AGREES)
-            for studies in groups
+            for studies in STEPS_STUDIES[edition]
             for paper, claim, judge in (("Shallue et al. 2018", SHALLUE, anchor_shallue),
                                         ("McCandlish et al. 2018", MCCANDLISH, anchor_mccandlish))]
 

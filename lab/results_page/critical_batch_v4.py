@@ -34,7 +34,8 @@ from lbtrain.results import ADVISOR_VALIDATION_FILE, FIGURE_STEPS_TO_TARGET, REP
 class StepsStudy(NamedTuple):
     """A fourth-edition steps-to-target study: its folder, the section's title, the commands that
     made it, the study whose workload (model, data, optimizer and schedule family) it measures, and
-    the rule (a key of ``RULE_EXPONENTS``) its LR candidates are multiples of at every batch."""
+    the rule (a key of ``RULE_EXPONENTS``) its LR candidates are multiples of at every batch: the
+    workload study's ``lr.rule``, the rule its grids are centred on (a test keeps them equal)."""
 
     name: str
     title: str
@@ -71,17 +72,33 @@ def _multiple(value: float) -> str:
     return str(fraction.numerator) if fraction.denominator == 1 else f"{fraction.numerator}/{fraction.denominator}"
 
 
+def _snapped(ratio: float) -> float:
+    """``ratio`` as the nearest fraction with a denominator up to 1,024 when it lies within 1e-4
+    (relative) of it, as an experiment's LRs written to 6 digits do (0.000176777 for 0.004 sqrt 8 / 64);
+    else to 4 significant digits.
+
+    >>> _snapped(0.000176777 / (0.004 * 8 ** 0.5)), _snapped(0.25000012), _snapped(0.3)
+    (0.015625, 0.25, 0.3)
+    """
+    fraction = Fraction(ratio).limit_denominator(1024)
+    return float(fraction) if abs(float(fraction) - ratio) <= 1e-4 * abs(ratio) else float(f"{ratio:.4g}")
+
+
 def lr_multiples(report: dict[str, Any], experiment: dict[str, Any], rule: str = "linear") -> dict[str, float]:
     """Per recipe, its LR as a multiple of ``rule``'s at its batch (``lr.base_lr`` at
     ``lr.base_batch``, times ``(B / base_batch) ** RULE_EXPONENTS[rule]``), read from the report's
-    accuracy rows to 4 significant digits (an experiment writes 0.00141421 for 0.001 sqrt 2); a
-    recipe whose multiple differs between batches is left out (its header names it alone).
+    accuracy rows (``_snapped``: an experiment writes 0.00141421 for 0.001 sqrt 2); a recipe whose
+    multiple differs between batches is left out (its header names it alone).
 
     >>> rows = [{"recipe": "half", "global_batch": 32, "learning_rate": 0.002}, {"recipe": "half", "global_batch": 64, "learning_rate": 0.00282843}]
     >>> lr_multiples({"accuracy": rows}, {"lr": {"base_lr": 0.004, "base_batch": 32}}, "sqrt")
     {'half': 0.5}
     >>> lr_multiples({"accuracy": rows}, {"lr": {"base_lr": 0.004, "base_batch": 32}}, "linear")
     {}
+    >>> sixty_fourth = [{"recipe": "1/64", "global_batch": batch, "learning_rate": float(f"{0.004 * (batch / 32) ** 0.5 / 64:.6g}")}
+    ...                 for batch in (32, 64, 256, 2048)]
+    >>> lr_multiples({"accuracy": sixty_fourth}, {"lr": {"base_lr": 0.004, "base_batch": 32}}, "sqrt")
+    {'1/64': 0.015625}
     """
     lr = experiment.get("lr") or {}
     if not lr.get("base_lr") or not lr.get("base_batch"):
@@ -89,7 +106,7 @@ def lr_multiples(report: dict[str, Any], experiment: dict[str, Any], rule: str =
     found: dict[str, set[float]] = {}
     for row in report["accuracy"]:
         ruled = float(lr["base_lr"]) * (row["global_batch"] / float(lr["base_batch"])) ** RULE_EXPONENTS[rule]
-        found.setdefault(row["recipe"], set()).add(float(f"{row['learning_rate'] / ruled:.4g}"))
+        found.setdefault(row["recipe"], set()).add(_snapped(row["learning_rate"] / ruled))
     return {recipe: values.pop() for recipe, values in found.items() if len(values) == 1}
 
 
@@ -140,9 +157,9 @@ def _lr_grid(report: dict[str, Any], multiples: dict[str, float], rule: str, bas
 
 def design_text(results: Path, report: dict[str, Any], study: StepsStudy = MLP_MOMENTUM) -> str:
     """The design in one sentence, from ``experiment.yaml`` and ``report.json``: the model and data
-    (``goyal_v4's workload`` when they are those of ``study.workload_of``), the batches, the LR
+    (``<workload_of>'s workload`` when they are those of ``study.workload_of``), the batches, the LR
     candidates as multiples of the study's rule (``_lr_grid``), the seeds, the optimizer and schedule
-    (``as goyal_v4`` when its warmup and decay are that study's), how often each batch validates and
+    (``as <workload_of>`` when its warmup and decay are that study's), how often each batch validates and
     where the runs stop (``training.stop_at``, ``_stop_text``) within their budget."""
     experiment, companion = study_experiment(results, study.name), study_experiment(results, study.workload_of)
     rows = report["steps_to_target"]

@@ -164,31 +164,26 @@ def test_goyal_v4_measured_the_lr_exponent_that_neither_prediction_matches():
 
 def test_the_second_workload_sets_its_probe_against_the_vit_critical_batch_study():
     """adam_vit_v4 and critical_batch_vit_v4 share a workload (the ViT with Adam): both read the
-    advisor's committed probe of it and B_crit as critical_batch_vit_v4's report.json fits it
-    ("not run yet" before), each prediction's ratio its value over that B_crit."""
-    from lab.advisor_validation import fourth_edition
+    advisor's committed probe of it and B_crit as critical_batch_vit_v4's report.json fits it, each
+    prediction's ratio its value over that B_crit, over the hull of its spread and B_crit's interval."""
+    from lab.advisor_validation import fourth_edition, ratio_decision
 
     data = fourth_edition(Path(REPO_ROOT))
     advice = json.loads((Path(REPO_ROOT) / "results/advisor_validation_v4/adam_vit_v4/advice.json").read_text())
     assert advice["probe"]["model"] == "vit" and advice["probe"]["global_batch"] == 32
-    report_path = Path(REPO_ROOT) / "results/critical_batch_vit_v4/report.json"
+    fit = json.loads((Path(REPO_ROOT) / "results/critical_batch_vit_v4/report.json").read_text())["critical_batch"]
+    low, high = fit["b_crit_interval"]
     for name in ("adam_vit_v4", "critical_batch_vit_v4"):
-        item = next(study for study in data["studies"] if study["study"] == name)
-        if name == "critical_batch_vit_v4" and not report_path.is_file():
-            assert item["status"] == "not run yet"
-            continue
-        b_crit = item["b_crit"]
+        b_crit = next(study for study in data["studies"] if study["study"] == name)["b_crit"]
+        assert (b_crit["measured"]["b_crit"], b_crit["measured"]["low"], b_crit["measured"]["high"]) == (fit["b_crit"], low, high)
+        assert b_crit["measured"]["batches"] == fit["batches"] == 7
         by = {prediction["by"]: prediction for prediction in b_crit["predicted"]}
         probe = by["lbtrain advise: probe B_simple"]
         assert (probe["value"], probe["low"], probe["high"]) == (advice["noise_scale"]["mean"], advice["noise_scale"]["low"],
                                                                  advice["noise_scale"]["high"])
-        if not report_path.is_file():
-            assert b_crit["measured"] == {"status": "not run yet", "study": "results/critical_batch_vit_v4"}
-            assert probe["ratio"] is None
-            continue
-        fit = json.loads(report_path.read_text())["critical_batch"]
-        assert b_crit["measured"]["b_crit"] == fit["b_crit"] and b_crit["measured"]["batches"] == fit["batches"]
-        assert probe["ratio"]["ratio"] == pytest.approx(probe["value"] / fit["b_crit"])
+        interval = (probe["low"] / high, probe["high"] / low)
+        assert probe["ratio"] == pytest.approx({"ratio": probe["value"] / fit["b_crit"], "low": interval[0], "high": interval[1],
+                                                "decision": ratio_decision(interval)})
 
 
 def test_a_synthetic_fourth_edition_judges_each_prediction_by_its_interval(tmp_path):
@@ -246,10 +241,18 @@ def test_a_synthetic_fourth_edition_judges_each_prediction_by_its_interval(tmp_p
     assert adam == {"study": "adam_vit_v4", "folder": "results/adam_vit_v4", "status": "not run yet"}
     text = render_fourth_edition(data)
     assert "- B_crit measured by results/critical_batch_v4: 400 [300, 450] (profile likelihood estimate, profile interval" in text
-    assert "predicted / measured = 0.30 [0.22, 0.47]: **does not match** (within 2x)" in text
+    assert "predicted / measured = 0.30 [0.22, 0.47]: **does not match** (tolerance: within 2x)" in text
     assert "predicted / measured = 0.90 [0.51, 1.67]: **matches**" in text
     assert "- LR exponent: not fitted (not enough points (n = 3 batch sizes < 4); sweep_fit.json)." in text
     assert "## adam_vit_v4\n\nNot run yet (no answer.json or report.json in results/adam_vit_v4)." in text
+    # B_simple's range over training widens the study's own ratio, as the report's does: [150 / 450, 900 / 300] = [0.33, 3.0].
+    report = json.loads((study / "report.json").read_text())
+    report["noise_scale"]["training_range"] = [150.0, 900.0]
+    (study / "report.json").write_text(json.dumps(report))
+    critical = fourth_edition(tmp_path, studies)["studies"][1]
+    own = next(prediction for prediction in critical["b_crit"]["predicted"] if prediction["by"] == "the study's B_simple at the target")
+    assert (own["low"], own["high"]) == (150.0, 900.0) and "over the second half of each run's way to the target" in own["spread"]
+    assert own["ratio"] == pytest.approx({"ratio": 0.9, "low": 150 / 450, "high": 900 / 300, "decision": "inconclusive"})
 
 
 def test_a_recipe_names_the_rule_whose_exponent_it_predicts():

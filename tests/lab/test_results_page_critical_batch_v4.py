@@ -1,7 +1,9 @@
-"""critical_batch_v4 on the results page (``lab.results_page.critical_batch_v4``): its section, every
-number read back from the committed report.json (and advisor_validation_v4's validation.json), and
-its anchors (Shallue et al. 2018, McCandlish et al. 2018) as the fourth edition, superseding
-critical_batch_v3's; absent while the study is not committed."""
+"""The fourth edition's steps-to-target studies on the results page (``lab.results_page.critical_batch_v4``):
+critical_batch_v4 (the MLP with momentum SGD, candidates around the linear rule) and critical_batch_vit_v4
+(the ViT with Adam, around the square-root rule): each section, every number read back from the committed
+report.json (and advisor_validation_v4's validation.json), and their anchors (Shallue et al. 2018,
+McCandlish et al. 2018) as the fourth edition, a pair of rows per study, superseding critical_batch_v3's;
+absent while a study is not committed."""
 
 import json
 import shutil
@@ -18,6 +20,7 @@ from lab.results_page.anchors import ANCHORS, STEPS_STUDIES, anchor_row, claim_t
 from lab.results_page.common import listed
 from lab.results_page.critical_batch import anchor_mccandlish, anchor_shallue
 from lab.results_page.critical_batch_v4 import (
+    STEPS_STUDIES_V4,
     STUDY,
     VIT_ADAM,
     advisor_lines,
@@ -71,22 +74,29 @@ def test_the_section_states_the_design_from_the_data(report, section):
     assert lr_multiples(report, experiment) == multiples  # the report's LRs as the experiment's candidates
 
 
+# The multiple of the rule each label names (the experiments' headers), and how the page writes it.
+LABELS = {"thirty-second": (Fraction(1, 32), "1/32"), "sixteenth": (Fraction(1, 16), "1/16"), "eighth": (Fraction(1, 8), "1/8"),
+          "quarter": (Fraction(1, 4), "1/4"), "half": (Fraction(1, 2), "1/2"), "linear": (Fraction(1), "1"),
+          "sqrt": (Fraction(1), "1"), "double": (Fraction(2), "2"), "quadruple": (Fraction(4), "4")}
+
+
 def _candidates(experiment, exponent=1.0):
-    """Each candidate's LR as a multiple of the rule's (LR ~ B^exponent: 1 linear, 0.5 sqrt) at its
-    batch, and the batches it ran at, read from the experiment's variants (the report's LRs are
-    checked against these)."""
+    """Each candidate's multiple of the rule (LR ~ B^exponent: 1 linear, 0.5 sqrt), the one its label
+    names, checked against its LR at every batch it ran at (to the 6 digits the experiment writes);
+    and those batches."""
     lr, per_worker = experiment["lr"], experiment["training"]["per_worker_batch"]
     multiples, where = {}, {}
     for variant in experiment["grid"]["variants"]:
         batch = variant["training.world_size"] * per_worker
-        multiples[variant["label"]] = float(f'{variant["lr.base_lr"] / (lr["base_lr"] * (batch / lr["base_batch"]) ** exponent):.4g}')
+        multiple = LABELS[variant["label"]][0]
+        assert variant["lr.base_lr"] == pytest.approx(lr["base_lr"] * (batch / lr["base_batch"]) ** exponent * float(multiple), rel=1e-5)
+        multiples[variant["label"]] = float(multiple)
         where.setdefault(variant["label"], set()).add(batch)
     return multiples, where
 
 
 def _fraction(value):
-    fraction = Fraction(value).limit_denominator(1024)
-    return str(fraction.numerator) if fraction.denominator == 1 else f"{fraction.numerator}/{fraction.denominator}"
+    return next(text for multiple, text in LABELS.values() if multiple == value)
 
 
 def test_where_the_runs_stop_is_read_from_the_experiment(tmp_path, report):
@@ -186,13 +196,13 @@ def test_an_advisor_record_of_another_b_crit_is_not_shown_as_this_ones(tmp_path,
 
 
 def test_the_fourth_edition_judges_shallue_and_mccandlish_on_each_workloads_study_and_supersedes_v3():
-    assert STEPS_STUDIES == {4: ("critical_batch_v4", "critical_batch_vit_v4"), 3: ("critical_batch_v3",),
-                             2: ("steps_to_target", "critical_batch")}
+    assert STEPS_STUDIES == {4: (("critical_batch_v4",), ("critical_batch_vit_v4",)), 3: (("critical_batch_v3",),),
+                             2: (("steps_to_target", "critical_batch"),)}
     rows = {(anchor.paper, anchor.edition, anchor.judge.keywords["studies"]): anchor for anchor in ANCHORS if anchor.paper in PAPERS}
     assert set(rows) == {(paper, edition, studies) for paper in PAPERS for edition, studies in
                          ((4, ("critical_batch_v4",)), (4, ("critical_batch_vit_v4",)), (3, ("critical_batch_v3",)),
                           (2, ("steps_to_target", "critical_batch")))}
-    committed = [study for study in STEPS_STUDIES[4] if (RESULTS / study / "report.json").is_file()]
+    committed = [study for (study,) in STEPS_STUDIES[4] if (RESULTS / study / "report.json").is_file()]
     for paper, judge in zip(PAPERS, (anchor_shallue, anchor_mccandlish)):
         verdict, evidence = judge(RESULTS, studies=("critical_batch_v4",))
         row = anchor_row(RESULTS, rows[(paper, 4, ("critical_batch_v4",))])
@@ -262,10 +272,16 @@ def test_the_vit_section_follows_adam_vit_v4_and_both_workloads_are_judged_on_ro
         verdict, evidence = anchor.judge(RESULTS)
         row = anchor_row(RESULTS, anchor)
         assert row[4].startswith(f"{VIT_ADAM.name}: batch 2,048 = ") and evidence.startswith(f"{VIT_ADAM.name}: ")
-        assert row[5].split(":")[0].strip("*") in (verdict, "out of regime")
+        assert row[5].startswith(f"**{verdict}**: {claim_text(verdict, anchor.supports)}")  # in regime: the judge's own verdict
 
 
 def test_the_vit_section_is_absent_until_its_study_is_committed(tmp_path):
     assert section_critical_batch_v4(tmp_path, VIT_ADAM) == []
     (tmp_path / VIT_ADAM.name).mkdir()
     assert section_critical_batch_v4(tmp_path, VIT_ADAM) == []
+
+
+def test_each_studys_candidates_are_multiples_of_the_rule_its_workload_study_centres_its_grid_on():
+    for study in STEPS_STUDIES_V4:
+        workload = yaml.safe_load((RESULTS / study.workload_of / "experiment.yaml").read_text())
+        assert workload["lr"]["rule"] == study.rule, study.name
