@@ -39,6 +39,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from lbtrain.reports.scaling_laws import noise_scale_spread
 from lbtrain.reports.tables import markdown_table, read_summary, trained_seconds
 from lbtrain.results import ADVISOR_VALIDATION_FILE, HISTORY_FILE, METRICS_FILE, SUMMARY_FILE
 from lbtrain.rounding import ceil_tolerant
@@ -687,10 +688,9 @@ def _predicted_b_crit(answer: dict[str, Any] | None, report: dict[str, Any] | No
                             "its range over training, a spread of measurements with no confidence level"})
     noise = (report or {}).get("noise_scale")
     if noise and noise.get("median") is not None:
-        # As the report's B_simple / B_crit (lbtrain.reports.scaling_laws.CriticalBatchFit.noise_scale_ratio_interval):
-        # the hull of its range over the batch sizes and over the second half of each run's way to the target.
-        ranges = [bounds for bounds in (noise.get("range"), noise.get("training_range")) if bounds]
-        low, high = (min(bounds[0] for bounds in ranges), max(bounds[1] for bounds in ranges)) if ranges else (None, None)
+        # As the report's B_simple / B_crit (CriticalBatchFit.noise_scale_ratio_interval): the hull of its range over the
+        # batch sizes and over the second half of each run's way to the target.
+        low, high = noise_scale_spread(noise.get("range"), noise.get("training_range")) or (None, None)
         over = "over them" + (" and over the second half of each run's way to the target" if noise.get("training_range") else "")
         predictions.append({"by": OWN_B_SIMPLE, "value": noise["median"], "low": low, "high": high,
                             "spread": f"the median over {noise.get('batches')} batch sizes; its range {over}, as the study's "

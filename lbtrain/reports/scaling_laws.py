@@ -234,6 +234,18 @@ def _crossing(excess, start: float, end: float, count: int = 200) -> float:
     return end
 
 
+def noise_scale_spread(*ranges: Sequence[float] | None) -> tuple[float, float] | None:
+    """B_simple's spread as claims use it: the hull of the ``(low, high)`` ranges given (its range over
+    the batch sizes at the target, over the second half of each run's way to the target), those
+    that are None left out; None when none is given.
+
+    >>> noise_scale_spread((302.0, 375.0), (134.0, 3478.0)), noise_scale_spread((302.0, 375.0), None), noise_scale_spread(None)
+    ((134.0, 3478.0), (302.0, 375.0), None)
+    """
+    given = [bounds for bounds in ranges if bounds]
+    return (min(bounds[0] for bounds in given), max(bounds[1] for bounds in given)) if given else None
+
+
 @dataclasses.dataclass(frozen=True)
 class CriticalBatchFit:
     """``S(B) = s_min * (1 + b_crit / B)`` fitted to steps to target at ``batches`` global batch
@@ -340,8 +352,8 @@ class CriticalBatchFit:
         if self.noise_scale_ratio is None or interval is None:
             return None
         low, high = interval
-        ranges = [r for r in (self.noise_scale_range, self.noise_scale_training_range) if r is not None]
-        smallest, largest = (min(r[0] for r in ranges), max(r[1] for r in ranges)) if ranges else (self.noise_scale, self.noise_scale)
+        smallest, largest = noise_scale_spread(self.noise_scale_range, self.noise_scale_training_range) or (
+            self.noise_scale, self.noise_scale)
         return smallest / high, (largest / low if low > 0 else math.inf)
 
     def steps(self, global_batch: float) -> float:
