@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import threading
-from typing import Sequence
+from typing import Callable, Sequence
 
 from lbtrain.cli import advise, bench, compare, datasets, report, run, scale, sweep, train
 from lbtrain.errors import TENSORFLOW_MISSING, WorkersFailed, tensorflow_missing
@@ -147,11 +147,12 @@ def _other_logs_quiet_after_interrupt():
     """While the command runs, SIGINT marks ``_QuietAfterInterrupt`` on the handlers that print
     to the terminal (Python's last-resort handler and the root logger's) before raising
     ``KeyboardInterrupt`` as Python's default handler does; both are restored afterwards. Only
-    where SIGINT has Python's default handler and this is the main thread."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        yield
-        return
+    where SIGINT has Python's default handler and this is the main thread. Yields the filter,
+    whose ``interrupted`` says whether Ctrl-C has arrived."""
     quiet = _QuietAfterInterrupt()
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield quiet
+        return
 
     def on_interrupt(signum, frame):
         quiet.interrupted = True
@@ -162,7 +163,7 @@ def _other_logs_quiet_after_interrupt():
         handler.addFilter(quiet)
     signal.signal(signal.SIGINT, on_interrupt)
     try:
-        yield
+        yield quiet
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         for handler in handlers:
@@ -175,15 +176,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure(args.verbosity)
     sys.unraisablehook = _interrupt_again(sys.unraisablehook)
-    with _other_logs_quiet_after_interrupt():
-        return _run(args)
+    with _other_logs_quiet_after_interrupt() as quiet:
+        return _run(args, lambda: quiet.interrupted)
 
 
-def _run(args: argparse.Namespace) -> int:
-    """Runs the command ``args`` names; what any failure prints and the exit code it gives."""
+def _run(args: argparse.Namespace, interrupted: Callable[[], bool] = lambda: False) -> int:
+    """Runs the command ``args`` names; what any failure prints and the exit code it gives.
+    ``interrupted()`` says whether Ctrl-C arrived (``_other_logs_quiet_after_interrupt``): any
+    error after it is the interrupt, since native code that calls back into Python may turn the
+    ``KeyboardInterrupt`` into an error of its own (Ctrl-C while Keras builds a metric:
+    TensorFlow's ``nest.flatten`` raises a bare ``TypeError``)."""
     try:
-        _import_modules(args)
-        return args.handler(args)
+        try:
+            _import_modules(args)
+            return args.handler(args)
+        except Exception as error:
+            if interrupted():
+                raise KeyboardInterrupt from error
+            raise
     except KeyboardInterrupt:
         # What was written stays (every file is written atomically; a run resumes from its last
         # checkpoint), so Ctrl-C is a normal way to stop: one line, no traceback. A sweep worker

@@ -337,6 +337,41 @@ def test_ctrl_c_silences_other_libraries_logs_but_not_lbtrains_and_restores_the_
     assert completed.stdout == "default SIGINT handler restored: True\n"
 
 
+# Ctrl-C inside TensorFlow's native code that calls back into Python: the KeyboardInterrupt comes
+# out as another error (here nest.flatten's RuntimeError; a bare TypeError when Keras builds a metric).
+CONVERTED_INTERRUPT_COMMAND = """
+import collections.abc, os, signal, sys
+import tensorflow as tf
+import lbtrain.cli
+
+class Interrupted(collections.abc.Mapping):
+    def __getitem__(self, key):
+        os.kill(os.getpid(), signal.SIGINT)
+        signal.pause()
+    def __iter__(self):
+        return iter(["key"])
+    def __len__(self):
+        return 1
+
+def command(args):
+    try:
+        tf.nest.flatten(Interrupted())
+    except BaseException as error:
+        print("raised", type(error).__name__)
+        raise
+
+lbtrain.cli.datasets.run = command
+sys.exit(lbtrain.cli.main(["datasets"]))
+"""
+
+
+def test_ctrl_c_that_native_code_turns_into_another_error_is_still_one_line_exit_130():
+    completed = subprocess.run([sys.executable, "-c", CONVERTED_INTERRUPT_COMMAND], capture_output=True, text=True,
+                               timeout=120, preexec_fn=_default_sigint)
+    assert completed.stdout == "raised RuntimeError\n"  # not a KeyboardInterrupt
+    assert completed.returncode == 130, completed.stderr[-2000:]
+    assert stderr_lines(completed.stderr) == [INTERRUPTED]
+
 @pytest.mark.slow
 def test_ctrl_c_in_run_is_one_line_exit_130_and_the_rerun_resumes(tmp_path):
     # One run of 150 epochs (about ten seconds): long enough that a starved test process still
