@@ -17,7 +17,7 @@ and world size, simulated in this process, its checkpoints into a scratch folder
   set;
 
 and once, ``launch_seconds``: a process's start, a fresh Python process importing lbtrain's
-trainer (TensorFlow), as the runner starts one, plus what the first run in a process pays once
+trainer (TensorFlow), as the runner starts one (measured once per process), plus what the first run in a process pays once
 (TensorFlow's first use: the probe's first measurement less a second one of the same run's fixed
 parts). A run of ``S`` updates over ``E`` epochs is then priced at::
 
@@ -41,6 +41,7 @@ code, as a run does (``code_of_yours`` says whether it would).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import statistics
@@ -169,8 +170,11 @@ def _measure_in(config: RunConfig, scratch: Path) -> tuple[StepCost, tuple[int, 
     return cost, (len(data.x_train), len(data.x_validation), len(data.x_test))
 
 
+@functools.cache
 def launch_seconds() -> float:
-    """The wall time of a fresh Python process that imports lbtrain's trainer (module doc)."""
+    """The wall time of a fresh Python process that imports lbtrain's trainer (module doc),
+    measured once per process: every price this process gives (a command prices once; a test
+    run or a notebook, many times) counts the same start."""
     started = time.perf_counter()
     subprocess.run([sys.executable, "-c", "import lbtrain.trainer"], capture_output=True, check=False,
                    env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})

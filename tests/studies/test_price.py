@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lbtrain.config import ExperimentConfig, run_config_from_dict
-from lbtrain.studies.price import Probe, StepCost, code_of_yours, probe_costs, run_seconds
+from lbtrain.studies.price import Probe, StepCost, code_of_yours, launch_seconds, probe_costs, run_seconds
 
 
 def test_a_run_is_priced_by_its_start_fixed_costs_steps_epoch_ends_and_evaluated_samples():
@@ -40,6 +40,11 @@ def test_the_probe_measures_each_global_batch_and_a_process_start():
         assert all(math.isfinite(part) and part >= 0 for part in parts), cost
         assert cost.step_seconds > 0 and cost.build_seconds > 0 and cost.eval_sample_seconds > 0
     assert probe.launch_seconds > 0
+
+
+def test_a_process_start_is_measured_once_per_process():
+    first = launch_seconds()
+    assert first > 0 and launch_seconds() == first  # two measurements would differ in the last digits
 
 
 def test_a_dry_run_may_price_lbtrains_and_keras_models_on_lbtrains_data_only(tmp_path, monkeypatch):
