@@ -22,7 +22,6 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from lbtrain.config import MIN_PROTOCOL_SEEDS as MIN_SEEDS
 from lbtrain.reports.decisions import (
     BEST,
     DEFAULT_CLAIM_MARGIN,
@@ -30,6 +29,7 @@ from lbtrain.reports.decisions import (
     TIED_WITH_THE_BEST,
     claim,
     claim_from_interval,
+    few_seeds,
     standing,
 )
 from lbtrain.reports.report import machine_minutes as folder_minutes
@@ -242,15 +242,8 @@ def as_estimate(record: dict[str, Any] | None) -> Estimate | None:
     return None if record is None else Estimate(**record)
 
 
-# The words beside an estimate with fewer than ``MIN_SEEDS`` values on a side (its interval not shown).
+# The words beside an estimate with fewer than 3 values on a side (``few_seeds``: its interval not shown).
 FEW_SEEDS = "1 or 2 seeds: no interval"
-
-
-def few_seeds(estimate: Estimate | None) -> bool:
-    """Whether ``estimate`` (a mean, or a difference of two) rests on fewer than ``MIN_SEEDS``
-    values on a side (``lbtrain.config.MIN_PROTOCOL_SEEDS``, 3): two seeds give a t interval of
-    12.7 standard errors, a number, not a bound, so none is shown and no claim rests on it."""
-    return estimate is not None and estimate.mean is not None and min(estimate.n, estimate.n_second or estimate.n) < MIN_SEEDS
 
 
 def listed(words: Sequence[str]) -> str:
@@ -294,10 +287,10 @@ def points_text(record: dict[str, Any] | Estimate | None) -> str:
 
 def judge(record: dict[str, Any] | Estimate | None) -> str:
     """The claim on a difference arm − reference (``lbtrain.reports.decisions.claim`` with the
-    page's ``MARGIN``): ``matches``, ``better``, ``worse`` or ``inconclusive``; ``inconclusive``
-    with fewer than 3 seeds on a side (``few_seeds``: no interval is shown, so none decides)."""
+    page's ``MARGIN``): ``matches``, ``better``, ``worse`` or ``inconclusive`` (also with fewer
+    than 3 seeds on a side, ``few_seeds``: no interval is shown, so none decides)."""
     estimate = record if isinstance(record, Estimate) or record is None else Estimate(**record)
-    return INCONCLUSIVE if few_seeds(estimate) else claim(estimate, MARGIN)
+    return claim(estimate, MARGIN)
 
 
 def claims_at(claims: list[str], places: list[str]) -> str:

@@ -238,7 +238,7 @@ SHARPER, FLATTER, NEITHER, NOT_READ = "sharper", "flatter", "neither sharper nor
 def flatness_reading(difference: Estimate) -> str:
     """A flatness difference large − small read by where its Welch interval lies against 0:
     ``sharper`` wholly above, ``flatter`` wholly below, ``neither sharper nor flatter`` else;
-    ``not read`` with fewer than 3 seeds on a side (``common.few_seeds``: no interval is shown,
+    ``not read`` with fewer than 3 seeds on a side (``lbtrain.reports.decisions.few_seeds``: no interval is shown,
     so none is read).
 
     >>> flatness_reading(Estimate(2.0, 1.0, 3.0, 5, n_second=5)), flatness_reading(Estimate(2.0, 1.0, 3.0, 2, n_second=5))

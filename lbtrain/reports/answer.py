@@ -38,7 +38,15 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from lbtrain.config.experiment import MIN_PROTOCOL_SEEDS as MIN_SEEDS
-from lbtrain.reports.decisions import DEFAULT_CLAIM_MARGIN, TIED_WITH_THE_BEST, WORSE, claim, standing, trained_share_claim
+from lbtrain.reports.decisions import (
+    DEFAULT_CLAIM_MARGIN,
+    TIED_WITH_THE_BEST,
+    WORSE,
+    claim,
+    few_seeds,
+    standing,
+    trained_share_claim,
+)
 from lbtrain.reports.regime import MAX_BATCH_FRACTION, MIN_UPDATES
 from lbtrain.reports.scaling_laws import LrExponentFit
 from lbtrain.reports.statistics import Estimate, difference_interval, mean_interval
@@ -269,8 +277,8 @@ def answer_data(summary: Sequence[Mapping[str, Any]], arms: Sequence[ArmSpec], f
 
 def estimate_text(record: Mapping[str, Any], signed: bool = False) -> str:
     """The estimate as text; with fewer than ``MIN_SEEDS`` values on a side no interval is shown
-    (two seeds give a t interval of 12.7 standard errors: a number, not a bound)."""
-    few = min(record["n"], record.get("n_second") or record["n"]) < MIN_SEEDS
+    (``lbtrain.reports.decisions.few_seeds``: a number, not a bound, and no claim rests on it)."""
+    few = few_seeds(Estimate(**record))
     estimate = Estimate(record["mean"], None if few else record["low"], None if few else record["high"], record["n"],
                         df=None if few else record.get("df"), n_second=record.get("n_second"))
     text = estimate.describe(signed=signed)

@@ -13,7 +13,10 @@ reference* and ``m >= 0`` the margin. The claim is
   the margin; it may still be better by less than the margin;
 - ``worse`` when ``high < -m``: the whole interval lies below −m (inferior by more than the
   margin);
-- ``inconclusive`` otherwise, and whenever there is no interval (a single seed, no ok run).
+- ``inconclusive`` otherwise, and whenever there is no interval (a single seed, no ok run) or it
+  rests on fewer than ``MIN_CLAIM_SEEDS`` (3) values on a side (``few_seeds``): two seeds give a
+  t interval of 12.7 standard errors, a number, not a bound, so the reports show no interval
+  there and no claim rests on it.
 
 Inequalities are strict: an interval that touches ±m has not cleared it. With a two-sided
 ``level`` interval each bound is a one-sided test at ``(1 − level) / 2`` (2.5% for 95%), as
@@ -34,6 +37,7 @@ from __future__ import annotations
 import math
 from typing import Mapping, Sequence
 
+from lbtrain.config.experiment import MIN_PROTOCOL_SEEDS
 from lbtrain.reports.statistics import DEFAULT_LEVEL, Estimate, difference_interval
 
 DEFAULT_CLAIM_MARGIN = 0.01
@@ -44,6 +48,9 @@ MATCHES = "matches"
 WORSE = "worse"
 INCONCLUSIVE = "inconclusive"
 CLAIMS = (BETTER, MATCHES, WORSE, INCONCLUSIVE)
+
+# The fewest values on each side of an estimate a claim rests on: the protocol's finals' minimum.
+MIN_CLAIM_SEEDS = MIN_PROTOCOL_SEEDS
 
 BEST = "best"
 TIED_WITH_THE_BEST = "tied with the best"
@@ -76,9 +83,24 @@ def claim_from_interval(low: float | None, high: float | None, margin: float = D
     return INCONCLUSIVE
 
 
+def few_seeds(estimate: Estimate | None) -> bool:
+    """Whether ``estimate`` (a mean, or a difference of two) rests on fewer than
+    ``MIN_CLAIM_SEEDS`` values on a side (module doc).
+
+    >>> few_seeds(Estimate(0.01, -0.2, 0.2, 2, df=1.0, n_second=5)), few_seeds(Estimate(0.01, 0.0, 0.02, 3, df=3.9, n_second=3))
+    (True, False)
+    """
+    return estimate is not None and estimate.mean is not None and min(estimate.n, estimate.n_second or estimate.n) < MIN_CLAIM_SEEDS
+
+
 def claim(difference: Estimate | None, margin: float = DEFAULT_CLAIM_MARGIN) -> str:
-    """``claim_from_interval`` on an estimate of arm − reference; ``inconclusive`` for no estimate."""
-    if difference is None or difference.mean is None:
+    """``claim_from_interval`` on an estimate of arm − reference; ``inconclusive`` for no
+    estimate, and on fewer than ``MIN_CLAIM_SEEDS`` values on a side (``few_seeds``).
+
+    >>> claim(Estimate(-0.30, -0.31, -0.29, 3, df=4.0, n_second=3)), claim(Estimate(-0.30, -0.31, -0.29, 2, df=2.0, n_second=3))
+    ('worse', 'inconclusive')
+    """
+    if difference is None or difference.mean is None or few_seeds(difference):
         return INCONCLUSIVE
     return claim_from_interval(difference.low, difference.high, margin)
 
@@ -140,5 +162,5 @@ def trained_share_claim(trained: int, runs: int, trained_reference: int, runs_re
 
 
 __all__ = ["BELOW_THE_BEST", "BEST", "BETTER", "CLAIMS", "DEFAULT_CLAIM_MARGIN", "DEFAULT_MARGIN", "INCONCLUSIVE", "MATCHES",
-           "ONE_SIDED_LEVEL", "TIED_WITH_THE_BEST", "WORSE",
-           "claim", "claim_from_interval", "contains_zero", "standing", "trained_share_claim"]
+           "MIN_CLAIM_SEEDS", "ONE_SIDED_LEVEL", "TIED_WITH_THE_BEST", "WORSE",
+           "claim", "claim_from_interval", "contains_zero", "few_seeds", "standing", "trained_share_claim"]

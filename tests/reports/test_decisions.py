@@ -14,6 +14,7 @@ from lbtrain.reports.decisions import (
     WORSE,
     claim,
     claim_from_interval,
+    few_seeds,
     standing,
 )
 from lbtrain.reports.statistics import Estimate, difference_interval
@@ -64,6 +65,15 @@ def test_claims_on_welch_intervals_of_seeds():
     assert claim(difference_interval([], reference)) == INCONCLUSIVE
     assert claim(None) == INCONCLUSIVE
     assert claim(Estimate(-0.012, -0.025, -0.004, 3)) == INCONCLUSIVE
+
+
+def test_two_seeds_on_a_side_decide_nothing_however_far_apart():
+    reference = [0.860, 0.858, 0.857]
+    two = difference_interval([0.700, 0.702], reference)
+    assert two.high < -0.1  # Welch's interval at df ~ 1 clears the margin by far: still no claim
+    assert claim(two) == INCONCLUSIVE and claim(difference_interval([0.700, 0.702, 0.701], reference)) == WORSE
+    assert claim(difference_interval(reference, [0.700, 0.702])) == INCONCLUSIVE  # two on the reference's side
+    assert few_seeds(two) and not few_seeds(difference_interval([0.700, 0.702, 0.701], reference))
 
 
 def test_a_best_is_named_only_when_separable_from_every_other_arm():
