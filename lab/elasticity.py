@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from lbtrain.files import write_atomic, write_json_atomic
-from lbtrain.reports.decisions import DEFAULT_CLAIM_MARGIN, claim, contains_zero
+from lbtrain.reports.decisions import DEFAULT_CLAIM_MARGIN, MIN_CLAIM_SEEDS, claim, contains_zero
 from lbtrain.reports.plots import Line, Mark, plot_panels, recipe_colors
 from lbtrain.reports.report import write_report
 from lbtrain.reports.statistics import DEFAULT_LEVEL, Estimate, difference_interval
@@ -208,8 +208,9 @@ def section_markdown(record: dict[str, Any]) -> str:
         f"Test accuracy: mean [{100 * record['confidence_level']:.0f}% Student-t interval] (n, df) over the seeds whose run was "
         "judged ok; *test − fixed 4*: the arm's mean minus the reference's, Welch's interval (n of the arm vs the reference, "
         f"Welch–Satterthwaite df); *claim* by the decision rule at a margin of {100 * margin:.0f} point: matches when the whole "
-        "interval lies above −margin (non-inferiority), better above +margin, worse below −margin, inconclusive otherwise. "
-        "*runs*: the runs of the arm, and those excluded from its mean by verdict.",
+        "interval lies above −margin (non-inferiority), better above +margin, worse below −margin, inconclusive otherwise "
+        f"and on fewer than {MIN_CLAIM_SEEDS} seeds a side. *runs*: the runs of the arm, and those excluded from its mean by "
+        "verdict.",
         markdown_table(
             ["arm", "LR policy", "world size (from the point given)", "global batches", "updates", "samples", "test acc",
              "test − fixed 4", "claim", "runs"],

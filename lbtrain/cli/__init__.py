@@ -192,6 +192,7 @@ def _run(args: argparse.Namespace, interrupted: Callable[[], bool] = lambda: Fal
             return args.handler(args)
         except Exception as error:
             if interrupted():
+                logging.getLogger("lbtrain").debug("after Ctrl-C, taken as the interrupt: %s", error, exc_info=True)
                 raise KeyboardInterrupt from error
             raise
     except KeyboardInterrupt:

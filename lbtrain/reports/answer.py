@@ -223,6 +223,11 @@ def _flags(per_world: list[dict[str, Any]], summary, facts: StudyFacts, controls
         elif row["test_accuracy"]["n"] < MIN_SEEDS:
             flags.append(f"world {row['world_size']}: {row['use']} has {row['test_accuracy']['n']} ok seeds, fewer than "
                          f"{MIN_SEEDS}: no claim rests on it")
+        for rule, entry in row["rules"].items():
+            ok = entry["test_accuracy"]["n"]
+            if 0 < ok < MIN_SEEDS and entry["label"] != row["use"]:
+                flags.append(f"world {row['world_size']}: the {rule} rule ({entry['label']}) has {ok} ok seeds, fewer than "
+                             f"{MIN_SEEDS}: no claim rests on it")
     flags += [f"{study}: the best LR sits on the edge of the grid tried (extend the grid)" if interior is False else
               f"{study}: no trial ended ok at any LR tried, every one diverged or spiked (no LR to carry)"
               for study, interior in facts.interior.items() if not interior]

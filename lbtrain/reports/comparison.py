@@ -45,7 +45,7 @@ from typing import Any, Callable, Sequence
 from lbtrain.config import ConfigError, read_yaml_mapping
 from lbtrain.files import write_atomic, write_json_atomic
 from lbtrain.measures.steps_to_target import steps_to_target
-from lbtrain.reports.decisions import BEST, DEFAULT_CLAIM_MARGIN, TIED_WITH_THE_BEST, claim, standing
+from lbtrain.reports.decisions import BEST, DEFAULT_CLAIM_MARGIN, MIN_CLAIM_SEEDS, TIED_WITH_THE_BEST, claim, standing
 from lbtrain.reports.plots import Line, Mark, plot_panels, recipe_colors
 from lbtrain.reports.report import ReportError, budgets_text
 from lbtrain.reports.scaling_laws import reachable_target
@@ -234,7 +234,7 @@ def compare(first: Side, second: Side, target: float | None = None) -> dict[str,
     return {
         **{key: {"name": side.name, "mode": side.mode, "label": side.label, "budget": budgets_text(side.records)}
            for key, side in zip(SIDES, (first, second))},
-        "confidence_level": DEFAULT_LEVEL, "margin": DEFAULT_CLAIM_MARGIN, "metric": METRIC, "target": target, "rows": rows, "lr_that_works": works,
+        "confidence_level": DEFAULT_LEVEL, "margin": DEFAULT_CLAIM_MARGIN, "min_claim_seeds": MIN_CLAIM_SEEDS, "metric": METRIC, "target": target, "rows": rows, "lr_that_works": works,
     }
 
 
@@ -301,7 +301,7 @@ def _markdown(record: dict[str, Any]) -> str:
         f"were not ok are counted, never averaged in. One reference for every difference: {a}. *{b} − {a}*: Welch's "
         f"interval of the difference (n of each side, Welch–Satterthwaite df); *claim* by the decision rule at a margin of "
         f"{100 * record['margin']:.0f} point: matches when the whole interval lies above −margin, better above +margin, worse "
-        "below −margin, inconclusive otherwise. Staleness: the mean "
+        f"below −margin, inconclusive otherwise and on fewer than {record['min_claim_seeds']} seeds a side. Staleness: the mean "
         "delay of a gradient in updates (tau of Lian et al. 2015), where the side records one. One nominal learning rate is "
         "not one step per sample: a synchronous update averages the W worker batches, an asynchronous one applies each.",
         markdown_table(["recipe", "world", "lr", f"{a} test acc", f"{a} runs", f"{b} test acc", f"{b} runs", f"{b} − {a}",

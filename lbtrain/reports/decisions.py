@@ -14,9 +14,10 @@ reference* and ``m >= 0`` the margin. The claim is
 - ``worse`` when ``high < -m``: the whole interval lies below −m (inferior by more than the
   margin);
 - ``inconclusive`` otherwise, and whenever there is no interval (a single seed, no ok run) or it
-  rests on fewer than ``MIN_CLAIM_SEEDS`` (3) values on a side (``few_seeds``): two seeds give a
-  t interval of 12.7 standard errors, a number, not a bound, so the reports show no interval
-  there and no claim rests on it.
+  rests on fewer than ``MIN_CLAIM_SEEDS`` (3) values on a side (``few_seeds``): two seeds on a
+  side leave a Welch df of 1 to 3 (at df 1 the interval is 12.7 standard errors wide), a number,
+  not a bound, so no claim rests on it (``lbtrain scale``'s answer and the results page show no
+  interval there; ``lbtrain report`` and ``compare`` show it and say why there is no claim).
 
 Inequalities are strict: an interval that touches ±m has not cleared it. With a two-sided
 ``level`` interval each bound is a one-sided test at ``(1 − level) / 2`` (2.5% for 95%), as
@@ -27,7 +28,9 @@ Among several arms (``standing``): the *top* arm is the one with the highest mea
 is ``tied with the best`` when the interval of its difference from the top contains 0
 (``low <= 0 <= high``, or there is no interval); the top arm is named ``best`` only when it is
 separable from every other arm (no arm tied with it), else it is ``tied with the best`` too.
-Arms separable from the top are ``below the best``.
+Arms separable from the top are ``below the best``. A standing ranks arms to choose one (the
+answer's arm to use, the advisor's recipe); it is not a claim, and separates arms on two seeds
+too when their Welch interval excludes 0.
 
 Pure functions of numbers: no TensorFlow, no files.
 """

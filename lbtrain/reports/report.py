@@ -31,7 +31,7 @@ from typing import Any, Callable, Sequence
 from lbtrain.files import write_atomic, write_json_atomic
 from lbtrain.measures.noise_scale import simple_noise_scale
 from lbtrain.measures.steps_to_target import measured_points, steps_to_target
-from lbtrain.reports.decisions import DEFAULT_CLAIM_MARGIN, WORSE, claim, trained_share_claim
+from lbtrain.reports.decisions import DEFAULT_CLAIM_MARGIN, MIN_CLAIM_SEEDS, WORSE, claim, trained_share_claim
 from lbtrain.reports.plots import Line, Mark, plot_panels, recipe_colors
 from lbtrain.reports.scaling_laws import (
     PROFILE_METHOD,
@@ -449,7 +449,8 @@ def noise_scale_sentence(summary: dict[str, Any]) -> str:
 def failures(records: Sequence[RunRecord], test_accuracy: Sequence[Aggregate]) -> list[dict[str, Any]]:
     """Records: every run that was not ok (``kind`` "status", with its reason), then every recipe
     and batch whose test accuracy is ``worse`` than the table's reference by the decision rule
-    (``kind`` "worse": the whole Welch interval of arm − reference lies below −``DEFAULT_CLAIM_MARGIN``;
+    (``kind`` "worse": the whole Welch interval of arm − reference lies below −``DEFAULT_CLAIM_MARGIN``,
+    ``MIN_CLAIM_SEEDS`` or more seeds on each side;
     the ``differences_from_reference`` estimate, and the reference's recipe and batch)."""
     found = [{"kind": "status", "recipe": r.recipe, "global_batch": r.global_batch, "world_size": r.row["world_size"],
               "seed": r.row["seed"], "learning_rate": float(r.row["learning_rate"]), "status": r.row["status"],
@@ -544,7 +545,8 @@ def reference_sentence(reference: dict[str, Any] | None, margin: float, score: s
             f"{reference['world_size']}), the first recipe at the smallest global batch. *test − reference*: this arm's test "
             f"{score} minus the reference's, Welch's interval (n of this arm vs the reference, Welch–Satterthwaite df); "
             f"*claim* by the decision rule at a margin of {100 * margin:.0f} point: matches when the whole interval lies "
-            "above −margin, better above +margin, worse below −margin, inconclusive otherwise.")
+            f"above −margin, better above +margin, worse below −margin, inconclusive otherwise and on fewer than {MIN_CLAIM_SEEDS} seeds a side "
+            "(an interval is shown there, no claim rests on it).")
 
 
 def _accuracy_section(report: _Report, records: Sequence[RunRecord]) -> list[Aggregate]:

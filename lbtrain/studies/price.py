@@ -174,7 +174,7 @@ def _measure_in(config: RunConfig, scratch: Path) -> tuple[StepCost, tuple[int, 
 def launch_seconds() -> float:
     """The wall time of a fresh Python process that imports lbtrain's trainer (module doc),
     measured once per process: every price this process gives (a command prices once; a test
-    run or a notebook, many times) counts the same start."""
+    run or a notebook, many times) counts the same start, as the machine was at the first price."""
     started = time.perf_counter()
     subprocess.run([sys.executable, "-c", "import lbtrain.trainer"], capture_output=True, check=False,
                    env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})

@@ -156,6 +156,15 @@ def test_the_accuracy_figure_gives_each_point_its_seeds_and_no_band_below_three(
     assert [(mark.kind, mark.recipe, mark.x) for mark in drawn if isinstance(mark, Mark)] == [("diverged", "sqrt rule", 512.0)]
 
 
+def test_a_rule_left_with_two_ok_seeds_decides_nothing_and_is_flagged():
+    answer = answer_data(summary(), arms(), FACTS)
+    sqrt16 = answer["per_world_size"][2]["rules"]["sqrt"]
+    assert sqrt16["test_accuracy"]["n"] == 2 and sqrt16["excluded"] == 1
+    assert sqrt16["decision"] == "inconclusive"
+    assert "world 16: the sqrt rule (sgd+warmup sqrt rule) has 2 ok seeds, fewer than 3: no claim rests on it" in answer["flags"]
+    assert not any("the linear rule" in flag or "world 4: the" in flag for flag in answer["flags"])  # 3 ok seeds each
+
+
 def test_a_rule_whose_every_seed_diverged_is_judged_by_how_many_runs_ended_ok():
     """No ok run, no difference to take: 0 of 5 runs ok against the reference's 3 of 3 is worse by
     Fisher's exact test (one-sided p = 1/56 < 0.025), and it is where the linear rule stops."""
